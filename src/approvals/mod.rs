@@ -1,0 +1,87 @@
+//! The only code that writes `work_orders`.
+//!
+//! Architecture Invariant: the agent can reach [`Approvals::propose`] and nothing else
+//! here. Moving a work order out of `pending_approval` takes an authenticated human;
+//! no tool, model reply or agent code path calls those functions.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::domain::{Timestamp, WorkOrderDraft, WorkOrderStatus};
+use crate::store::{StoreError, Writer};
+
+/// How long a proposal waits for a decision before it expires.
+pub const DEFAULT_TTL_SECS: i64 = 72 * 3600;
+
+/// Who proposed: an agent run or a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proposer {
+    Run(i64),
+    User(String),
+}
+
+impl Proposer {
+    fn label(&self) -> String {
+        match self {
+            Proposer::Run(id) => format!("agent:run/{id}"),
+            Proposer::User(name) => name.clone(),
+        }
+    }
+}
+
+/// What proposing did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Proposal {
+    pub work_order_id: i64,
+    pub status: WorkOrderStatus,
+    /// False when a proposal with the same intent already existed; nothing new was written.
+    pub created: bool,
+    pub idempotency_key: String,
+    pub decided_by: Option<String>,
+    pub decision_reason: Option<String>,
+}
+
+/// The capability to park proposals. Cheap to clone.
+#[derive(Clone)]
+pub struct Approvals {
+    writer: Writer,
+}
+
+impl Approvals {
+    pub fn new(writer: Writer) -> Approvals {
+        Approvals { writer }
+    }
+
+    /// Records `draft` as `pending_approval`, or returns the existing work order with the
+    /// same intent key unchanged.
+    pub fn propose(&self, draft: WorkOrderDraft, by: Proposer, now: Timestamp) -> Result<Proposal, StoreError> {
+        self.writer.call(move |conn| propose_in(conn, &draft, &by, now))
+    }
+}
+
+fn propose_in(conn: &Connection, draft: &WorkOrderDraft, by: &Proposer, now: Timestamp) -> Result<Proposal, StoreError> {
+    let key = draft.intent_key(&now.date());
+    let evidence = serde_json::to_string(&draft.evidence()).expect("citations serialize");
+    let run_id = match by {
+        Proposer::Run(id) => Some(*id),
+        Proposer::User(_) => None,
+    };
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO work_orders (idempotency_key, asset_id, alarm_id, action, priority, title,
+                                      justification, evidence, status, proposed_by, run_id,
+                                      proposed_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending_approval', ?9, ?10, ?11, ?12)
+             ON CONFLICT (idempotency_key) DO NOTHING",
+        )?
+        .execute(params![
+            key, draft.asset_id(), draft.alarm_id(), draft.action(), draft.priority(), draft.title(),
+            draft.justification(), evidence, by.label(), run_id, now.unix(), now.unix() + DEFAULT_TTL_SECS
+        ])?;
+    let (work_order_id, status, decided_by, decision_reason) = conn
+        .prepare_cached("SELECT id, status, decided_by, decision_reason FROM work_orders WHERE idempotency_key = ?1")?
+        .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .optional()?
+        .expect("inserted or already present");
+    Ok(Proposal { work_order_id, status, created: inserted == 1, idempotency_key: key, decided_by, decision_reason })
+}

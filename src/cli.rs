@@ -1,0 +1,204 @@
+//! The command line. Each subcommand parses its arguments into library types and calls
+//! the library; errors print with their context chain and exit 1.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::approvals::{Approvals, Proposer};
+use crate::domain::{Timestamp, parse_time};
+use crate::store::Store;
+use crate::tools::{self, ToolContext};
+use crate::{bench, rag, seed};
+
+#[derive(Parser)]
+#[command(name = "twinops", version, about = "An operations agent for pumping stations and water plants: \
+a SQLite twin of the plant, documentation search, and the read-only tools an LLM uses to triage alarms.")]
+pub struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Global {
+    /// Folder for the database and other state.
+    #[arg(long, global = true, env = "TWINOPS_DATA_DIR", default_value = "data")]
+    data_dir: PathBuf,
+    /// SQLite database file. Default: DATA_DIR/twinops.db.
+    #[arg(long, global = true, env = "TWINOPS_DB")]
+    db: Option<PathBuf>,
+}
+
+impl Global {
+    fn db_path(&self) -> PathBuf {
+        self.db.clone().unwrap_or_else(|| self.data_dir.join("twinops.db"))
+    }
+
+    fn open(&self) -> anyhow::Result<Store> {
+        let path = self.db_path();
+        Store::open(&path).with_context(|| format!("opening {}", path.display()))
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the demo plant (assets, sensors, a week of readings, alarms, maintenance, docs).
+    #[command(after_help = "Examples:\n  twinops seed\n  twinops seed --end 2026-11-30T12:00:00Z\n  twinops --db /tmp/big.db seed --scale 100")]
+    Seed(SeedArgs),
+    /// Documentation: index a folder of Markdown, or search it.
+    #[command(subcommand)]
+    Docs(DocsCommand),
+    /// The agent's tools: list their definitions or call one as a model would.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+    /// Print performance figures.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Args)]
+struct SeedArgs {
+    /// Folder holding plant.toml and docs/.
+    #[arg(long, default_value = "seed")]
+    from: PathBuf,
+    /// Copies of the plant (asset numbers offset by 100 per copy), for benchmarks.
+    #[arg(long, default_value_t = 1)]
+    scale: u32,
+    /// Time of the last reading, RFC 3339. Default: now. Pin it for reproducible data.
+    #[arg(long)]
+    end: Option<String>,
+    /// Days of 1-minute readings.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=31))]
+    days: u32,
+}
+
+#[derive(Subcommand)]
+enum DocsCommand {
+    /// Chunk and index every .md file under DIR; unchanged files are skipped.
+    #[command(after_help = "Example:\n  twinops docs index seed/docs")]
+    Index { dir: PathBuf },
+    /// Search the indexed documentation (BM25), as the search_docs tool does.
+    #[command(after_help = "Example:\n  twinops docs search 'VIB-HI pump bearing vibration'")]
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 5)]
+        limit: usize,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ToolFormat {
+    Openai,
+    Anthropic,
+}
+
+#[derive(Subcommand)]
+enum ToolsCommand {
+    /// Print the tool definitions as a model API receives them.
+    #[command(after_help = "Examples:\n  twinops tools list\n  twinops tools list --format anthropic")]
+    List {
+        #[arg(long, value_enum, default_value = "openai")]
+        format: ToolFormat,
+    },
+    /// Run one tool and print exactly what a model would receive, errors included.
+    #[command(after_help = "Examples:\n  twinops tools call get_asset_details '{\"asset_id\":\"PUMP-007\"}'\n  twinops tools call search_docs '{\"query\":\"VIB-HI\"}'")]
+    Call {
+        name: String,
+        /// Arguments as a JSON object.
+        #[arg(default_value = "{}")]
+        args: String,
+        /// Evaluate as of this time (RFC 3339) instead of now.
+        #[arg(long)]
+        now: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// p50/p99 latency of every tool on a scaled plant, and of search_docs over a large corpus.
+    #[command(after_help = "Examples:\n  twinops bench tools\n  twinops bench tools --scale 10 --iterations 200")]
+    Tools(bench::ToolsBenchArgs),
+}
+
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Seed(args) => {
+            let end = match &args.end {
+                Some(s) => parse_time(s).map_err(anyhow::Error::msg).context("--end")?,
+                None => Timestamp::now(),
+            };
+            let store = cli.global.open()?;
+            let opts = seed::SeedOptions { dir: args.from, scale: args.scale, end, days: args.days };
+            let r = seed::seed(&store, &opts)?;
+            println!(
+                "seeded {}: {} assets, {} sensors, {} readings, {} alarms ({} active), {} maintenance records, \
+                 {} documents in {} chunks; readings end at {}",
+                store.path().display(), r.assets, r.sensors, r.readings, r.alarms, r.active_alarms, r.maintenance,
+                r.docs.added + r.docs.updated + r.docs.unchanged, r.docs.chunks_written, end.floor_minute().to_rfc3339()
+            );
+        }
+        Command::Docs(DocsCommand::Index { dir }) => {
+            let store = cli.global.open()?;
+            let r = rag::index_dir(&store, &dir, Timestamp::now())?;
+            println!(
+                "indexed {}: {} added, {} updated, {} unchanged, {} chunks written",
+                dir.display(), r.added, r.updated, r.unchanged, r.chunks_written
+            );
+        }
+        Command::Docs(DocsCommand::Search { query, limit }) => {
+            let store = cli.global.open()?;
+            let db = store.read()?;
+            for hit in rag::search(&db, &query, limit)? {
+                println!("{:>7.3}  {:<32} {}\n         {}", hit.score, hit.citation.as_str(), hit.heading, hit.snippet.replace('\n', " "));
+            }
+        }
+        Command::Tools(ToolsCommand::List { format }) => {
+            let all: Vec<_> = tools::all().iter().collect();
+            let defs = match format {
+                ToolFormat::Openai => tools::openai_format(&all),
+                ToolFormat::Anthropic => tools::anthropic_format(&all),
+            };
+            println!("{}", serde_json::to_string_pretty(&defs)?);
+        }
+        Command::Tools(ToolsCommand::Call { name, args, now }) => {
+            let args: serde_json::Value = serde_json::from_str(&args)
+                .with_context(|| format!("the arguments are not JSON: {args}"))?;
+            let now = match &now {
+                Some(s) => parse_time(s).map_err(anyhow::Error::msg).context("--now")?,
+                None => Timestamp::now(),
+            };
+            let store = cli.global.open()?;
+            let db = store.read()?;
+            let approvals = Approvals::new(store.writer().clone());
+            let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+            let ctx = ToolContext { db: &db, approvals: &approvals, now, caller: Proposer::User(format!("cli:{user}")) };
+            let out = tools::call(&ctx, &name, args);
+            println!("{}", out.content);
+            if out.is_error {
+                return Ok(ExitCode::from(2));
+            }
+        }
+        Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

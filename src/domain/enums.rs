@@ -1,0 +1,163 @@
+//! Closed vocabularies of the twin. Each mirrors a CHECK constraint in `schema.sql`;
+//! `as_str` is the stored and serialized form.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Declares a snake_case text enum with `as_str`, `parse`, `ALL`, serde, schemars and
+/// rusqlite conversions, so the five forms of one vocabulary cannot disagree.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            /// Parses the stored form; the error lists the accepted values.
+            pub fn parse(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(format!(
+                        "'{other}' is not a valid {}; expected one of: {}",
+                        stringify!($name),
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::from(self.as_str()))
+            }
+        }
+
+        impl FromSql for $name {
+            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                let text = value.as_str()?;
+                $name::parse(text).map_err(|e| FromSqlError::Other(e.into()))
+            }
+        }
+    };
+}
+
+text_enum! {
+    /// Alarm priority, lowest first (so `Ord` sorts by urgency).
+    Severity { Low => "low", Medium => "medium", High => "high", Critical => "critical" }
+}
+
+impl Severity {
+    /// Weight used when ranking assets by need of attention.
+    pub fn weight(self) -> u32 {
+        match self {
+            Severity::Low => 1,
+            Severity::Medium => 3,
+            Severity::High => 9,
+            Severity::Critical => 27,
+        }
+    }
+}
+
+text_enum! {
+    /// ISA-18.2 alarm states, as stored per occurrence.
+    AlarmState {
+        Unacknowledged => "unacknowledged",
+        Acknowledged => "acknowledged",
+        /// Returned to normal while still unacknowledged.
+        RtnUnacknowledged => "rtn_unacknowledged",
+        Cleared => "cleared",
+        Shelved => "shelved",
+        OutOfService => "out_of_service",
+    }
+}
+
+text_enum! {
+    AssetKind {
+        CentrifugalPump => "centrifugal_pump",
+        Motor => "motor",
+        Valve => "valve",
+        Reservoir => "reservoir",
+    }
+}
+
+text_enum! {
+    AssetStatus {
+        Running => "running",
+        Standby => "standby",
+        Stopped => "stopped",
+        Maintenance => "maintenance",
+        Fault => "fault",
+        OutOfService => "out_of_service",
+    }
+}
+
+text_enum! {
+    /// A: loss stops supply to customers; B: loss reduces redundancy; C: minor.
+    Criticality { A => "A", B => "B", C => "C" }
+}
+
+text_enum! {
+    SensorKind {
+        Vibration => "vibration",
+        BearingTemperature => "bearing_temperature",
+        Flow => "flow",
+        DischargePressure => "discharge_pressure",
+        SuctionPressure => "suction_pressure",
+        MotorCurrent => "motor_current",
+        WindingTemperature => "winding_temperature",
+        ValvePosition => "valve_position",
+        Level => "level",
+    }
+}
+
+text_enum! {
+    WorkOrderStatus {
+        PendingApproval => "pending_approval",
+        Approved => "approved",
+        Rejected => "rejected",
+        Expired => "expired",
+        Dispatched => "dispatched",
+    }
+}
+
+text_enum! {
+    /// How soon the field crew should act on a work order.
+    WorkPriority { Emergency => "emergency", Urgent => "urgent", Normal => "normal", Low => "low" }
+}
+
+text_enum! {
+    /// What a work order asks the field crew to do. Part of the idempotency key, so a
+    /// closed list: two phrasings of one intent must not make two orders.
+    WorkAction {
+        Inspect => "inspect",
+        VibrationAnalysis => "vibration_analysis",
+        Lubricate => "lubricate",
+        ReplaceBearing => "replace_bearing",
+        Realign => "realign",
+        ClearSuction => "clear_suction",
+        RepairSeal => "repair_seal",
+        ElectricalInspection => "electrical_inspection",
+        CalibrateInstrument => "calibrate_instrument",
+        ServiceValve => "service_valve",
+    }
+}
+
+text_enum! {
+    /// What a tool may do: read the twin, or park a proposal for human approval.
+    Access { Read => "read", Propose => "propose" }
+}

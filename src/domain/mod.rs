@@ -1,0 +1,15 @@
+//! Validated types. Raw strings stop at the edge: everything past parsing holds one of
+//! these, built by `parse`, never by hand.
+
+mod enums;
+mod ids;
+mod time;
+mod work_order;
+
+pub use enums::{
+    Access, AlarmState, AssetKind, AssetStatus, Criticality, SensorKind, Severity, WorkAction,
+    WorkOrderStatus, WorkPriority,
+};
+pub use ids::{AssetId, Citation, IdError, SensorId};
+pub use time::{Timestamp, parse_time};
+pub use work_order::WorkOrderDraft;

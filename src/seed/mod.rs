@@ -1,0 +1,292 @@
+//! The demo plant: `seed/plant.toml` expanded into assets, sensors, a week of 1-minute
+//! readings with two developing faults, the alarm history those readings imply, and
+//! the maintenance history; then `seed/docs/` indexed.
+
+mod limits;
+mod rng;
+mod signals;
+mod spec;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail, ensure};
+use rusqlite::{Connection, params};
+
+pub use limits::{Level, Transition, scan, set_points};
+pub use rng::Rng;
+pub use spec::{Fault, Limits, PlantSpec};
+
+use crate::domain::{AssetId, AssetStatus, Criticality, Severity, Timestamp};
+use crate::rag::{IndexReport, index_dir};
+use crate::store::{Store, StoreError};
+
+/// Samples a reading must stay beyond a set point before the alarm raises.
+const ON_DELAY_SAMPLES: usize = 2;
+/// Alarms raised this close to the end of the seeded week are left unacknowledged.
+const UNACKED_WINDOW_SECS: i64 = 4 * 3600;
+const OPERATORS: &[&str] = &["operator.kaur", "operator.mensah", "operator.doyle"];
+
+pub struct SeedOptions {
+    /// The folder holding `plant.toml` and `docs/`.
+    pub dir: PathBuf,
+    /// How many copies of the plant to build (1 for the demo).
+    pub scale: u32,
+    /// The last reading's time; the week ends here.
+    pub end: Timestamp,
+    pub days: u32,
+}
+
+#[derive(Debug, Default)]
+pub struct SeedReport {
+    pub assets: usize,
+    pub sensors: usize,
+    pub readings: usize,
+    pub alarms: usize,
+    pub active_alarms: usize,
+    pub maintenance: usize,
+    pub docs: IndexReport,
+}
+
+pub fn load_spec(dir: &Path) -> anyhow::Result<PlantSpec> {
+    let path = dir.join("plant.toml");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {} (pass --from with the folder that holds plant.toml)", path.display()))?;
+    let spec: PlantSpec = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    validate(&spec).with_context(|| format!("checking {}", path.display()))?;
+    Ok(spec)
+}
+
+fn validate(spec: &PlantSpec) -> anyhow::Result<()> {
+    for t in spec.templates.values().flatten() {
+        t.sensor_kind().map_err(anyhow::Error::msg)?;
+    }
+    for a in &spec.assets {
+        AssetId::parse(&a.id)?;
+        let (kind, _, _) = a.parsed().map_err(anyhow::Error::msg)?;
+        ensure!(spec.stations.iter().any(|s| s.id == a.station), "asset {}: unknown station {}", a.id, a.station);
+        ensure!(spec.templates.contains_key(kind.as_str()), "asset {}: no sensor template for kind {kind}", a.id);
+        if let Some(pump) = &a.drives {
+            ensure!(spec.assets.iter().any(|p| &p.id == pump), "asset {}: drives unknown asset {pump}", a.id);
+        }
+    }
+    for m in &spec.maintenance {
+        ensure!(spec.assets.iter().any(|a| a.id == m.asset), "maintenance: unknown asset {}", m.asset);
+    }
+    Ok(())
+}
+
+/// Builds the plant into an empty database.
+pub fn seed(store: &Store, opts: &SeedOptions) -> anyhow::Result<SeedReport> {
+    ensure!(opts.scale >= 1 && opts.scale <= 999, "--scale must be between 1 and 999");
+    let spec = std::sync::Arc::new(load_spec(&opts.dir)?);
+    let existing: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
+    if existing > 0 {
+        bail!(
+            "{} already holds a plant ({existing} assets); seed into a new file with --db, or delete this one",
+            store.path().display()
+        );
+    }
+    let mut report = SeedReport::default();
+    let (end, days) = (opts.end.floor_minute(), opts.days);
+    for copy in 0..opts.scale {
+        let spec = std::sync::Arc::clone(&spec);
+        let part = store.writer().call(move |conn| -> Result<SeedReport, StoreError> {
+            Ok(insert_copy(conn, &spec, copy, end, days)?)
+        })?;
+        report.assets += part.assets;
+        report.sensors += part.sensors;
+        report.readings += part.readings;
+        report.alarms += part.alarms;
+        report.active_alarms += part.active_alarms;
+        report.maintenance += part.maintenance;
+    }
+    report.docs = index_dir(store, &opts.dir.join("docs"), Timestamp::now())?;
+    Ok(report)
+}
+
+/// Asset ids of copy `copy`: numbers offset by 100 per copy (PUMP-007 -> PUMP-107).
+pub fn copy_asset_id(id: &str, copy: u32) -> String {
+    if copy == 0 {
+        return id.to_string();
+    }
+    let (prefix, digits) = id.split_once('-').expect("validated asset id");
+    let n: u32 = digits.parse().expect("validated asset id");
+    format!("{prefix}-{:03}", n + 100 * copy)
+}
+
+fn copy_station_id(id: &str, copy: u32) -> String {
+    if copy == 0 { id.to_string() } else { format!("{id}-{copy}") }
+}
+
+fn insert_copy(conn: &Connection, spec: &PlantSpec, copy: u32, end: Timestamp, days: u32) -> rusqlite::Result<SeedReport> {
+    let mut report = SeedReport::default();
+    let n = days as usize * 24 * 60;
+    let start = end.unix() - 60 * (n as i64 - 1);
+    if copy == 0 {
+        conn.execute(
+            "INSERT INTO sites (id, name, timezone) VALUES (?1, ?2, ?3)",
+            params![spec.site.id, spec.site.name, spec.site.timezone],
+        )?;
+    }
+    for s in &spec.stations {
+        let name = if copy == 0 { s.name.clone() } else { format!("{} ({})", s.name, copy + 1) };
+        conn.execute(
+            "INSERT INTO stations (id, site_id, name) VALUES (?1, ?2, ?3)",
+            params![copy_station_id(&s.id, copy), spec.site.id, name],
+        )?;
+    }
+    let by_id: HashMap<&str, &spec::AssetSpec> = spec.assets.iter().map(|a| (a.id.as_str(), a)).collect();
+    let mut next_key: i64 = conn.query_row("SELECT coalesce(max(key), 0) + 1 FROM sensors", [], |r| r.get(0))?;
+    for a in &spec.assets {
+        let (kind, status, criticality) = a.parsed().expect("validated");
+        let id = copy_asset_id(&a.id, copy);
+        conn.prepare_cached(
+            "INSERT INTO assets (id, station_id, kind, name, status, criticality, manufacturer, model,
+                                 machine_class, rated_power_kw, installed_on, drives)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )?
+        .execute(params![
+            id, copy_station_id(&a.station, copy), kind, a.name, status, criticality,
+            a.manufacturer, a.model, a.machine_class, a.rated_power_kw, a.installed_on,
+            a.drives.as_deref().map(|p| copy_asset_id(p, copy))
+        ])?;
+        report.assets += 1;
+
+        // A motor inherits the fault of the pump it drives.
+        let driven = a.drives.as_deref().and_then(|p| by_id.get(p));
+        let fault = a.fault.or(driven.and_then(|p| p.fault));
+        let running = matches!(status, AssetStatus::Running);
+        for t in &spec.templates[kind.as_str()] {
+            let sensor_kind = t.sensor_kind().expect("validated");
+            let sensor_id = format!("{id}.{}", t.tag);
+            let key = next_key;
+            next_key += 1;
+            conn.prepare_cached(
+                "INSERT INTO sensors (key, id, asset_id, kind, description, unit, limit_ll, limit_l,
+                                      limit_h, limit_hh, deadband, alarm_prefix)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )?
+            .execute(params![
+                key, sensor_id, id, sensor_kind, t.description, t.unit, t.limits.ll, t.limits.l,
+                t.limits.h, t.limits.hh, t.deadband, t.alarm_prefix
+            ])?;
+            report.sensors += 1;
+
+            let mut rng = Rng::from_label(&format!("{sensor_id}/{copy}"));
+            let signal = signals::Signal { template: t, kind: sensor_kind, running, fault, via_motor: driven.is_some() };
+            let values = signal.generate(start, n, &mut rng);
+            let mut insert = conn.prepare_cached("INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3)")?;
+            for (i, v) in values.iter().enumerate() {
+                insert.execute(params![key, start + 60 * i as i64, v])?;
+            }
+            report.readings += values.len();
+
+            // Alarming is suppressed by design on machines that are not running.
+            let Some(prefix) = t.alarm_prefix.as_deref().filter(|_| running) else { continue };
+            let point = AlarmPoint { asset_id: &id, asset_name: &a.name, sensor_id: &sensor_id, prefix, unit: &t.unit, description: &t.description, criticality };
+            for (level, set_point) in set_points(&t.limits) {
+                let transitions = scan(&values, level, set_point, t.deadband, ON_DELAY_SAMPLES);
+                let (alarms, active) = insert_alarm_history(conn, &point, &transitions, start, end, &mut rng)?;
+                report.alarms += alarms;
+                report.active_alarms += active;
+            }
+        }
+    }
+    for m in &spec.maintenance {
+        let asset = copy_asset_id(&m.asset, copy);
+        let date = end.plus_secs(-86_400 * m.days_ago).date();
+        conn.prepare_cached(
+            "INSERT INTO maintenance_records (asset_id, performed_on, kind, summary, technician)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![asset, date, m.kind, m.summary, m.technician])?;
+        conn.prepare_cached(
+            "UPDATE assets SET last_maintenance_on = max(coalesce(last_maintenance_on, ''), ?2) WHERE id = ?1",
+        )?
+        .execute(params![asset, date])?;
+        report.maintenance += 1;
+    }
+    Ok(report)
+}
+
+struct AlarmPoint<'a> {
+    asset_id: &'a str,
+    asset_name: &'a str,
+    sensor_id: &'a str,
+    prefix: &'a str,
+    unit: &'a str,
+    description: &'a str,
+    criticality: Criticality,
+}
+
+/// Writes the occurrences one set point's transitions imply, with their journal, and
+/// acknowledgements by the shift's operators. Returns (occurrences, still active).
+fn insert_alarm_history(
+    conn: &Connection,
+    p: &AlarmPoint,
+    transitions: &[Transition],
+    start: i64,
+    end: Timestamp,
+    rng: &mut Rng,
+) -> rusqlite::Result<(usize, usize)> {
+    let mut count = (0, 0);
+    let mut i = 0;
+    while i < transitions.len() {
+        let raise = transitions[i];
+        let clear = transitions.get(i + 1).filter(|t| !t.raised);
+        i += if clear.is_some() { 2 } else { 1 };
+
+        let level = raise.level;
+        let code = format!("{}-{}", p.prefix, level.suffix());
+        let severity = match (level.is_outer(), p.criticality) {
+            (true, Criticality::A) => Severity::Critical,
+            (true, _) => Severity::High,
+            (false, _) => Severity::Medium,
+        };
+        let raised_at = start + 60 * raise.index as i64;
+        let cleared_at = clear.map(|c| start + 60 * c.index as i64);
+        let ack_at = Some(raised_at + 60 * (2 + rng.below(18) as i64))
+            .filter(|&t| t <= end.unix() && raised_at < end.unix() - UNACKED_WINDOW_SECS);
+        let acked_by = ack_at.map(|_| OPERATORS[rng.below(OPERATORS.len() as u64) as usize]);
+        let state = match (cleared_at.is_some(), ack_at.is_some()) {
+            (true, true) => "cleared",
+            (true, false) => "rtn_unacknowledged",
+            (false, true) => "acknowledged",
+            (false, false) => "unacknowledged",
+        };
+        let message = format!(
+            "{}: {} {} at {:.2} {} (set point {} {})",
+            p.asset_name, p.description, level.word(), raise.value, p.unit, raise.set_point, p.unit
+        );
+        let event_id = format!("seed:{}:{code}:{raised_at}", p.sensor_id);
+        conn.prepare_cached(
+            "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, value,
+                                 threshold, raised_at, last_raised_at, acked_at, acked_by, cleared_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13)",
+        )?
+        .execute(params![
+            event_id, p.asset_id, p.sensor_id, code, severity, state, message, raise.value,
+            raise.set_point, raised_at, ack_at, acked_by, cleared_at
+        ])?;
+        let alarm_id = conn.last_insert_rowid();
+        let mut journal = vec![(raised_at, "raised", Some(event_id.clone()), "scada", message.clone())];
+        if let Some(at) = cleared_at {
+            let value = clear.expect("cleared").value;
+            journal.push((at, "cleared", Some(format!("{event_id}:clear")), "scada", format!("returned to normal at {value:.2} {}", p.unit)));
+        }
+        if let (Some(at), Some(by)) = (ack_at, acked_by) {
+            journal.push((at, "acknowledged", None, by, String::new()));
+        }
+        journal.sort_by_key(|j| j.0);
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO alarm_events (alarm_id, event_id, kind, at, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for (at, kind, event, actor, detail) in journal {
+            insert.execute(params![alarm_id, event, kind, at, actor, detail])?;
+        }
+        count.0 += 1;
+        count.1 += usize::from(cleared_at.is_none());
+    }
+    Ok(count)
+}

@@ -1,0 +1,92 @@
+//! The SQLite twin: migrations, the one write connection, and read-only handles.
+//!
+//! Architecture Invariant: exactly one connection in the process can write, and it
+//! lives on the writer thread ([`Writer`]). Everything else, the agent's tools above
+//! all, reads through [`Readers`], whose connections SQLite itself refuses to write.
+
+mod migrate;
+mod read;
+mod write;
+
+use std::path::{Path, PathBuf};
+
+pub use migrate::{SCHEMA_VERSION, migrate};
+pub use read::{ReadConn, Readers};
+pub use write::Writer;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(
+        "database {path} has schema version {found}, newer than this twinops understands ({supported}); \
+         run the twinops release that wrote it, or restore a backup"
+    )]
+    TooNew { path: String, found: i64, supported: i64 },
+    #[error("the write transaction could not commit, nothing of it was saved: {0}")]
+    Commit(String),
+    #[error("the database writer thread has stopped; restart twinops")]
+    WriterGone,
+    #[error("cannot open database {path}: {source}")]
+    Open { path: String, source: rusqlite::Error },
+}
+
+/// The twin's database: one writer, many readers, same file.
+#[derive(Clone)]
+pub struct Store {
+    path: PathBuf,
+    writer: Writer,
+    readers: Readers,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, applies pending migrations,
+    /// and starts the writer thread.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
+                path: path.display().to_string(),
+                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            })?;
+        }
+        let mut conn = write::open_write_connection(path)?;
+        migrate(&mut conn, path)?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            writer: Writer::spawn(conn),
+            readers: Readers::new(path),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    pub fn readers(&self) -> &Readers {
+        &self.readers
+    }
+
+    /// A read-only handle; see [`Readers::get`].
+    pub fn read(&self) -> Result<ReadConn, StoreError> {
+        self.readers.get()
+    }
+}
+
+/// Escapes `%`, `_` and the escape character itself for `LIKE ... ESCAPE '\'`, so
+/// user text matches literally.
+pub fn like_pattern_contains(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('%');
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('%');
+    out
+}

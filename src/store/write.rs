@@ -1,0 +1,139 @@
+//! The single writer. One thread owns the only writable connection and runs jobs sent
+//! to it; jobs that queue up while one commits are committed together (group commit),
+//! each inside its own savepoint so one failing job does not undo the others. A job's
+//! caller hears back only after the transaction holding its work has committed.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread;
+
+use rusqlite::Connection;
+
+use super::StoreError;
+
+/// Most jobs committed in one transaction.
+const MAX_BATCH: usize = 256;
+/// Jobs that may wait for the writer before senders block (back-pressure).
+const QUEUE_CAPACITY: usize = 1024;
+
+type Deliver = Box<dyn FnOnce(Option<StoreError>) + Send>;
+
+/// A unit of work for the writer: `run` does it and returns how to tell the caller once
+/// the commit is known; `abort` tells the caller it never ran.
+struct Job {
+    run: Box<dyn FnOnce(&Connection) -> Deliver + Send>,
+    abort: Box<dyn FnOnce(StoreError) + Send>,
+}
+
+/// Handle to the writer thread. Cheap to clone; the thread stops when the last clone
+/// is dropped.
+#[derive(Clone)]
+pub struct Writer {
+    tx: mpsc::SyncSender<Job>,
+}
+
+pub(super) fn open_write_connection(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)
+        .map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
+    // Pragmas for the writer, in one place:
+    // - WAL: readers never block the writer, and the writer never blocks readers;
+    // - synchronous FULL: a commit is on disk before we acknowledge an MQTT message
+    //   (NORMAL could lose the last commits on power loss); group commit pays for it;
+    // - foreign_keys: the schema's REFERENCES are enforced;
+    // - busy_timeout: another process (the CLI) may hold the lock for a moment;
+    // - cache_size: 64 MiB (negative = KiB); temp_store: sorts stay in memory.
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = ON;
+         PRAGMA busy_timeout = 5000;
+         PRAGMA cache_size = -65536;
+         PRAGMA temp_store = MEMORY;",
+    )?;
+    Ok(conn)
+}
+
+impl Writer {
+    pub(super) fn spawn(conn: Connection) -> Writer {
+        let (tx, rx) = mpsc::sync_channel::<Job>(QUEUE_CAPACITY);
+        thread::Builder::new()
+            .name("twinops-writer".into())
+            .spawn(move || run(conn, rx))
+            .expect("spawn the writer thread");
+        Writer { tx }
+    }
+
+    /// Runs `f` on the write connection inside a savepoint and returns its result once
+    /// the enclosing transaction has committed. Blocks the calling thread; async code
+    /// calls it from `spawn_blocking`.
+    pub fn call<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let (reply_tx, reply_rx) = mpsc::sync_channel::<Result<T, E>>(1);
+        let abort_tx = reply_tx.clone();
+        let abort = Box::new(move |err: StoreError| {
+            let _ = abort_tx.send(Err(E::from(err)));
+        });
+        let run = Box::new(move |conn: &Connection| -> Deliver {
+            let outcome = in_savepoint(conn, f);
+            Box::new(move |commit_error| {
+                let reply = match (outcome, commit_error) {
+                    (Ok(_), Some(err)) => Err(E::from(err)),
+                    (outcome, _) => outcome,
+                };
+                // The caller may have gone away; nothing to do then.
+                let _ = reply_tx.send(reply);
+            })
+        });
+        self.tx.send(Job { run, abort }).map_err(|_| E::from(StoreError::WriterGone))?;
+        reply_rx.recv().map_err(|_| E::from(StoreError::WriterGone))?
+    }
+}
+
+fn in_savepoint<T, E, F>(conn: &Connection, f: F) -> Result<T, E>
+where
+    E: From<StoreError>,
+    F: FnOnce(&Connection) -> Result<T, E>,
+{
+    let sql = |s: &str| conn.execute_batch(s).map_err(|e| E::from(StoreError::Sqlite(e)));
+    sql("SAVEPOINT job")?;
+    match f(conn) {
+        Ok(value) => {
+            sql("RELEASE job")?;
+            Ok(value)
+        }
+        Err(err) => {
+            sql("ROLLBACK TO job")?;
+            sql("RELEASE job")?;
+            Err(err)
+        }
+    }
+}
+
+fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+            tracing::error!(stage = "store", error = %err, "cannot begin a write transaction");
+            (first.abort)(StoreError::Sqlite(err));
+            continue;
+        }
+        let mut delivers = vec![(first.run)(&conn)];
+        while delivers.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => delivers.push((job.run)(&conn)),
+                Err(_) => break,
+            }
+        }
+        let commit = conn.execute_batch("COMMIT");
+        if let Err(err) = &commit {
+            tracing::error!(stage = "store", error = %err, jobs = delivers.len(), "commit failed");
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for deliver in delivers {
+            deliver(commit.as_ref().err().map(|e| StoreError::Commit(e.to_string())));
+        }
+    }
+}

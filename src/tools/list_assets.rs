@@ -1,0 +1,116 @@
+//! `list_assets`: find assets by station, kind, status or name.
+
+use rusqlite::{OptionalExtension, params};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ToolContext, ToolDef, ToolError, check_range, define, parse_args};
+use crate::domain::{Access, AssetKind, AssetStatus};
+use crate::store::like_pattern_contains;
+
+const NAME: &str = "list_assets";
+const DESCRIPTION: &str = "List assets (pumps, motors, valves, reservoirs), optionally filtered by station, kind, \
+status or a text match on id or name; sorted by id, paged. Each row has id, name, kind, station, status, \
+criticality (A = loss stops supply, B = loss reduces redundancy, C = minor) and the number of active alarms. \
+Returns total, offset and next_offset (null on the last page). Use it to find asset ids (format PUMP-007, MTR-007, \
+VLV-001, RES-001); then call get_asset_details for one asset.";
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Args {
+    /// Station id, e.g. STN-S. Omit for all stations.
+    station_id: Option<String>,
+    /// Asset kind.
+    kind: Option<AssetKind>,
+    /// Operating status.
+    status: Option<AssetStatus>,
+    /// Case-insensitive text that the asset id or name must contain, e.g. "booster".
+    #[schemars(length(min = 1, max = 100))]
+    text: Option<String>,
+    /// Rows per page, 1 to 50. Default 20.
+    #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = 50))]
+    limit: i64,
+    /// Rows to skip, for the next page use next_offset. Default 0.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    offset: i64,
+}
+
+fn default_limit() -> i64 {
+    20
+}
+
+pub fn def() -> ToolDef {
+    define::<Args>(NAME, DESCRIPTION, Access::Read, "Add filters (station_id, kind, status, text) or a smaller limit.", |ctx, args| {
+        run(ctx, parse_args(args)?)
+    })
+}
+
+/// The WHERE clause shared by the count and the page; ?1-?4 are the filters, NULL = any.
+macro_rules! filter {
+    () => {
+        "(?1 IS NULL OR a.station_id = ?1) AND (?2 IS NULL OR a.kind = ?2)
+         AND (?3 IS NULL OR a.status = ?3)
+         AND (?4 IS NULL OR a.id LIKE ?4 ESCAPE '\\' OR a.name LIKE ?4 ESCAPE '\\')"
+    };
+}
+
+fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
+    check_range("limit", args.limit, 1, 50)?;
+    check_range("offset", args.offset, 0, 1_000_000)?;
+    let station = args.station_id.as_deref().map(|s| s.trim().to_ascii_uppercase());
+    if let Some(station) = &station {
+        let known: Option<i64> = ctx.db.prepare_cached("SELECT 1 FROM stations WHERE id = ?1")?
+            .query_row([station], |r| r.get(0)).optional()?;
+        if known.is_none() {
+            let mut stmt = ctx.db.prepare_cached("SELECT id || ' (' || name || ')' FROM stations ORDER BY id LIMIT 20")?;
+            let list: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            return Err(ToolError::NotFound(format!("No station {station}. Stations: {}.", list.join(", "))));
+        }
+    }
+    let text = match args.text.as_deref().map(str::trim) {
+        Some("") => return Err(ToolError::InvalidArguments("text must not be empty; omit it to list all".into())),
+        Some(t) if t.chars().count() > 100 => {
+            return Err(ToolError::InvalidArguments("text must be at most 100 characters".into()));
+        }
+        Some(t) => Some(like_pattern_contains(t)),
+        None => None,
+    };
+    let total: i64 = ctx.db.prepare_cached(concat!("SELECT count(*) FROM assets a WHERE ", filter!()))?
+        .query_row(params![station, args.kind, args.status, text], |r| r.get(0))?;
+    let mut stmt = ctx.db.prepare_cached(concat!(
+        "SELECT a.id, a.name, a.kind, a.station_id, a.status, a.criticality,
+                (SELECT count(*) FROM alarms al WHERE al.asset_id = a.id AND al.cleared_at IS NULL)
+         FROM assets a WHERE ",
+        filter!(),
+        " ORDER BY a.id LIMIT ?5 OFFSET ?6"
+    ))?;
+    let assets: Vec<Value> = stmt
+        .query_map(params![station, args.kind, args.status, text, args.limit, args.offset], |r| {
+            Ok(json!({
+                "id": r.get::<_, String>(0)?,
+                "name": r.get::<_, String>(1)?,
+                "kind": r.get::<_, String>(2)?,
+                "station_id": r.get::<_, String>(3)?,
+                "status": r.get::<_, String>(4)?,
+                "criticality": r.get::<_, String>(5)?,
+                "active_alarms": r.get::<_, i64>(6)?,
+            }))
+        })?
+        .collect::<Result<_, _>>()?;
+    let end = args.offset + assets.len() as i64;
+    let mut out = json!({
+        "total": total,
+        "offset": args.offset,
+        "next_offset": if end < total { json!(end) } else { Value::Null },
+        "assets": assets,
+    });
+    if total == 0 {
+        out["hint"] = json!("No asset matches these filters. Remove a filter, or check spelling; kinds are centrifugal_pump, motor, valve, reservoir.");
+    } else if args.offset >= total {
+        out["hint"] = json!(format!("offset {} is past the last row; there are {total} rows in all.", args.offset));
+    }
+    Ok(out)
+}
