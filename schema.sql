@@ -233,35 +233,25 @@ CREATE TABLE documents (
     indexed_at  INTEGER NOT NULL
 ) STRICT;
 
--- A chunk's citation key is `<documents.path>#<seq>`.
+-- A chunk's citation key is `<documents.path>#<seq>`. AUTOINCREMENT: ids are never
+-- reused, so a cached search index can tell a replaced chunk from the one before it.
 CREATE TABLE chunks (
-    id          INTEGER PRIMARY KEY,
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
     document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
     seq         INTEGER NOT NULL,
     section     TEXT NOT NULL,                       -- heading path below the title, '' for the preamble
     body        TEXT NOT NULL,
-    title       TEXT NOT NULL,                       -- the document's title, repeated for the index
     UNIQUE (document_id, seq)
 ) STRICT;
 
-CREATE VIRTUAL TABLE chunks_fts USING fts5(
-    section, body, title,
-    content = 'chunks', content_rowid = 'id',
-    tokenize = 'porter unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts(rowid, section, body, title) VALUES (new.id, new.section, new.body, new.title);
-END;
-CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, section, body, title)
-    VALUES ('delete', old.id, old.section, old.body, old.title);
-END;
--- BM25 with column weights: a match in the section heading counts four times one in the
--- body (headings name the alarm code or task a section is about); the document title,
--- shared by all its chunks, counts half.
-INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 0.5)');
--- Document frequencies, for pruning very common query terms before ranking.
-CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab(chunks_fts, 'row');
+-- The search index is built in memory from `chunks` (see src/rag/bm25.rs); this
+-- counter, bumped in the transaction that changes chunks, tells every process when
+-- its copy is stale.
+CREATE TABLE rag_generation (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    generation  INTEGER NOT NULL
+) STRICT;
+INSERT INTO rag_generation (id, generation) VALUES (1, 0);
 
 -- ---------------------------------------------------------------------------------
 -- People and ingest

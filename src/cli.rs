@@ -168,7 +168,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Docs(DocsCommand::Search { query, limit }) => {
             let store = cli.global.open()?;
             let db = store.read()?;
-            for hit in rag::search(&db, &query, limit)? {
+            for hit in rag::DocIndex::new().search(&db, &query, limit)? {
                 println!("{:>7.3}  {:<32} {}\n         {}", hit.score, hit.citation.as_str(), hit.heading, hit.snippet.replace('\n', " "));
             }
         }
@@ -191,7 +191,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let db = store.read()?;
             let approvals = Approvals::new(store.writer().clone());
             let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-            let ctx = ToolContext { db: &db, approvals: &approvals, now, caller: Proposer::User(format!("cli:{user}")) };
+            let docs = rag::DocIndex::new();
+            let ctx = ToolContext { db: &db, docs: &docs, approvals: &approvals, now, caller: Proposer::User(format!("cli:{user}")) };
             let out = tools::call(&ctx, &name, args);
             println!("{}", out.content);
             if out.is_error {

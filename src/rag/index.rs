@@ -41,6 +41,9 @@ pub fn index_docs(store: &Store, mut docs: Vec<SourceDoc>, now: Timestamp) -> an
         for doc in &docs {
             apply(conn, doc, now, &mut report)?;
         }
+        if report.added + report.updated > 0 {
+            conn.execute("UPDATE rag_generation SET generation = generation + 1 WHERE id = 1", [])?;
+        }
         Ok(report)
     })?;
     Ok(report)
@@ -75,11 +78,9 @@ fn apply(conn: &Connection, doc: &SourceDoc, now: Timestamp, report: &mut IndexR
             conn.last_insert_rowid()
         }
     };
-    let mut insert = conn.prepare_cached(
-        "INSERT INTO chunks (document_id, seq, section, body, title) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
+    let mut insert = conn.prepare_cached("INSERT INTO chunks (document_id, seq, section, body) VALUES (?1, ?2, ?3, ?4)")?;
     for (seq, chunk) in chunks.iter().enumerate() {
-        insert.execute(params![doc_id, seq as i64, chunk.section, chunk.body, title])?;
+        insert.execute(params![doc_id, seq as i64, chunk.section, chunk.body])?;
     }
     report.chunks_written += chunks.len();
     Ok(())

@@ -13,26 +13,34 @@ pub fn closest<'a>(given: &str, candidates: impl IntoIterator<Item = &'a str>, n
     let max = (given.chars().count() / 3).max(2);
     let mut scored: Vec<(usize, &str)> = candidates
         .into_iter()
-        .map(|c| (levenshtein(&given, &c.to_ascii_uppercase()), c))
+        .map(|c| (edit_distance(&given, &c.to_ascii_uppercase()), c))
         .filter(|(d, _)| *d <= max)
         .collect();
     scored.sort();
     scored.into_iter().take(n).map(|(_, c)| c.to_string()).collect()
 }
 
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let next = (row[j + 1] + 1).min(row[j] + 1).min(diag + usize::from(ca != cb));
-            diag = row[j + 1];
-            row[j + 1] = next;
+/// Edit distance counting a swap of neighbours as one edit (optimal string
+/// alignment): typing PUMP-070 for PUMP-007 is one slip, not two.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 /// An asset-id argument, parsed and known to exist.
@@ -129,7 +137,8 @@ mod tests {
     fn closest_prefers_small_edits() {
         let ids = ["PUMP-007", "PUMP-017", "PUMP-070", "MTR-007", "VLV-001"];
         assert_eq!(closest("PUMP-077", ids, 3), ["PUMP-007", "PUMP-017", "PUMP-070"]);
+        assert_eq!(closest("PUMP-070", ["PUMP-001", "PUMP-007"], 1), ["PUMP-007"], "a swap is one edit");
         assert!(closest("RESERVOIR-999", ids, 3).is_empty());
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

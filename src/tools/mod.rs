@@ -23,14 +23,16 @@ use serde_json::{Value, json};
 
 use crate::approvals::{Approvals, Proposer};
 use crate::domain::{Access, Timestamp};
+use crate::rag::DocIndex;
 
 /// Longest tool result a model is shown, in characters (about 4,000 tokens).
 pub const MAX_RESULT_CHARS: usize = 16_000;
 
-/// What a tool call needs: a read-only view of the twin, the proposal capability, the
-/// time it is, and who is calling.
+/// What a tool call needs: a read-only view of the twin, the documentation index, the
+/// proposal capability, the time it is, and who is calling.
 pub struct ToolContext<'a> {
     pub db: &'a Connection,
+    pub docs: &'a DocIndex,
     pub approvals: &'a Approvals,
     pub now: Timestamp,
     pub caller: Proposer,

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{ToolContext, ToolDef, ToolError, check_range, define, parse_args};
 use crate::domain::Access;
-use crate::rag::{SearchError, search};
+use crate::rag::SearchError;
 
 const NAME: &str = "search_docs";
 const DESCRIPTION: &str = "Search the site's documentation: alarm response procedures (one per alarm code, with \
@@ -41,7 +41,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     if args.query.chars().count() > 500 {
         return Err(ToolError::InvalidArguments("query must be at most 500 characters; use the key words only".into()));
     }
-    let hits = search(ctx.db, &args.query, args.limit as usize).map_err(|e| match e {
+    let hits = ctx.docs.search(ctx.db, &args.query, args.limit as usize).map_err(|e| match e {
         SearchError::NoTerms => ToolError::InvalidArguments(e.to_string()),
         SearchError::Sqlite(e) => ToolError::Internal(e.into()),
     })?;

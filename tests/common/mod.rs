@@ -1,0 +1,97 @@
+//! Test helpers: a seeded demo plant, made once per test binary and copied into a
+//! fresh directory for every test, so tests share nothing and seeding runs once.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use tempfile::TempDir;
+use twinops::approvals::{Approvals, Proposer};
+use twinops::domain::{Timestamp, parse_time};
+use twinops::rag::DocIndex;
+use twinops::seed::{SeedOptions, seed};
+use twinops::store::Store;
+use twinops::tools::{self, ToolContext, ToolOutput};
+
+/// The seeded week ends here; tools run "now" at this instant.
+pub const END: &str = "2026-11-30T12:00:00Z";
+
+pub fn end() -> Timestamp {
+    parse_time(END).unwrap()
+}
+
+pub fn seed_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("seed")
+}
+
+fn template() -> &'static Path {
+    static TEMPLATE: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    let (_, path) = TEMPLATE.get_or_init(|| {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("template.db");
+        let store = Store::open(&path).unwrap();
+        seed(&store, &SeedOptions { dir: seed_dir(), scale: 1, end: end(), days: 7 }).unwrap();
+        drop(store);
+        // Fold the WAL into the main file so that copying the one file copies it all.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0)).unwrap();
+        (dir, path)
+    });
+    path
+}
+
+/// A test's own copy of the seeded plant.
+pub struct Plant {
+    pub dir: TempDir,
+    pub store: Store,
+    pub docs: DocIndex,
+    pub approvals: Approvals,
+}
+
+impl Plant {
+    pub fn new() -> Plant {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("twinops.db");
+        std::fs::copy(template(), &path).unwrap();
+        let store = Store::open(&path).unwrap();
+        let approvals = Approvals::new(store.writer().clone());
+        Plant { dir, store, docs: DocIndex::new(), approvals }
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.store.path().to_path_buf()
+    }
+
+    /// Calls a tool as the agent would, as of the end of the seeded week.
+    pub fn call(&self, name: &str, args: Value) -> ToolOutput {
+        let db = self.store.read().unwrap();
+        let ctx = ToolContext { db: &db, docs: &self.docs, approvals: &self.approvals, now: end(), caller: Proposer::Run(1) };
+        tools::call(&ctx, name, args)
+    }
+
+    /// Calls a tool that must succeed and returns its parsed result.
+    pub fn ok(&self, name: &str, args: Value) -> Value {
+        let out = self.call(name, args.clone());
+        assert!(!out.is_error, "{name}({args}) failed: {}", out.content);
+        serde_json::from_str(&out.content).unwrap_or_else(|e| panic!("{name} returned non-JSON ({e}): {}", out.content))
+    }
+
+    /// Calls a tool that must fail and returns the message the model sees.
+    pub fn err(&self, name: &str, args: Value) -> String {
+        let out = self.call(name, args.clone());
+        assert!(out.is_error, "{name}({args}) should have failed, got: {}", out.content);
+        out.content
+    }
+
+    /// Runs SQL on the write connection (test setup only).
+    pub fn write(&self, sql: &'static str) {
+        self.store.writer().call(move |c| c.execute_batch(sql).map_err(twinops::store::StoreError::from)).unwrap();
+    }
+
+    pub fn count(&self, sql: &str) -> i64 {
+        self.store.read().unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+}
