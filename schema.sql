@@ -73,6 +73,29 @@ CREATE TABLE readings (
     PRIMARY KEY (sensor_key, ts)
 ) STRICT, WITHOUT ROWID;
 
+-- Hourly rollups of `readings`, written in the same transaction as the readings they
+-- summarise (src/store/readings.rs), so long windows read 168 rows instead of 10,080.
+-- Sums are exact; `sum_t*` are over the sample's offset into the hour, in hours, so a
+-- trend over any window can be fitted from them exactly. `n_ll`..`n_hh` count samples
+-- beyond each limit in force when the sample was written.
+CREATE TABLE readings_hourly (
+    sensor_key  INTEGER NOT NULL,
+    hour        INTEGER NOT NULL,                    -- unix seconds, a multiple of 3600
+    n           INTEGER NOT NULL,
+    sum         REAL NOT NULL,
+    sum_sq      REAL NOT NULL,
+    min         REAL NOT NULL,
+    max         REAL NOT NULL,
+    sum_t       REAL NOT NULL,
+    sum_tt      REAL NOT NULL,
+    sum_tv      REAL NOT NULL,
+    n_ll        INTEGER NOT NULL,
+    n_l         INTEGER NOT NULL,
+    n_h         INTEGER NOT NULL,
+    n_hh        INTEGER NOT NULL,
+    PRIMARY KEY (sensor_key, hour)
+) STRICT, WITHOUT ROWID;
+
 CREATE TABLE maintenance_records (
     id            INTEGER PRIMARY KEY,
     asset_id      TEXT NOT NULL REFERENCES assets(id),

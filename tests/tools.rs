@@ -398,3 +398,42 @@ fn proposals_are_checked_before_anything_is_written() {
     assert!(p.err("propose_work_order", bad).contains("replace_bearing"), "the accepted actions are listed");
     assert_eq!(p.count("SELECT count(*) FROM work_orders"), 0);
 }
+
+/// Long windows read hourly rollups plus the raw readings at the ragged ends; the
+/// result must equal what the raw readings alone give.
+#[test]
+fn sensor_history_from_rollups_matches_the_raw_readings() {
+    let p = Plant::new();
+    for (sensor, until, hours) in [
+        ("PUMP-007.VIB-DE", "2026-11-30T11:30:30Z", 30),
+        ("PUMP-004.PRESS-SUC", "2026-11-30T12:00:00Z", 168),
+        ("PUMP-004.PRESS-SUC", "2026-11-29T07:59:59Z", 2),
+    ] {
+        let h = p.ok("get_sensor_history", json!({"sensor_id": sensor, "until": until, "hours": hours}));
+        let to = twinops::domain::parse_time(until).unwrap().unix();
+        let from = to - hours * 3600;
+        let db = p.store.read().unwrap();
+        let (n, min, max, mean, beyond_l): (i64, f64, f64, f64, i64) = db
+            .query_row(
+                "SELECT count(*), min(value), max(value), avg(value),
+                        sum(value < coalesce(s.limit_l, -1e300))
+                 FROM readings r JOIN sensors s ON s.key = r.sensor_key
+                 WHERE s.id = ?1 AND ts > ?2 AND ts <= ?3",
+                rusqlite::params![sensor, from, to],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )
+            .unwrap();
+        let stats = &h["stats"];
+        assert_eq!(h["samples"], n, "{sensor} {until} {hours}h");
+        assert_eq!(stats["min"].as_f64().unwrap(), (min * 10_000.0).round() / 10_000.0);
+        assert_eq!(stats["max"].as_f64().unwrap(), (max * 10_000.0).round() / 10_000.0);
+        assert!((stats["mean"].as_f64().unwrap() - mean).abs() < 1e-3, "{stats} vs {mean}");
+        assert_eq!(h["minutes_beyond_limits"]["l"], beyond_l, "1-minute samples: one minute each");
+        let min_at = twinops::domain::parse_time(stats["min_at"].as_str().unwrap()).unwrap().unix();
+        let at_min: f64 = db
+            .query_row("SELECT value FROM readings r JOIN sensors s ON s.key = r.sensor_key WHERE s.id = ?1 AND ts = ?2",
+                rusqlite::params![sensor, min_at], |r| r.get(0))
+            .unwrap();
+        assert_eq!(at_min, min, "min_at points at the minimum sample");
+    }
+}

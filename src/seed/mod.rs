@@ -19,7 +19,7 @@ pub use spec::{Fault, Limits, PlantSpec};
 
 use crate::domain::{AssetId, AssetStatus, Criticality, Severity, Timestamp};
 use crate::rag::{IndexReport, index_dir};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, insert_readings};
 
 /// Samples a reading must stay beyond a set point before the alarm raises.
 const ON_DELAY_SAMPLES: usize = 2;
@@ -176,11 +176,9 @@ fn insert_copy(conn: &Connection, spec: &PlantSpec, copy: u32, end: Timestamp, d
             let mut rng = Rng::from_label(&format!("{sensor_id}/{copy}"));
             let signal = signals::Signal { template: t, kind: sensor_kind, running, fault, via_motor: driven.is_some() };
             let values = signal.generate(start, n, &mut rng);
-            let mut insert = conn.prepare_cached("INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3)")?;
-            for (i, v) in values.iter().enumerate() {
-                insert.execute(params![key, start + 60 * i as i64, v])?;
-            }
-            report.readings += values.len();
+            let rows: Vec<(i64, f64)> = values.iter().enumerate().map(|(i, v)| (start + 60 * i as i64, *v)).collect();
+            let limits = [t.limits.ll, t.limits.l, t.limits.h, t.limits.hh];
+            report.readings += insert_readings(conn, key, &limits, &rows)?;
 
             // Alarming is suppressed by design on machines that are not running.
             let Some(prefix) = t.alarm_prefix.as_deref().filter(|_| running) else { continue };

@@ -4,14 +4,18 @@
 //! lives on the writer thread ([`Writer`]). Everything else, the agent's tools above
 //! all, reads through [`Readers`], whose connections SQLite itself refuses to write.
 
+mod filter;
 mod migrate;
 mod read;
+mod readings;
 mod write;
 
 use std::path::{Path, PathBuf};
 
+pub use filter::Filter;
 pub use migrate::{SCHEMA_VERSION, migrate};
 pub use read::{ReadConn, Readers};
+pub use readings::{Limits, Summary, beyond_limits, insert_readings};
 pub use write::Writer;
 
 #[derive(Debug, thiserror::Error)]

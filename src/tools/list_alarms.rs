@@ -1,13 +1,15 @@
 //! `list_alarms`: alarm occurrences by asset, severity, state and time window.
 
-use rusqlite::params;
+use rusqlite::params_from_iter;
+use rusqlite::types::Value as Sql;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::hints::existing_asset;
 use super::{ToolContext, ToolDef, ToolError, check_range, define, parse_args};
-use crate::domain::{Access, Severity, Timestamp, parse_time};
+use crate::domain::{Access, AlarmState, Severity, Timestamp, parse_time};
+use crate::store::Filter;
 
 const NAME: &str = "list_alarms";
 const DESCRIPTION: &str = "List alarm occurrences, newest first, filtered by asset, minimum severity, state and the \
@@ -79,31 +81,22 @@ pub fn def() -> ToolDef {
     )
 }
 
-/// Shared WHERE clause of the count and the page. ?1 asset, ?2 minimum severity rank,
-/// ?3 state filter, ?4 since, ?5 until; NULL means no filter.
-macro_rules! filter {
-    () => {
-        "(?1 IS NULL OR asset_id = ?1)
-         AND (?2 IS NULL OR CASE severity WHEN 'low' THEN 0 WHEN 'medium' THEN 1 WHEN 'high' THEN 2 ELSE 3 END >= ?2)
-         AND (?3 IS NULL OR (?3 = 'active' AND cleared_at IS NULL) OR state = ?3)
-         AND (?4 IS NULL OR raised_at >= ?4) AND (?5 IS NULL OR raised_at < ?5)"
-    };
-}
-
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     check_range("limit", args.limit, 1, 50)?;
     check_range("offset", args.offset, 0, 1_000_000)?;
     let asset = args.asset_id.as_deref().map(|a| existing_asset(ctx.db, "asset_id", a)).transpose()?;
-    let severity_rank = args.min_severity.map(|s| Severity::ALL.iter().position(|x| *x == s).expect("listed") as i64);
+    let severities: Vec<Sql> = match args.min_severity {
+        Some(min) => Severity::ALL.iter().filter(|s| **s >= min).map(|s| Sql::from(s.as_str().to_string())).collect(),
+        None => Vec::new(),
+    };
     let state = match args.state {
-        StateFilter::Any => None,
-        StateFilter::Active => Some("active"),
-        StateFilter::Unacknowledged => Some("unacknowledged"),
-        StateFilter::Acknowledged => Some("acknowledged"),
-        StateFilter::RtnUnacknowledged => Some("rtn_unacknowledged"),
-        StateFilter::Cleared => Some("cleared"),
-        StateFilter::Shelved => Some("shelved"),
-        StateFilter::OutOfService => Some("out_of_service"),
+        StateFilter::Any | StateFilter::Active => None,
+        StateFilter::Unacknowledged => Some(AlarmState::Unacknowledged),
+        StateFilter::Acknowledged => Some(AlarmState::Acknowledged),
+        StateFilter::RtnUnacknowledged => Some(AlarmState::RtnUnacknowledged),
+        StateFilter::Cleared => Some(AlarmState::Cleared),
+        StateFilter::Shelved => Some(AlarmState::Shelved),
+        StateFilter::OutOfService => Some(AlarmState::OutOfService),
     };
     let time = |field: &str, v: &Option<String>| -> Result<Option<Timestamp>, ToolError> {
         v.as_deref().map(|s| parse_time(s).map_err(|e| ToolError::InvalidArguments(format!("{field}: {e}")))).transpose()
@@ -126,20 +119,42 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             u.to_rfc3339()
         )));
     }
-    let filters = params![asset, severity_rank, state, since.map(Timestamp::unix), until.map(Timestamp::unix)];
-    let total: i64 = ctx.db.prepare_cached(concat!("SELECT count(*) FROM alarms WHERE ", filter!()))?
-        .query_row(filters, |r| r.get(0))?;
-    let mut stmt = ctx.db.prepare_cached(concat!(
+    let mut filter = Filter::new();
+    if let Some(asset) = &asset {
+        filter.and("asset_id = ?", [Sql::from(asset.as_str().to_string())]);
+    }
+    match severities.len() {
+        0 | 4 => {}
+        1 => { filter.and("severity = ?", severities); }
+        2 => { filter.and("severity IN (?, ?)", severities); }
+        _ => { filter.and("severity IN (?, ?, ?)", severities); }
+    }
+    if matches!(args.state, StateFilter::Active) {
+        filter.and("cleared_at IS NULL", []);
+    }
+    if let Some(state) = state {
+        filter.and("state = ?", [Sql::from(state.as_str().to_string())]);
+    }
+    if let Some(since) = since {
+        filter.and("raised_at >= ?", [Sql::from(since.unix())]);
+    }
+    if let Some(until) = until {
+        filter.and("raised_at < ?", [Sql::from(until.unix())]);
+    }
+    let where_clause = filter.where_clause();
+    let total: i64 = ctx.db.prepare_cached(&["SELECT count(*) FROM alarms", &where_clause].concat())?
+        .query_row(params_from_iter(filter.params_with([])), |r| r.get(0))?;
+    let mut stmt = ctx.db.prepare_cached(&[
         "SELECT id, asset_id, sensor_id, code, severity, state, raised_at, acked_at, acked_by, cleared_at,
                 value, threshold, reraise_count, message
-         FROM alarms WHERE ",
-        filter!(),
-        " ORDER BY raised_at DESC, id DESC LIMIT ?6 OFFSET ?7"
-    ))?;
+         FROM alarms",
+        &where_clause,
+        " ORDER BY raised_at DESC, id DESC LIMIT ? OFFSET ?",
+    ].concat())?;
     let ts = |v: Option<i64>| v.map(Timestamp::from_unix);
     let alarms: Vec<Value> = stmt
         .query_map(
-            params![asset, severity_rank, state, since.map(Timestamp::unix), until.map(Timestamp::unix), args.limit, args.offset],
+            params_from_iter(filter.params_with([Sql::from(args.limit), Sql::from(args.offset)])),
             |r| {
                 Ok(json!({
                     "alarm_id": r.get::<_, i64>(0)?,

@@ -1,13 +1,14 @@
 //! `list_assets`: find assets by station, kind, status or name.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::types::Value as Sql;
+use rusqlite::{OptionalExtension, params_from_iter};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ToolContext, ToolDef, ToolError, check_range, define, parse_args};
 use crate::domain::{Access, AssetKind, AssetStatus};
-use crate::store::like_pattern_contains;
+use crate::store::{Filter, like_pattern_contains};
 
 const NAME: &str = "list_assets";
 const DESCRIPTION: &str = "List assets (pumps, motors, valves, reservoirs), optionally filtered by station, kind, \
@@ -48,15 +49,6 @@ pub fn def() -> ToolDef {
     })
 }
 
-/// The WHERE clause shared by the count and the page; ?1-?4 are the filters, NULL = any.
-macro_rules! filter {
-    () => {
-        "(?1 IS NULL OR a.station_id = ?1) AND (?2 IS NULL OR a.kind = ?2)
-         AND (?3 IS NULL OR a.status = ?3)
-         AND (?4 IS NULL OR a.id LIKE ?4 ESCAPE '\\' OR a.name LIKE ?4 ESCAPE '\\')"
-    };
-}
-
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     check_range("limit", args.limit, 1, 50)?;
     check_range("offset", args.offset, 0, 1_000_000)?;
@@ -78,17 +70,31 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         Some(t) => Some(like_pattern_contains(t)),
         None => None,
     };
-    let total: i64 = ctx.db.prepare_cached(concat!("SELECT count(*) FROM assets a WHERE ", filter!()))?
-        .query_row(params![station, args.kind, args.status, text], |r| r.get(0))?;
-    let mut stmt = ctx.db.prepare_cached(concat!(
+    let mut filter = Filter::new();
+    if let Some(station) = station {
+        filter.and("a.station_id = ?", [Sql::from(station)]);
+    }
+    if let Some(kind) = args.kind {
+        filter.and("a.kind = ?", [Sql::from(kind.as_str().to_string())]);
+    }
+    if let Some(status) = args.status {
+        filter.and("a.status = ?", [Sql::from(status.as_str().to_string())]);
+    }
+    if let Some(text) = text {
+        filter.and("(a.id LIKE ? ESCAPE '\\' OR a.name LIKE ? ESCAPE '\\')", [Sql::from(text.clone()), Sql::from(text)]);
+    }
+    let where_clause = filter.where_clause();
+    let total: i64 = ctx.db.prepare_cached(&["SELECT count(*) FROM assets a", &where_clause].concat())?
+        .query_row(params_from_iter(filter.params_with([])), |r| r.get(0))?;
+    let mut stmt = ctx.db.prepare_cached(&[
         "SELECT a.id, a.name, a.kind, a.station_id, a.status, a.criticality,
                 (SELECT count(*) FROM alarms al WHERE al.asset_id = a.id AND al.cleared_at IS NULL)
-         FROM assets a WHERE ",
-        filter!(),
-        " ORDER BY a.id LIMIT ?5 OFFSET ?6"
-    ))?;
+         FROM assets a",
+        &where_clause,
+        " ORDER BY a.id LIMIT ? OFFSET ?",
+    ].concat())?;
     let assets: Vec<Value> = stmt
-        .query_map(params![station, args.kind, args.status, text, args.limit, args.offset], |r| {
+        .query_map(params_from_iter(filter.params_with([Sql::from(args.limit), Sql::from(args.offset)])), |r| {
             Ok(json!({
                 "id": r.get::<_, String>(0)?,
                 "name": r.get::<_, String>(1)?,

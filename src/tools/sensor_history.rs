@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::hints::existing_sensor;
 use super::{ToolContext, ToolDef, ToolError, check_range, define, parse_args};
 use crate::domain::{Access, Timestamp, parse_time};
+use crate::store::{Limits, Summary};
 
 const NAME: &str = "get_sensor_history";
 const DESCRIPTION: &str = "History of one sensor over a window ending now (or at `until`): sample count, min and max \
@@ -49,8 +50,8 @@ pub fn def() -> ToolDef {
     })
 }
 
-/// A sample stands for at most this long when summing time beyond a limit, so a gap in
-/// the data is not counted as time in alarm.
+/// A sample stands for at most this long when converting samples beyond a limit into
+/// minutes, so that a gap in the data is not counted as time in alarm.
 const MAX_SAMPLE_SECS: i64 = 300;
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
@@ -62,145 +63,176 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         None => ctx.now,
     };
     let from = to.plus_secs(-3600 * args.hours);
-    let (unit, kind, limits): (String, String, [Option<f64>; 4]) = ctx.db.prepare_cached(
+    let (unit, kind, limits): (String, String, Limits) = ctx.db.prepare_cached(
         "SELECT unit, kind, limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE key = ?1",
     )?
     .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?])))?;
-
-    let mut stmt = ctx.db.prepare_cached(
-        "SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts",
-    )?;
-    let mut rows = stmt.query(params![key, from.unix(), to.unix()])?;
-    let buckets = args.points as usize;
-    let span = (to.unix() - from.unix()) as f64;
-    let mut acc = Accumulator::new(buckets);
-    while let Some(row) = rows.next()? {
-        let ts: i64 = row.get(0)?;
-        let v: f64 = row.get(1)?;
-        let b = (((ts - from.unix()) as f64 / span) * buckets as f64) as usize;
-        acc.push(ts, v, b.min(buckets - 1), limits);
-    }
-
     let sensor = json!({"id": sensor_id, "kind": kind, "unit": unit,
         "limits": {"ll": limits[0], "l": limits[1], "h": limits[2], "hh": limits[3]}});
     let window = json!({"from": from, "to": to, "hours": args.hours});
-    if acc.n == 0 {
-        let last: Option<i64> = ctx.db.prepare_cached("SELECT max(ts) FROM readings WHERE sensor_key = ?1")?
+
+    let edge = |sql: &str| -> Result<Option<(i64, f64)>, ToolError> {
+        Ok(ctx.db.prepare_cached(sql)?.query_row(params![key, from.unix(), to.unix()], |r| Ok((r.get(0)?, r.get(1)?))).optional()?)
+    };
+    let first = edge("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts LIMIT 1")?;
+    let last = edge("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts DESC LIMIT 1")?;
+    let (Some(first), Some(last)) = (first, last) else {
+        let latest: Option<i64> = ctx.db.prepare_cached("SELECT max(ts) FROM readings WHERE sensor_key = ?1")?
             .query_row([key], |r| r.get(0)).optional()?.flatten();
-        let hint = match last {
+        let hint = match latest {
             Some(ts) => format!("No readings in this window; the latest reading is at {}. Move the window with until, or widen hours.", Timestamp::from_unix(ts).to_rfc3339()),
             None => "This sensor has no readings at all: the transmitter may not be connected to the historian.".to_string(),
         };
         return Ok(json!({"sensor": sensor, "window": window, "samples": 0, "hint": hint}));
+    };
+
+    // Whole hours inside (from, to] come from the hourly rollups; the ragged ends from
+    // the raw readings. The sums combine exactly either way.
+    let full_start = (from.unix() + 1 + 3599).div_euclid(3600) * 3600;
+    let full_end = (to.unix() + 1).div_euclid(3600) * 3600;
+    let mut acc = Accumulator::new(from.unix(), to.unix(), args.points as usize);
+    let mut raw = ctx.db.prepare_cached(
+        "SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts",
+    )?;
+    let mut add_raw = |lo: i64, hi: i64, acc: &mut Accumulator| -> Result<(), ToolError> {
+        let mut rows = raw.query(params![key, lo, hi])?;
+        while let Some(row) = rows.next()? {
+            let (ts, v): (i64, f64) = (row.get(0)?, row.get(1)?);
+            let mut one = Summary::empty(ts);
+            one.add(ts, v, &limits);
+            acc.push(&one);
+        }
+        Ok(())
+    };
+    if full_start < full_end {
+        add_raw(from.unix(), full_start - 1, &mut acc)?;
+        let mut stmt = ctx.db.prepare_cached(
+            "SELECT hour, n, sum, sum_sq, min, max, sum_t, sum_tt, sum_tv, n_ll, n_l, n_h, n_hh
+             FROM readings_hourly WHERE sensor_key = ?1 AND hour >= ?2 AND hour < ?3 ORDER BY hour",
+        )?;
+        let mut rows = stmt.query(params![key, full_start, full_end])?;
+        while let Some(r) = rows.next()? {
+            acc.push(&Summary {
+                start: r.get(0)?, n: r.get(1)?, sum: r.get(2)?, sum_sq: r.get(3)?, min: r.get(4)?, max: r.get(5)?,
+                sum_t: r.get(6)?, sum_tt: r.get(7)?, sum_tv: r.get(8)?,
+                beyond: [r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?],
+            });
+        }
+        add_raw(full_end - 1, to.unix(), &mut acc)?;
+    } else {
+        add_raw(from.unix(), to.unix(), &mut acc)?;
     }
+
+    // An extreme found in a rollup is pinned to its exact sample.
+    let pin = |(_, start, n): (f64, i64, i64), sql: &str| -> Result<i64, ToolError> {
+        if n == 1 {
+            return Ok(start);
+        }
+        let ts: Option<i64> = ctx.db.prepare_cached(sql)?.query_row(params![key, start, start + 3600], |r| r.get(0)).optional()?;
+        Ok(ts.unwrap_or(start))
+    };
+    let min_at = pin(acc.min, "SELECT ts FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value ASC, ts LIMIT 1")?;
+    let max_at = pin(acc.max, "SELECT ts FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value DESC, ts LIMIT 1")?;
+
+    let n = acc.total.n;
+    // The sampling interval, from the data: minutes beyond a limit = samples beyond it
+    // times the interval.
+    let interval = if n > 1 { ((last.0 - first.0) as f64 / (n - 1) as f64).min(MAX_SAMPLE_SECS as f64) } else { 60.0 };
+    let minutes = |i: usize| (acc.total.beyond[i] as f64 * interval / 60.0).round() as i64;
     Ok(json!({
         "sensor": sensor,
         "window": window,
-        "samples": acc.n,
-        "stats": acc.stats(),
-        "minutes_beyond_limits": {
-            "ll": acc.beyond[0] / 60, "l": acc.beyond[1] / 60, "h": acc.beyond[2] / 60, "hh": acc.beyond[3] / 60,
-        },
+        "samples": n,
+        "stats": acc.stats(first, last, min_at, max_at),
+        "minutes_beyond_limits": {"ll": minutes(0), "l": minutes(1), "h": minutes(2), "hh": minutes(3)},
         "series": {
             "columns": ["start", "mean", "min", "max"],
-            "rows": acc.series(from, span),
+            "rows": acc.series(),
         },
     }))
 }
 
-/// One pass over the window: running sums for the statistics and the regression,
-/// per-bucket min/mean/max, and time beyond each limit.
+/// Combines summaries (single samples and hourly rollups) into window statistics, a
+/// least-squares trend and per-bucket series.
 struct Accumulator {
-    n: u64,
-    sum: f64,
-    sum_sq: f64,
-    // Regression of value on hours since the first sample.
-    t0: Option<i64>,
-    sum_t: f64,
-    sum_tt: f64,
-    sum_tv: f64,
-    min: (f64, i64),
-    max: (f64, i64),
-    first: f64,
-    last: (f64, i64),
-    beyond: [i64; 4],
-    buckets: Vec<(u32, f64, f64, f64)>,
+    from: i64,
+    span: f64,
+    /// Totals, with time sums in hours since `from`.
+    total: Summary,
+    /// (value, segment start, segment size) of the extremes.
+    min: (f64, i64, i64),
+    max: (f64, i64, i64),
+    buckets: Vec<Summary>,
 }
 
 impl Accumulator {
-    fn new(buckets: usize) -> Self {
+    fn new(from: i64, to: i64, buckets: usize) -> Self {
+        let span = (to - from) as f64;
+        let width = span / buckets as f64;
         Accumulator {
-            n: 0, sum: 0.0, sum_sq: 0.0, t0: None, sum_t: 0.0, sum_tt: 0.0, sum_tv: 0.0,
-            min: (f64::INFINITY, 0), max: (f64::NEG_INFINITY, 0), first: 0.0, last: (0.0, 0),
-            beyond: [0; 4], buckets: vec![(0, 0.0, f64::INFINITY, f64::NEG_INFINITY); buckets],
+            from, span,
+            total: Summary::empty(from),
+            min: (f64::INFINITY, 0, 0),
+            max: (f64::NEG_INFINITY, 0, 0),
+            buckets: (0..buckets).map(|i| Summary::empty(from + (i as f64 * width) as i64)).collect(),
         }
     }
 
-    fn push(&mut self, ts: i64, v: f64, bucket: usize, [ll, l, h, hh]: [Option<f64>; 4]) {
-        if self.n > 0 {
-            // The previous sample held until this one, up to the cap.
-            let held = (ts - self.last.1).min(MAX_SAMPLE_SECS);
-            let prev = self.last.0;
-            for (i, (limit, high)) in [(ll, false), (l, false), (h, true), (hh, true)].into_iter().enumerate() {
-                if limit.is_some_and(|x| if high { prev > x } else { prev < x }) {
-                    self.beyond[i] += held;
-                }
-            }
-        } else {
-            self.first = v;
+    fn push(&mut self, s: &Summary) {
+        // Shift the segment's time sums from its own start to the window's.
+        let h = (s.start - self.from) as f64 / 3600.0;
+        let t = &mut self.total;
+        t.n += s.n;
+        t.sum += s.sum;
+        t.sum_sq += s.sum_sq;
+        t.sum_t += s.n as f64 * h + s.sum_t;
+        t.sum_tt += s.n as f64 * h * h + 2.0 * h * s.sum_t + s.sum_tt;
+        t.sum_tv += h * s.sum + s.sum_tv;
+        for (a, b) in t.beyond.iter_mut().zip(s.beyond) {
+            *a += b;
         }
-        let t0 = *self.t0.get_or_insert(ts);
-        let t = (ts - t0) as f64 / 3600.0;
-        self.n += 1;
-        self.sum += v;
-        self.sum_sq += v * v;
-        self.sum_t += t;
-        self.sum_tt += t * t;
-        self.sum_tv += t * v;
-        if v < self.min.0 {
-            self.min = (v, ts);
+        if s.min < self.min.0 {
+            self.min = (s.min, s.start, s.n);
         }
-        if v > self.max.0 {
-            self.max = (v, ts);
+        if s.max > self.max.0 {
+            self.max = (s.max, s.start, s.n);
         }
-        self.last = (v, ts);
-        let b = &mut self.buckets[bucket];
-        b.0 += 1;
-        b.1 += v;
-        b.2 = b.2.min(v);
-        b.3 = b.3.max(v);
+        let last = self.buckets.len() - 1;
+        let slot = (((s.start - self.from) as f64 / self.span) * self.buckets.len() as f64) as usize;
+        let b = &mut self.buckets[slot.min(last)];
+        b.n += s.n;
+        b.sum += s.sum;
+        b.min = b.min.min(s.min);
+        b.max = b.max.max(s.max);
     }
 
-    fn stats(&self) -> Value {
-        let n = self.n as f64;
-        let mean = self.sum / n;
-        let var = (self.sum_sq / n - mean * mean).max(0.0);
-        let denom = n * self.sum_tt - self.sum_t * self.sum_t;
-        let slope = if denom.abs() > f64::EPSILON { (n * self.sum_tv - self.sum_t * self.sum) / denom } else { 0.0 };
+    fn stats(&self, first: (i64, f64), last: (i64, f64), min_at: i64, max_at: i64) -> Value {
+        let t = &self.total;
+        let n = t.n as f64;
+        let mean = t.sum / n;
+        let var = (t.sum_sq / n - mean * mean).max(0.0);
+        let denom = n * t.sum_tt - t.sum_t * t.sum_t;
+        let slope = if denom.abs() > 1e-9 { (n * t.sum_tv - t.sum_t * t.sum) / denom } else { 0.0 };
         json!({
-            "min": r(self.min.0), "min_at": Timestamp::from_unix(self.min.1),
-            "max": r(self.max.0), "max_at": Timestamp::from_unix(self.max.1),
+            "min": r(self.min.0), "min_at": Timestamp::from_unix(min_at),
+            "max": r(self.max.0), "max_at": Timestamp::from_unix(max_at),
             "mean": r(mean), "std_dev": r(var.sqrt()),
-            "first": r(self.first), "last": r(self.last.0), "last_at": Timestamp::from_unix(self.last.1),
+            "first": r(first.1), "first_at": Timestamp::from_unix(first.0),
+            "last": r(last.1), "last_at": Timestamp::from_unix(last.0),
             "trend_per_hour": r(slope), "trend_per_day": r(slope * 24.0),
         })
     }
 
-    fn series(&self, from: Timestamp, span: f64) -> Vec<Value> {
-        let width = span / self.buckets.len() as f64;
+    fn series(&self) -> Vec<Value> {
         self.buckets
             .iter()
-            .enumerate()
-            .filter(|(_, b)| b.0 > 0)
-            .map(|(i, b)| {
-                let start = from.plus_secs((i as f64 * width) as i64);
-                json!([start, r(b.1 / b.0 as f64), r(b.2), r(b.3)])
-            })
+            .filter(|b| b.n > 0)
+            .map(|b| json!([Timestamp::from_unix(b.start), r(b.sum / b.n as f64), r(b.min), r(b.max)]))
             .collect()
     }
 }
 
-/// Rounds to 4 significant decimals: enough for any transmitter, fewer tokens.
+/// Rounds to 4 decimals: enough for any transmitter, fewer tokens.
 fn r(v: f64) -> f64 {
     (v * 10_000.0).round() / 10_000.0
 }

@@ -57,6 +57,8 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
     // Attention score: active alarms weighted by severity (1/3/9/27), times criticality
     // (A=3, B=2, C=1); plus 20 for a faulted asset, 2 per unacknowledged alarm, and 5 when
     // the last maintenance is over a year old (or never recorded).
+    // Driven from the active alarms (few) rather than the assets (many): only assets
+    // with an active alarm or in fault can score.
     let mut stmt = ctx.db.prepare_cached(
         "WITH act AS (
              SELECT asset_id,
@@ -66,13 +68,16 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
                     group_concat(code || ' ' || severity, ', ') AS codes
              FROM alarms WHERE cleared_at IS NULL GROUP BY asset_id
          ),
+         candidates AS (
+             SELECT asset_id AS id FROM act
+             UNION SELECT id FROM assets WHERE status = 'fault'
+         ),
          scored AS (
              SELECT a.id, a.name, a.status, a.criticality, act.n, act.unacked, act.codes,
-                    coalesce(a.last_maintenance_on < date(?1, 'unixepoch', '-365 days'), 1) AS overdue,
+                    coalesce(a.last_maintenance_on < ?1, 1) AS overdue,
                     coalesce(act.w, 0) * CASE a.criticality WHEN 'A' THEN 3 WHEN 'B' THEN 2 ELSE 1 END
                       + iif(a.status = 'fault', 20, 0) + 2 * coalesce(act.unacked, 0) AS base
-             FROM assets a LEFT JOIN act ON act.asset_id = a.id
-             WHERE act.n > 0 OR a.status = 'fault'
+             FROM candidates c JOIN assets a ON a.id = c.id LEFT JOIN act ON act.asset_id = a.id
          )
          SELECT id, name, status, criticality, base + 5 * overdue AS score,
                 rtrim(
@@ -85,7 +90,7 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
          FROM scored ORDER BY score DESC, id LIMIT 5",
     )?;
     let attention: Vec<Value> = stmt
-        .query_map(params![ctx.now.unix()], |r| {
+        .query_map(params![ctx.now.plus_secs(-365 * 86_400).date()], |r| {
             Ok(json!({
                 "asset_id": r.get::<_, String>(0)?,
                 "name": r.get::<_, String>(1)?,

@@ -1,0 +1,96 @@
+//! Writing readings: the raw row and its hourly rollup, in one transaction, through
+//! one function, so the two can never disagree.
+
+use rusqlite::{Connection, params};
+
+/// A sensor's alarm limits: [LL, L, H, HH].
+pub type Limits = [Option<f64>; 4];
+
+/// Aggregates of a run of samples from `start` on: one sample, or one hour's rollup.
+/// Time sums are over each sample's offset from `start`, in hours.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub start: i64,
+    pub n: i64,
+    pub sum: f64,
+    pub sum_sq: f64,
+    pub min: f64,
+    pub max: f64,
+    pub sum_t: f64,
+    pub sum_tt: f64,
+    pub sum_tv: f64,
+    /// Samples beyond LL, L, H, HH.
+    pub beyond: [i64; 4],
+}
+
+impl Summary {
+    pub fn empty(start: i64) -> Summary {
+        Summary {
+            start, n: 0, sum: 0.0, sum_sq: 0.0, min: f64::INFINITY, max: f64::NEG_INFINITY,
+            sum_t: 0.0, sum_tt: 0.0, sum_tv: 0.0, beyond: [0; 4],
+        }
+    }
+
+    pub fn add(&mut self, ts: i64, v: f64, limits: &Limits) {
+        let t = (ts - self.start) as f64 / 3600.0;
+        self.n += 1;
+        self.sum += v;
+        self.sum_sq += v * v;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.sum_t += t;
+        self.sum_tt += t * t;
+        self.sum_tv += t * v;
+        for (count, beyond) in self.beyond.iter_mut().zip(beyond_limits(v, limits)) {
+            *count += i64::from(beyond);
+        }
+    }
+}
+
+/// Whether `v` is beyond each of LL, L, H, HH (strictly, as an alarm would be raised).
+pub fn beyond_limits(v: f64, [ll, l, h, hh]: &Limits) -> [bool; 4] {
+    let below = |x: &Option<f64>| x.is_some_and(|x| v < x);
+    let above = |x: &Option<f64>| x.is_some_and(|x| v > x);
+    [below(ll), below(l), above(h), above(hh)]
+}
+
+/// Inserts readings for one sensor, skipping any already stored (same sensor and
+/// second), and adds the new ones to their hourly rollups. Returns how many were new.
+pub fn insert_readings(conn: &Connection, key: i64, limits: &Limits, rows: &[(i64, f64)]) -> rusqlite::Result<usize> {
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+    )?;
+    let mut hours: Vec<Summary> = Vec::new();
+    let mut new = 0;
+    for &(ts, v) in rows {
+        if insert.execute(params![key, ts, v])? == 0 {
+            continue;
+        }
+        new += 1;
+        let hour = ts.div_euclid(3600) * 3600;
+        match hours.iter_mut().rev().find(|s| s.start == hour) {
+            Some(summary) => summary.add(ts, v, limits),
+            None => {
+                let mut summary = Summary::empty(hour);
+                summary.add(ts, v, limits);
+                hours.push(summary);
+            }
+        }
+    }
+    let mut upsert = conn.prepare_cached(
+        "INSERT INTO readings_hourly (sensor_key, hour, n, sum, sum_sq, min, max, sum_t, sum_tt, sum_tv, n_ll, n_l, n_h, n_hh)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+         ON CONFLICT (sensor_key, hour) DO UPDATE SET
+             n = n + excluded.n, sum = sum + excluded.sum, sum_sq = sum_sq + excluded.sum_sq,
+             min = min(min, excluded.min), max = max(max, excluded.max),
+             sum_t = sum_t + excluded.sum_t, sum_tt = sum_tt + excluded.sum_tt, sum_tv = sum_tv + excluded.sum_tv,
+             n_ll = n_ll + excluded.n_ll, n_l = n_l + excluded.n_l, n_h = n_h + excluded.n_h, n_hh = n_hh + excluded.n_hh",
+    )?;
+    for s in hours {
+        upsert.execute(params![
+            key, s.start, s.n, s.sum, s.sum_sq, s.min, s.max, s.sum_t, s.sum_tt, s.sum_tv,
+            s.beyond[0], s.beyond[1], s.beyond[2], s.beyond[3]
+        ])?;
+    }
+    Ok(new)
+}
