@@ -135,8 +135,9 @@ CREATE TABLE alarms (
 CREATE INDEX alarms_asset ON alarms(asset_id, raised_at);
 CREATE INDEX alarms_raised ON alarms(raised_at);
 CREATE INDEX alarms_state ON alarms(state);
--- Active alarms are read on every summary and asset view; a small index of their own.
-CREATE INDEX alarms_active ON alarms(asset_id, severity) WHERE cleared_at IS NULL;
+-- Active alarms are read on every summary and alarm list: a small index of their own,
+-- in the order lists show them.
+CREATE INDEX alarms_active ON alarms(raised_at) WHERE cleared_at IS NULL;
 -- At most one open occurrence per alarm point.
 CREATE UNIQUE INDEX alarms_open_point
     ON alarms(asset_id, coalesce(sensor_id, ''), code) WHERE cleared_at IS NULL;

@@ -1,0 +1,94 @@
+//! The `twinops` binary as a user runs it: tool definitions, one tool call printed as
+//! a model would receive it, the exit codes, and help with examples.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::Plant;
+use serde_json::Value;
+
+fn twinops(plant: &Plant, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--db")
+        .arg(plant.db_path())
+        .args(args)
+        .output()
+        .expect("run twinops")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn tools_list_prints_openai_and_anthropic_definitions() {
+    let p = Plant::new();
+    let out = twinops(&p, &["tools", "list"]);
+    assert!(out.status.success());
+    let defs: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let defs = defs.as_array().unwrap();
+    assert_eq!(defs.len(), 8);
+    assert!(defs.iter().all(|d| d["type"] == "function" && d["function"]["parameters"]["type"] == "object"));
+    let out = twinops(&p, &["tools", "list", "--format", "anthropic"]);
+    let defs: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(defs.as_array().unwrap().iter().all(|d| d["input_schema"]["type"] == "object" && d["name"].is_string()));
+}
+
+/// The acceptance example: the developing vibration fault on PUMP-007, from the CLI.
+#[test]
+fn tools_call_shows_the_fault_and_errors_exit_2() {
+    let p = Plant::new();
+    let out = twinops(&p, &["tools", "call", "get_asset_details", r#"{"asset_id":"PUMP-007"}"#, "--now", common::END]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let de = d["sensors"].as_array().unwrap().iter().find(|s| s["id"] == "PUMP-007.VIB-DE").unwrap().clone();
+    assert_eq!(de["band"], "high");
+    assert_eq!(d["active_alarms"][0]["code"], "VIB-HI");
+
+    let out = twinops(&p, &["tools", "call", "search_docs", r#"{"query":"VIB-HI"}"#]);
+    let r: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(r["results"][0]["citation"], "arp-vibration.md#1");
+
+    let out = twinops(&p, &["tools", "call", "get_asset_details", r#"{"asset_id":"PUMP-070"}"#]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stdout(&out).contains("Closest asset ids: PUMP-007"));
+    let out = twinops(&p, &["tools", "call", "get_asset_details", "{not json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the arguments are not JSON"));
+}
+
+#[test]
+fn every_command_has_help_with_an_example() {
+    let p = Plant::new();
+    for cmd in [&["seed"][..], &["docs", "index"], &["docs", "search"], &["tools", "list"], &["tools", "call"], &["bench", "tools"]] {
+        let mut args: Vec<&str> = cmd.to_vec();
+        args.push("--help");
+        let out = twinops(&p, &args);
+        let text = stdout(&out);
+        assert!(out.status.success() && text.contains("Example"), "{cmd:?}: {text}");
+        assert!(text.contains("--db"), "{cmd:?} takes --db");
+    }
+}
+
+#[test]
+fn seed_into_a_fresh_data_dir_then_refuse_to_seed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed_dir = common::seed_dir();
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .args(["--data-dir"])
+            .arg(dir.path())
+            .args(["seed", "--days", "1", "--from"])
+            .arg(&seed_dir)
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout(&out).contains("18 assets, 60 sensors, 86400 readings"), "{}", stdout(&out));
+    assert!(dir.path().join("twinops.db").exists());
+    let again = run();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds a plant"));
+}
