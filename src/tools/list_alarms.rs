@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::hints::existing_asset;
-use super::{ToolContext, ToolDef, ToolError, check_range, define, parse_args};
+use super::{ToolContext, ToolDef, ToolError, check_page, check_range, default_page_limit, define, page, parse_args};
 use crate::domain::{Access, AlarmState, Severity, Timestamp, parse_time};
 use crate::store::Filter;
 
@@ -54,7 +54,7 @@ pub struct Args {
     /// Only alarms raised before this time, RFC 3339 UTC.
     until: Option<String>,
     /// Rows per page, 1 to 50. Default 20.
-    #[serde(default = "default_limit")]
+    #[serde(default = "default_page_limit")]
     #[schemars(range(min = 1, max = 50))]
     limit: i64,
     /// Rows to skip; for the next page use next_offset. Default 0.
@@ -65,10 +65,6 @@ pub struct Args {
 
 fn any_state() -> StateFilter {
     StateFilter::Any
-}
-
-fn default_limit() -> i64 {
-    20
 }
 
 pub fn def() -> ToolDef {
@@ -82,8 +78,7 @@ pub fn def() -> ToolDef {
 }
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
-    check_range("limit", args.limit, 1, 50)?;
-    check_range("offset", args.offset, 0, 1_000_000)?;
+    check_page(args.limit, args.offset)?;
     let asset = args.asset_id.as_deref().map(|a| existing_asset(ctx.db, "asset_id", a)).transpose()?;
     let severities: Vec<Sql> = match args.min_severity {
         Some(min) => Severity::ALL.iter().filter(|s| **s >= min).map(|s| Sql::from(s.as_str().to_string())).collect(),
@@ -175,14 +170,8 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             },
         )?
         .collect::<Result<_, _>>()?;
-    let end = args.offset + alarms.len() as i64;
-    let mut out = json!({
-        "as_of": ctx.now,
-        "total": total,
-        "offset": args.offset,
-        "next_offset": if end < total { json!(end) } else { Value::Null },
-        "alarms": alarms,
-    });
+    let mut out = page(total, args.offset, "alarms", alarms);
+    out["as_of"] = json!(ctx.now);
     if total == 0 {
         out["hint"] = json!("No alarm matches these filters. Widen the window (last_hours up to 720) or drop a filter.");
     }

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ToolContext, ToolDef, ToolError, check_range, define, parse_args};
+use super::{ToolContext, ToolDef, ToolError, check_page, default_page_limit, define, page, parse_args};
 use crate::domain::{Access, AssetKind, AssetStatus};
 use crate::store::{Filter, like_pattern_contains};
 
@@ -30,17 +30,13 @@ pub struct Args {
     #[schemars(length(min = 1, max = 100))]
     text: Option<String>,
     /// Rows per page, 1 to 50. Default 20.
-    #[serde(default = "default_limit")]
+    #[serde(default = "default_page_limit")]
     #[schemars(range(min = 1, max = 50))]
     limit: i64,
     /// Rows to skip, for the next page use next_offset. Default 0.
     #[serde(default)]
     #[schemars(range(min = 0))]
     offset: i64,
-}
-
-fn default_limit() -> i64 {
-    20
 }
 
 pub fn def() -> ToolDef {
@@ -50,8 +46,7 @@ pub fn def() -> ToolDef {
 }
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
-    check_range("limit", args.limit, 1, 50)?;
-    check_range("offset", args.offset, 0, 1_000_000)?;
+    check_page(args.limit, args.offset)?;
     let station = args.station_id.as_deref().map(|s| s.trim().to_ascii_uppercase());
     if let Some(station) = &station {
         let known: Option<i64> = ctx.db.prepare_cached("SELECT 1 FROM stations WHERE id = ?1")?
@@ -106,13 +101,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             }))
         })?
         .collect::<Result<_, _>>()?;
-    let end = args.offset + assets.len() as i64;
-    let mut out = json!({
-        "total": total,
-        "offset": args.offset,
-        "next_offset": if end < total { json!(end) } else { Value::Null },
-        "assets": assets,
-    });
+    let mut out = page(total, args.offset, "assets", assets);
     if total == 0 {
         out["hint"] = json!("No asset matches these filters. Remove a filter, or check spelling; kinds are centrifugal_pump, motor, valve, reservoir.");
     } else if args.offset >= total {

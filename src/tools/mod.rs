@@ -169,6 +169,29 @@ pub(crate) fn check_range(name: &str, value: i64, min: i64, max: i64) -> Result<
     }
 }
 
+/// Rows per page of a paged tool when the model does not say.
+pub(crate) fn default_page_limit() -> i64 {
+    20
+}
+
+/// Checks a paged tool's `limit` (1-50) and `offset`.
+pub(crate) fn check_page(limit: i64, offset: i64) -> Result<(), ToolError> {
+    check_range("limit", limit, 1, 50)?;
+    check_range("offset", offset, 0, 1_000_000)
+}
+
+/// The paging envelope: `total`, `offset`, `next_offset` (null on the last page) and
+/// the rows under `field`.
+pub(crate) fn page(total: i64, offset: i64, field: &str, rows: Vec<Value>) -> Value {
+    let end = offset + rows.len() as i64;
+    let mut out = serde_json::Map::new();
+    out.insert("total".into(), json!(total));
+    out.insert("offset".into(), json!(offset));
+    out.insert("next_offset".into(), if end < total { json!(end) } else { Value::Null });
+    out.insert(field.into(), Value::Array(rows));
+    Value::Object(out)
+}
+
 static REGISTRY: LazyLock<Vec<ToolDef>> = LazyLock::new(|| {
     vec![
         system_summary::def(),
