@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::agent::{self, Agent};
 use crate::approvals::{Approvals, Proposer};
+use crate::config::Config;
 use crate::domain::{Timestamp, parse_time};
 use crate::store::Store;
 use crate::tools::{self, ToolContext};
@@ -31,6 +33,9 @@ struct Global {
     /// SQLite database file. Default: DATA_DIR/twinops.db.
     #[arg(long, global = true, env = "TWINOPS_DB")]
     db: Option<PathBuf>,
+    /// Configuration file; TWINOPS_* environment variables override it.
+    #[arg(long, global = true, env = "TWINOPS_CONFIG", default_value = "twinops.toml")]
+    config: PathBuf,
 }
 
 impl Global {
@@ -42,6 +47,23 @@ impl Global {
         let path = self.db_path();
         Store::open(&path).with_context(|| format!("opening {}", path.display()))
     }
+
+    fn agent(&self, now: Option<&str>) -> anyhow::Result<Agent> {
+        let config = Config::load(&self.config, &|k| std::env::var(k).ok())?;
+        let store = self.open()?;
+        let agent = Agent::new(store, agent::models_from_config(&config.llm), config.llm.limits);
+        Ok(match now {
+            Some(s) => {
+                let now = parse_time(s).map_err(anyhow::Error::msg).context("--now")?;
+                agent.with_clock(move || now)
+            }
+            None => agent,
+        })
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
 #[derive(Subcommand)]
@@ -55,9 +77,37 @@ enum Command {
     /// The agent's tools: list their definitions or call one as a model would.
     #[command(subcommand)]
     Tools(ToolsCommand),
+    /// Ask the agent one question, as an operator would in the chat.
+    #[command(after_help = "Examples:\n  twinops ask 'Why is PUMP-007 in alarm?'\n  TWINOPS_LLM_KIND=openai TWINOPS_LLM_BASE_URL=http://localhost:11434/v1 TWINOPS_LLM_MODEL=llama3.1:8b twinops ask 'What is wrong at the East Booster Station?'")]
+    Ask {
+        question: String,
+        /// Who is asking, for the audit trail.
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+        /// Evaluate as of this time (RFC 3339) instead of now.
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// Run triage on one alarm occurrence and print the note.
+    #[command(after_help = "Example:\n  twinops triage 17")]
+    Triage {
+        alarm_id: i64,
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// Agent runs: the audit trail.
+    #[command(subcommand)]
+    Runs(RunsCommand),
     /// Print performance figures.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Print one run's trace: every model call, tool call and guardrail decision.
+    #[command(after_help = "Example:\n  twinops runs show 1")]
+    Show { run_id: i64 },
 }
 
 #[derive(Args)]
@@ -140,6 +190,20 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn print_summary(r: &agent::RunReport) {
+    eprintln!(
+        "\n-- run {}: {} via {}, {} model call(s), {} tool call(s), {} tokens{}; `twinops runs show {}` for the trace",
+        r.run_id,
+        r.outcome.as_str(),
+        r.provider.as_deref().unwrap_or("-"),
+        r.model_calls,
+        r.tool_calls,
+        r.usage.input_tokens + r.usage.output_tokens,
+        if r.flags.is_empty() { String::new() } else { format!(", flagged {}", r.flags.join(", ")) },
+        r.run_id
+    );
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Seed(args) => {
@@ -200,6 +264,43 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,
+        Command::Ask { question, user, now } => {
+            let agent = cli.global.agent(now.as_deref())?;
+            let report = runtime()?.block_on(async {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let printer = tokio::spawn(async move {
+                    use std::io::Write;
+                    let mut streamed = false;
+                    while let Some(delta) = rx.recv().await {
+                        print!("{delta}");
+                        let _ = std::io::stdout().flush();
+                        streamed = true;
+                    }
+                    streamed
+                });
+                let report = agent.ask(&question, &user, Some(tx)).await;
+                let streamed = printer.await.unwrap_or(false);
+                report.map(|r| (r, streamed))
+            })?;
+            let (report, streamed) = report;
+            if !streamed {
+                println!("{}", report.answer.as_deref().unwrap_or("(no answer)"));
+            }
+            print_summary(&report);
+        }
+        Command::Triage { alarm_id, now } => {
+            let agent = cli.global.agent(now.as_deref())?;
+            let report = runtime()?.block_on(agent.triage(alarm_id))?;
+            match &report.note {
+                Some(note) => println!("{}", serde_json::to_string_pretty(note)?),
+                None => println!("{}", report.answer.as_deref().unwrap_or("(no note)")),
+            }
+            print_summary(&report);
+        }
+        Command::Runs(RunsCommand::Show { run_id }) => {
+            let store = cli.global.open()?;
+            print!("{}", agent::audit::render_run(&store, run_id)?);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

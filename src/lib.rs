@@ -16,9 +16,11 @@
 //! - [`bench`]: the `twinops bench` figures.
 //! - [`cli`]: the command line; `main.rs` only calls it.
 
+pub mod agent;
 pub mod approvals;
 pub mod bench;
 pub mod cli;
+pub mod config;
 pub mod domain;
 pub mod rag;
 pub mod seed;

@@ -80,6 +80,7 @@ impl ToolError {
 }
 
 /// A tool's definition: one place for its name, description, schema and handler.
+#[derive(Clone)]
 pub struct ToolDef {
     pub name: &'static str,
     pub description: &'static str,
@@ -102,8 +103,13 @@ impl ToolDef {
     /// Runs the tool on JSON arguments and renders what the model will read: the result
     /// as compact JSON cut to [`MAX_RESULT_CHARS`], or the error message.
     pub fn call(&self, ctx: &ToolContext, args: Value) -> ToolOutput {
+        self.call_with_limit(ctx, args, MAX_RESULT_CHARS)
+    }
+
+    /// [`ToolDef::call`] with a result cut to `max_chars`.
+    pub fn call_with_limit(&self, ctx: &ToolContext, args: Value, max_chars: usize) -> ToolOutput {
         match (self.handler)(ctx, args) {
-            Ok(value) => ToolOutput { content: fit(value, MAX_RESULT_CHARS, self.narrow_hint), is_error: false },
+            Ok(value) => ToolOutput { content: fit(value, max_chars, self.narrow_hint), is_error: false },
             Err(err) => {
                 if let ToolError::Internal(cause) = &err {
                     tracing::error!(stage = "tools", tool = self.name, error = %format!("{cause:#}"), "tool failed");
@@ -111,6 +117,19 @@ impl ToolDef {
                 ToolOutput { content: err.for_model(self.name), is_error: true }
             }
         }
+    }
+}
+
+impl ToolDef {
+    /// A tool defined outside this module (tests and probes); its schema is derived
+    /// from `A` like every other.
+    pub fn custom<A: DeserializeOwned + JsonSchema>(
+        name: &'static str,
+        description: &'static str,
+        access: Access,
+        handler: fn(&ToolContext, Value) -> Result<Value, ToolError>,
+    ) -> ToolDef {
+        define::<A>(name, description, access, "", handler)
     }
 }
 

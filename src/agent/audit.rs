@@ -1,0 +1,162 @@
+//! The audit trail: every run and every step (model call, tool call, guardrail
+//! decision) in `agent_runs` / `agent_steps`. Steps are buffered per turn and written
+//! before the run goes on, so the trail is complete before a note is published.
+
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, params};
+
+use crate::domain::Timestamp;
+use crate::store::{Store, StoreError, Writer};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    ModelCall,
+    ToolCall,
+    Guardrail,
+}
+
+impl StepKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            StepKind::ModelCall => "model_call",
+            StepKind::ToolCall => "tool_call",
+            StepKind::Guardrail => "guardrail",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub kind: StepKind,
+    pub name: String,
+    pub arguments: Option<String>,
+    pub result: Option<String>,
+    pub is_error: bool,
+    pub latency: Duration,
+    pub tokens: Option<(u64, u64)>,
+}
+
+pub struct Audit {
+    writer: Writer,
+    run_id: i64,
+    seq: i64,
+    pending: Vec<(i64, Step, i64)>,
+}
+
+impl Audit {
+    pub async fn start(writer: Writer, profile: &str, trigger: &str, alarm_id: Option<i64>, now: Timestamp) -> Result<Audit, StoreError> {
+        let (profile, trigger) = (profile.to_string(), trigger.to_string());
+        let w = writer.clone();
+        let run_id = blocking(move || {
+            w.call(move |c| {
+                c.execute(
+                    "INSERT INTO agent_runs (profile, trigger, alarm_id, started_at) VALUES (?1, ?2, ?3, ?4)",
+                    params![profile, trigger, alarm_id, now.unix()],
+                )?;
+                Ok::<_, StoreError>(c.last_insert_rowid())
+            })
+        })
+        .await?;
+        Ok(Audit { writer, run_id, seq: 0, pending: Vec::new() })
+    }
+
+    pub fn run_id(&self) -> i64 {
+        self.run_id
+    }
+
+    pub fn record(&mut self, step: Step) {
+        self.seq += 1;
+        self.pending.push((self.seq, step, Timestamp::now().unix()));
+    }
+
+    /// Writes the buffered steps.
+    pub async fn flush(&mut self) -> Result<(), StoreError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let steps = std::mem::take(&mut self.pending);
+        let run_id = self.run_id;
+        let w = self.writer.clone();
+        blocking(move || {
+            w.call(move |c| {
+                let mut stmt = c.prepare_cached(
+                    "INSERT INTO agent_steps (run_id, seq, kind, name, arguments, result, is_error, latency_us, tokens_in, tokens_out, at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                )?;
+                for (seq, s, at) in &steps {
+                    stmt.execute(params![
+                        run_id, seq, s.kind.as_str(), s.name, s.arguments, s.result, s.is_error,
+                        s.latency.as_micros() as i64, s.tokens.map(|t| t.0 as i64), s.tokens.map(|t| t.1 as i64), at
+                    ])?;
+                }
+                Ok::<_, StoreError>(())
+            })
+        })
+        .await
+    }
+
+    /// Writes the remaining steps and the run's outcome.
+    pub async fn finish(&mut self, outcome: &str, model: Option<&str>, tokens: (u64, u64), error: Option<String>) -> Result<(), StoreError> {
+        self.flush().await?;
+        let (run_id, outcome, model) = (self.run_id, outcome.to_string(), model.map(str::to_string));
+        let w = self.writer.clone();
+        blocking(move || {
+            w.call(move |c| {
+                c.execute(
+                    "UPDATE agent_runs SET outcome = ?2, model = ?3, finished_at = ?4, tokens_in = ?5, tokens_out = ?6, error = ?7 WHERE id = ?1",
+                    params![run_id, outcome, model, Timestamp::now().unix(), tokens.0 as i64, tokens.1 as i64, error],
+                )?;
+                Ok::<_, StoreError>(())
+            })
+        })
+        .await
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, StoreError> + Send + 'static) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f).await.map_err(|_| StoreError::WriterGone)?
+}
+
+/// A run's trace as text, for `twinops runs show`.
+pub fn render_run(store: &Store, run_id: i64) -> anyhow::Result<String> {
+    let db = store.read()?;
+    let run: Option<(String, String, Option<String>, Option<String>, i64, Option<i64>, i64, i64, Option<String>)> = db
+        .query_row(
+            "SELECT profile, trigger, outcome, model, started_at, finished_at, tokens_in, tokens_out, error FROM agent_runs WHERE id = ?1",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?)),
+        )
+        .optional()?;
+    let Some((profile, trigger, outcome, model, started, finished, tin, tout, error)) = run else {
+        anyhow::bail!("no agent run {run_id}; runs are numbered from 1 (see agent_runs)");
+    };
+    let mut out = format!(
+        "run {run_id}: {profile} ({trigger}), outcome {}, model {}, started {}, {} ms, tokens {tin} in / {tout} out\n",
+        outcome.as_deref().unwrap_or("unfinished"),
+        model.as_deref().unwrap_or("-"),
+        Timestamp::from_unix(started).to_rfc3339(),
+        finished.map_or("-".to_string(), |f| ((f - started) * 1000).to_string()),
+    );
+    if let Some(e) = error {
+        out.push_str(&format!("error: {e}\n"));
+    }
+    let mut stmt = db.prepare("SELECT seq, kind, name, arguments, result, is_error, latency_us FROM agent_steps WHERE run_id = ?1 ORDER BY seq")?;
+    let mut rows = stmt.query([run_id])?;
+    while let Some(r) = rows.next()? {
+        let (seq, kind, name, args, result, err, us): (i64, String, String, Option<String>, Option<String>, bool, i64) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?);
+        let short = |s: Option<String>| {
+            let s = s.unwrap_or_default().replace('\n', " ");
+            if s.chars().count() > 160 { format!("{}…", s.chars().take(160).collect::<String>()) } else { s }
+        };
+        out.push_str(&format!(
+            "{seq:>3} {kind:<10} {name:<24} {:>8.1} ms{} {}\n      -> {}\n",
+            us as f64 / 1000.0,
+            if err { " ERROR" } else { "" },
+            short(args),
+            short(result)
+        ));
+    }
+    Ok(out)
+}

@@ -1,0 +1,244 @@
+//! The `rules` model: deterministic, offline, no network. It calls the same tools in a
+//! fixed plan and writes its answer only from their results, with citations. It is the
+//! default when no model is configured and the last link of every chain, so a triage
+//! note is always produced.
+
+use serde_json::{Value, json};
+
+use super::model::{BoxFuture, Finish, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
+use super::note::{Evidence, TriageNote, Urgency};
+
+pub struct Rules;
+
+impl Model for Rules {
+    fn name(&self) -> &str {
+        "rules"
+    }
+
+    fn complete<'a>(&'a self, req: &'a ModelRequest) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move { Ok(next(req)) })
+    }
+}
+
+/// Tool results so far: (tool name, arguments, parsed result or None on error).
+fn observations(messages: &[Message]) -> Vec<(String, Value, Option<Value>)> {
+    let mut calls: Vec<&ToolCall> = Vec::new();
+    let mut out = Vec::new();
+    for m in messages {
+        match m {
+            Message::Assistant { tool_calls, .. } => calls.extend(tool_calls.iter()),
+            Message::Tool { call_id, name, content, is_error } => {
+                let args = calls.iter().find(|c| &c.id == call_id).and_then(|c| c.arguments.clone().ok()).unwrap_or(Value::Null);
+                let parsed = if *is_error { None } else { parse_data(content) };
+                out.push((name.clone(), args, parsed));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The JSON inside a `<data>` wrapper.
+fn parse_data(content: &str) -> Option<Value> {
+    let start = content.find('{')?;
+    let end = content.rfind('}')?;
+    serde_json::from_str(&content[start..=end]).ok()
+}
+
+fn call(id: usize, name: &str, arguments: Value) -> ToolCall {
+    ToolCall { id: format!("rules_{id}"), name: name.to_string(), arguments: Ok(arguments) }
+}
+
+fn reply_calls(calls: Vec<ToolCall>) -> ModelReply {
+    ModelReply { text: None, tool_calls: calls, finish: Finish::ToolCalls, usage: Usage::default() }
+}
+
+fn reply_text(text: String) -> ModelReply {
+    ModelReply { text: Some(text), tool_calls: Vec::new(), finish: Finish::Stop, usage: Usage::default() }
+}
+
+fn next(req: &ModelRequest) -> ModelReply {
+    let seen = observations(&req.messages);
+    let offered = |name: &str| req.tools.iter().any(|t| t.name == name);
+    let done = |name: &str| seen.iter().any(|(n, _, _)| n == name);
+    let result = |name: &str| seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone());
+    let t = &req.task;
+    let base = seen.len();
+
+    if let (Some(_), Some(asset)) = (t.alarm_id, &t.asset_id) {
+        // Triage: the four reads at once, then the procedure, then the note.
+        let mut calls = Vec::new();
+        let mut plan = vec![
+            ("get_asset_details", json!({"asset_id": asset})),
+            ("list_alarms", json!({"asset_id": asset, "last_hours": 168, "limit": 10})),
+        ];
+        if let Some(sensor) = &t.sensor_id {
+            plan.push(("get_sensor_history", json!({"sensor_id": sensor, "hours": 24})));
+        }
+        if let Some(code) = &t.code {
+            plan.push(("search_docs", json!({"query": code, "limit": 3})));
+        }
+        for (name, args) in plan {
+            if offered(name) && !done(name) {
+                calls.push(call(base + calls.len(), name, args));
+            }
+        }
+        if !calls.is_empty() {
+            return reply_calls(calls);
+        }
+        if offered("read_doc") && !done("read_doc")
+            && let Some(citation) = result("search_docs").and_then(|r| r["results"][0]["citation"].as_str().map(str::to_string))
+        {
+            return reply_calls(vec![call(base, "read_doc", json!({"citation": citation}))]);
+        }
+        let note = triage_note(t.code.as_deref(), t.sensor_id.as_deref(), t.alarm_id, &seen);
+        return reply_text(serde_json::to_string(&note).expect("note serializes"));
+    }
+
+    if let Some(question) = &t.question {
+        if offered("search_docs") && !done("search_docs") {
+            return reply_calls(vec![call(base, "search_docs", json!({"query": question, "limit": 3}))]);
+        }
+        let hits = result("search_docs").and_then(|r| r["results"].as_array().cloned()).unwrap_or_default();
+        if hits.is_empty() {
+            return reply_text("The offline rules model found nothing in the documentation for this question. A language model is not available; try the alarm code or equipment name.".into());
+        }
+        let mut text = String::from("The offline rules model cannot reason about questions; these documentation sections match best:\n");
+        for h in hits {
+            text.push_str(&format!("- {} [{}]: {}\n", h["heading"].as_str().unwrap_or_default(), h["citation"].as_str().unwrap_or_default(), h["snippet"].as_str().unwrap_or_default()));
+        }
+        return reply_text(text);
+    }
+
+    // Shift handover: the summary, stated plainly.
+    if offered("get_system_summary") && !done("get_system_summary") {
+        return reply_calls(vec![call(base, "get_system_summary", json!({}))]);
+    }
+    let summary = result("get_system_summary").unwrap_or(Value::Null);
+    let mut text = format!(
+        "Shift handover: {} assets; {} active alarms ({} unacknowledged).",
+        summary["assets"]["total"], summary["active_alarms"]["total"], summary["active_alarms"]["unacknowledged"]
+    );
+    for a in summary["needs_attention"].as_array().into_iter().flatten() {
+        text.push_str(&format!("\n- {} ({}): {}", a["asset_id"].as_str().unwrap_or_default(), a["name"].as_str().unwrap_or_default(), a["reason"].as_str().unwrap_or_default()));
+    }
+    reply_text(text)
+}
+
+/// Composes the triage note from the observations alone.
+fn triage_note(code: Option<&str>, sensor_id: Option<&str>, alarm_id: Option<i64>, seen: &[(String, Value, Option<Value>)]) -> TriageNote {
+    let get = |name: &str| seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone());
+    let details = get("get_asset_details").unwrap_or(Value::Null);
+    let history = get("get_sensor_history").unwrap_or(Value::Null);
+    let doc = get("read_doc").unwrap_or(Value::Null);
+    let code = code.unwrap_or("alarm");
+    let asset = &details["asset"];
+    let sensor = details["sensors"].as_array().and_then(|s| s.iter().find(|s| s["id"].as_str() == sensor_id)).cloned().unwrap_or(Value::Null);
+    let alarm = details["active_alarms"].as_array().and_then(|a| a.iter().find(|a| a["alarm_id"].as_i64() == alarm_id)).cloned();
+    let unit = sensor["unit"].as_str().unwrap_or_default();
+
+    let mut summary = format!("{code} on {} ({}", asset["id"].as_str().unwrap_or("the asset"), asset["name"].as_str().unwrap_or("unknown asset"));
+    summary.push_str(&format!(", criticality {}).", asset["criticality"].as_str().unwrap_or("?")));
+    let mut evidence = Vec::new();
+    if !sensor.is_null() {
+        let limits: Vec<String> = ["ll", "l", "h", "hh"]
+            .iter()
+            .filter(|k| !sensor["limits"][**k].is_null())
+            .map(|k| format!("{k} {}", sensor["limits"][*k]))
+            .collect();
+        summary.push_str(&format!(
+            " {} reads {} {unit} ({} band; limits {}).",
+            sensor["id"].as_str().unwrap_or_default(), sensor["latest"]["value"], sensor["band"].as_str().unwrap_or("unknown"),
+            if limits.is_empty() { "none".to_string() } else { limits.join(", ") }
+        ));
+        evidence.push(Evidence {
+            claim: format!("{} latest {} {unit}, change over 24 h {}", sensor["id"].as_str().unwrap_or_default(), sensor["latest"]["value"], sensor["change_24h"]),
+            source: "get_asset_details".into(),
+        });
+        if let Some(zone) = sensor["iso_10816_zone"].as_str() {
+            summary.push_str(&format!(" ISO 10816-3 zone {zone}."));
+        }
+    }
+    if let Some(stats) = history.get("stats") {
+        summary.push_str(&format!(" Trend over the last {} h: {} {unit} per day.", history["window"]["hours"], stats["trend_per_day"]));
+        evidence.push(Evidence {
+            claim: format!("over {} h: min {}, max {}, mean {}, trend {} {unit}/day", history["window"]["hours"], stats["min"], stats["max"], stats["mean"], stats["trend_per_day"]),
+            source: "get_sensor_history".into(),
+        });
+    }
+    if alarm.is_none() {
+        summary.push_str(" The alarm is no longer active.");
+    }
+
+    let text = doc["text"].as_str().unwrap_or_default();
+    // A "- **Label:** value" entry, with its wrapped continuation lines.
+    let field = |label: &str| -> Option<String> {
+        let mut lines = text.lines().skip_while(|l| !l.trim().starts_with(&format!("- **{label}:**")));
+        let first = lines.next()?.trim().trim_start_matches(&format!("- **{label}:**")).trim().to_string();
+        let rest = lines.take_while(|l| { let t = l.trim(); !t.is_empty() && !t.starts_with("- **") && !t.starts_with(char::is_numeric) });
+        Some(std::iter::once(first).chain(rest.map(|l| l.trim().to_string())).collect::<Vec<_>>().join(" "))
+    };
+    let citation = doc["citation"].as_str().map(str::to_string);
+    let cite = |s: String| match &citation {
+        Some(c) => format!("{s} [{c}]"),
+        None => s,
+    };
+    let likely_causes: Vec<String> = field("Probable causes")
+        .map(|c| c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).take(4).collect())
+        .unwrap_or_else(|| vec!["No documented causes found; see the asset details.".to_string()]);
+    let mut recommended_actions = operator_actions(text);
+    if recommended_actions.is_empty() {
+        recommended_actions.push("Check the asset locally and follow the site alarm response procedure.".into());
+    }
+    let respond = field("Time to respond");
+    if let Some(r) = &respond {
+        recommended_actions.push(format!("Time to respond: {r}"));
+    }
+    if let Some(c) = &citation {
+        evidence.push(Evidence { claim: format!("documented response for {code}"), source: c.clone() });
+    }
+    let severity = alarm.as_ref().and_then(|a| a["severity"].as_str().map(str::to_string)).unwrap_or_default();
+    let urgency = match (severity.as_str(), respond.as_deref()) {
+        ("critical" | "high", _) => Urgency::Immediate,
+        (_, Some(r)) if r.contains("minute") => Urgency::Immediate,
+        (_, Some(r)) if r.contains("hour") => Urgency::Urgent,
+        _ if alarm.is_some() => Urgency::Soon,
+        _ => Urgency::Monitor,
+    };
+    TriageNote {
+        summary: summary.trim().to_string(),
+        urgency,
+        likely_causes,
+        recommended_actions: recommended_actions.into_iter().map(cite).collect(),
+        proposed_work_order: None,
+        evidence,
+    }
+}
+
+/// The numbered steps under "Operator action", or the text on its line.
+fn operator_actions(text: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| !l.trim().starts_with("- **Operator action:**"));
+    let Some(first) = lines.next() else { return Vec::new() };
+    let inline = first.trim().trim_start_matches("- **Operator action:**").trim();
+    let mut out: Vec<String> = Vec::new();
+    if !inline.is_empty() {
+        out.push(inline.to_string());
+    }
+    for l in lines {
+        let t = l.trim();
+        if t.starts_with("- **") {
+            break;
+        }
+        match t.split_once(". ") {
+            Some((n, rest)) if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => out.push(rest.to_string()),
+            _ if !t.is_empty() => {
+                if let Some(last) = out.last_mut() {
+                    last.push(' ');
+                    last.push_str(t);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}

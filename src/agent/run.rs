@@ -1,0 +1,663 @@
+//! The bounded tool-call loop.
+//!
+//! ```text
+//! for step in 1..=max_steps:
+//!     deadline and token budget                 -> budget_exceeded (partial, flagged)
+//!     reply = model chain (retry, breaker, fallback)
+//!     final?  output checks; one repair turn; then publish (flagged if still failing)
+//!     tool calls: allow-list, JSON, schema, budgets, repeats -> reads concurrently,
+//!                 proposals one by one -> redact, truncate, delimit -> answered in order
+//! -> budget_exceeded
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rusqlite::OptionalExtension;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
+
+use super::audit::{Audit, Step, StepKind};
+use super::guard::{as_data, citations, redact, ungrounded_numbers};
+use super::model::{Message, Model, ModelRequest, TaskFacts, ToolCall, ToolSpec, Usage};
+use super::note::TriageNote;
+use super::reliability::{Chain, RetryPolicy};
+use super::rules::Rules;
+use crate::approvals::{Approvals, Proposer};
+use crate::config::AgentLimits;
+use crate::domain::{Access, Timestamp};
+use crate::rag::DocIndex;
+use crate::store::{Store, StoreError};
+use crate::tools::{self, ToolContext, ToolDef, ToolOutput};
+
+const TRIAGE_PROMPT: &str = include_str!("../../prompts/triage.md");
+const CHAT_PROMPT: &str = include_str!("../../prompts/chat.md");
+
+/// What a run may do: its system prompt, the tools it is offered, and the shape of its
+/// final answer.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: &'static str,
+    pub system_prompt: &'static str,
+    pub tools: Vec<String>,
+    /// A triage run must end with a [`TriageNote`].
+    pub structured_note: bool,
+}
+
+impl Profile {
+    pub fn triage() -> Profile {
+        Profile { name: "triage", system_prompt: TRIAGE_PROMPT, tools: names(tools::all().iter().collect()), structured_note: true }
+    }
+
+    pub fn chat() -> Profile {
+        Profile { name: "chat", system_prompt: CHAT_PROMPT, tools: names(tools::all().iter().collect()), structured_note: false }
+    }
+
+    /// Read-only: the same tools less `propose_work_order`.
+    pub fn read_only(mut self) -> Profile {
+        self.tools.retain(|t| tools::find(t).is_none_or(|d| d.access == Access::Read));
+        self
+    }
+}
+
+fn names(defs: Vec<&ToolDef>) -> Vec<String> {
+    defs.into_iter().map(|d| d.name.to_string()).collect()
+}
+
+/// One unit of work for the agent.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub profile: Profile,
+    /// `alarm:17`, `user:kaur`, `schedule:handover`.
+    pub trigger: String,
+    pub facts: TaskFacts,
+    /// The first user turn; untrusted parts already inside `<data>`.
+    pub user_message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The preferred model answered and the answer passed its checks (or is flagged).
+    Final,
+    /// Steps, tool calls, tokens or time ran out; the answer is partial.
+    BudgetExceeded,
+    /// A fallback provider (possibly the `rules` model) served the run.
+    Degraded,
+    /// No answer could be produced.
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Final => "final",
+            Outcome::BudgetExceeded => "budget_exceeded",
+            Outcome::Degraded => "degraded",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunReport {
+    pub run_id: i64,
+    pub outcome: Outcome,
+    pub answer: Option<String>,
+    pub note: Option<TriageNote>,
+    /// `ungrounded`, `invalid_note`, `partial`, ...
+    pub flags: Vec<String>,
+    /// The provider that gave the last answer.
+    pub provider: Option<String>,
+    pub model_calls: u32,
+    pub tool_calls: u32,
+    pub usage: Usage,
+}
+
+type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+pub struct Agent {
+    store: Store,
+    docs: DocIndex,
+    approvals: Approvals,
+    chain: Chain,
+    tools: Vec<Arc<ToolDef>>,
+    validators: HashMap<String, jsonschema::Validator>,
+    limits: AgentLimits,
+    clock: Clock,
+}
+
+impl Agent {
+    /// An agent over `models`, in order of preference; the `rules` model is appended as
+    /// the floor unless the chain already ends with it.
+    pub fn new(store: Store, mut models: Vec<Arc<dyn Model>>, limits: AgentLimits) -> Agent {
+        if models.last().is_none_or(|m| m.name() != "rules") {
+            models.push(Arc::new(Rules));
+        }
+        let retry = RetryPolicy { max_retries: limits.max_retries, base: Duration::from_millis(250), cap: Duration::from_secs(20) };
+        let chain = Chain::new(models, retry, limits.breaker_failures, Duration::from_secs(limits.breaker_cooldown_secs));
+        let approvals = Approvals::new(store.writer().clone());
+        let mut agent = Agent {
+            store, docs: DocIndex::new(), approvals, chain, tools: Vec::new(), validators: HashMap::new(), limits,
+            clock: Arc::new(Timestamp::now),
+        };
+        agent = agent.with_tools(tools::all().to_vec());
+        agent
+    }
+
+    /// Adds tools (tests add probes); a profile must still list them to offer them.
+    pub fn with_tools(mut self, defs: Vec<ToolDef>) -> Agent {
+        for def in defs {
+            let validator = jsonschema::validator_for(&def.schema).expect("derived schemas are valid JSON Schema");
+            self.validators.insert(def.name.to_string(), validator);
+            self.tools.retain(|t| t.name != def.name);
+            self.tools.push(Arc::new(def));
+        }
+        self
+    }
+
+    /// The time tools see as "now" (tests pin it to the seeded week).
+    pub fn with_clock(mut self, clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Agent {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    pub fn chain(&self) -> &Chain {
+        &self.chain
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Builds the triage task for an alarm occurrence and runs it.
+    pub async fn triage(&self, alarm_id: i64) -> anyhow::Result<RunReport> {
+        let task = self.triage_task(alarm_id)?;
+        Ok(self.run(task, None).await?)
+    }
+
+    pub fn triage_task(&self, alarm_id: i64) -> anyhow::Result<Task> {
+        let db = self.store.read()?;
+        let row: Option<(Value, String, Option<String>, String)> = db
+            .query_row(
+                "SELECT json_object('alarm_id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code,
+                        'severity', severity, 'state', state, 'value', value, 'threshold', threshold,
+                        'raised_at', strftime('%Y-%m-%dT%H:%M:%SZ', raised_at, 'unixepoch'),
+                        'reraise_count', reraise_count, 'message', message),
+                        asset_id, sensor_id, code
+                 FROM alarms WHERE id = ?1",
+                [alarm_id],
+                |r| Ok((serde_json::from_str(&r.get::<_, String>(0)?).unwrap_or(Value::Null), r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()?;
+        let (record, asset, sensor, code) = row.with_context(|| format!("no alarm {alarm_id}; list alarms with `twinops tools call list_alarms`"))?;
+        Ok(Task {
+            profile: Profile::triage(),
+            trigger: format!("alarm:{alarm_id}"),
+            facts: TaskFacts { alarm_id: Some(alarm_id), asset_id: Some(asset), sensor_id: sensor, code: Some(code), question: None },
+            user_message: format!(
+                "Triage alarm {alarm_id}. The alarm record, as the SCADA system sent it:\n{}",
+                as_data("alarm", &serde_json::to_string_pretty(&record).unwrap_or_default())
+            ),
+        })
+    }
+
+    /// One chat turn for an operator.
+    pub async fn ask(&self, question: &str, user: &str, stream: Option<UnboundedSender<String>>) -> anyhow::Result<RunReport> {
+        let task = self.chat_task(question, user)?;
+        Ok(self.run(task, stream).await?)
+    }
+
+    pub fn chat_task(&self, question: &str, user: &str) -> anyhow::Result<Task> {
+        let len = question.chars().count();
+        anyhow::ensure!(!question.trim().is_empty(), "the question is empty");
+        anyhow::ensure!(
+            len <= self.limits.max_chat_chars,
+            "the question is {len} characters; the limit is {} (llm.limits.max_chat_chars). Ask about one thing at a time.",
+            self.limits.max_chat_chars
+        );
+        Ok(Task {
+            profile: Profile::chat(),
+            trigger: format!("user:{user}"),
+            facts: TaskFacts { question: Some(question.to_string()), ..TaskFacts::default() },
+            user_message: format!("Operator {user} asks:\n{}", as_data("operator", question)),
+        })
+    }
+
+    /// Runs a task to one of the four outcomes. Errors only if the audit trail cannot
+    /// be written: a run that cannot be audited must not publish.
+    pub async fn run(&self, task: Task, stream: Option<UnboundedSender<String>>) -> Result<RunReport, StoreError> {
+        let mut audit = Audit::start(self.store.writer().clone(), task.profile.name, &task.trigger, task.facts.alarm_id, Timestamp::now()).await?;
+        let mut run = RunState::new(self, &task, audit.run_id());
+        let outcome = run.go(&mut audit, stream).await;
+        let report = run.report(outcome);
+        let error = (report.outcome == Outcome::Failed).then(|| run.last_error.clone()).flatten();
+        audit.finish(report.outcome.as_str(), report.provider.as_deref(), (report.usage.input_tokens, report.usage.output_tokens), error).await?;
+        Ok(report)
+    }
+}
+
+/// The mutable state of one run.
+struct RunState<'a> {
+    agent: &'a Agent,
+    task: &'a Task,
+    run_id: i64,
+    messages: Vec<Message>,
+    offered: Vec<ToolSpec>,
+    deadline: Instant,
+    usage: Usage,
+    model_calls: u32,
+    tool_calls: u32,
+    per_tool: HashMap<String, u32>,
+    repeats: HashMap<String, u32>,
+    link_floor: usize,
+    degraded: bool,
+    provider: Option<String>,
+    output_repair_used: bool,
+    answer: Option<String>,
+    note: Option<TriageNote>,
+    flags: Vec<String>,
+    last_error: Option<String>,
+}
+
+impl<'a> RunState<'a> {
+    fn new(agent: &'a Agent, task: &'a Task, run_id: i64) -> RunState<'a> {
+        let offered = agent
+            .tools
+            .iter()
+            .filter(|t| task.profile.tools.iter().any(|n| n == t.name))
+            .map(|t| ToolSpec { name: t.name.to_string(), description: t.description.to_string(), schema: t.schema.clone() })
+            .collect();
+        RunState {
+            agent, task, run_id,
+            messages: vec![
+                Message::System { content: task.profile.system_prompt.to_string() },
+                Message::User { content: task.user_message.clone() },
+            ],
+            offered,
+            deadline: Instant::now() + Duration::from_secs(agent.limits.deadline_secs),
+            usage: Usage::default(), model_calls: 0, tool_calls: 0,
+            per_tool: HashMap::new(), repeats: HashMap::new(),
+            link_floor: 0, degraded: false, provider: None, output_repair_used: false,
+            answer: None, note: None, flags: Vec::new(), last_error: None,
+        }
+    }
+
+    fn report(&self, outcome: Outcome) -> RunReport {
+        RunReport {
+            run_id: self.run_id, outcome, answer: self.answer.clone(), note: self.note.clone(), flags: self.flags.clone(),
+            provider: self.provider.clone(), model_calls: self.model_calls, tool_calls: self.tool_calls, usage: self.usage,
+        }
+    }
+
+    fn budget_exceeded(&mut self, what: &str) -> Outcome {
+        self.flags.push("partial".into());
+        self.flags.push(format!("budget:{what}"));
+        if self.answer.is_none() {
+            self.answer = self.messages.iter().rev().find_map(|m| match m {
+                Message::Assistant { content: Some(t), .. } => Some(t.clone()),
+                _ => None,
+            });
+        }
+        Outcome::BudgetExceeded
+    }
+
+    async fn go(&mut self, audit: &mut Audit, stream: Option<UnboundedSender<String>>) -> Outcome {
+        let limits = &self.agent.limits;
+        for _ in 0..limits.max_steps {
+            if Instant::now() >= self.deadline {
+                return self.budget_exceeded("deadline");
+            }
+            if self.usage.input_tokens + self.usage.output_tokens >= limits.max_tokens {
+                return self.budget_exceeded("tokens");
+            }
+            self.fit_context(audit);
+            let request = ModelRequest {
+                messages: self.messages.clone(),
+                tools: self.offered.clone(),
+                max_tokens: limits.max_output_tokens,
+                final_schema: self.task.profile.structured_note.then(TriageNote::schema),
+                task: self.task.facts.clone(),
+                stream: stream.clone(),
+                timeout: Duration::from_secs(limits.model_timeout_secs),
+            };
+            let mut attempts = Vec::new();
+            let served = self.agent.chain.complete(&request, self.link_floor, self.deadline, &mut attempts).await;
+            self.model_calls += 1;
+            for a in &attempts {
+                let (result, is_error, tokens) = match &a.result {
+                    Ok(r) => (json!({"text": r.text, "tool_calls": r.tool_calls, "finish": r.finish}).to_string(), false, Some((r.usage.input_tokens, r.usage.output_tokens))),
+                    Err(e) => (e.to_string(), true, None),
+                };
+                let arguments = json!({"messages": request.messages.len(), "tools": request.tools.len(), "waited_ms": a.waited.as_millis() as u64}).to_string();
+                audit.record(Step { kind: StepKind::ModelCall, name: a.provider.clone(), arguments: Some(arguments), result: Some(result), is_error, latency: a.latency, tokens });
+            }
+            let served = match served {
+                Ok(s) => s,
+                Err(e) => {
+                    self.last_error = Some(e.to_string());
+                    if Instant::now() >= self.deadline {
+                        return self.budget_exceeded("deadline");
+                    }
+                    return Outcome::Failed;
+                }
+            };
+            if served.link > 0 {
+                self.degraded = true;
+                self.link_floor = served.link;
+            }
+            self.provider = Some(served.provider.clone());
+            let reply = served.reply;
+            self.usage.input_tokens += reply.usage.input_tokens;
+            self.usage.output_tokens += reply.usage.output_tokens;
+            self.messages.push(Message::Assistant { content: reply.text.clone(), tool_calls: reply.tool_calls.clone() });
+
+            if reply.tool_calls.is_empty() {
+                let text = reply.text.unwrap_or_default();
+                match self.check_final(&text) {
+                    Ok(()) => {}
+                    Err(problem) if !self.output_repair_used => {
+                        self.output_repair_used = true;
+                        audit.record(guardrail("output_check", &problem, "repair turn requested"));
+                        self.messages.push(Message::User { content: format!("{problem} Correct this and give your final answer again.") });
+                        if let Err(e) = audit.flush().await {
+                            tracing::error!(stage = "agent", error = %e, "audit flush failed");
+                        }
+                        continue;
+                    }
+                    Err(problem) => {
+                        let flag = if problem.starts_with("Your answer is not a valid triage note") { "invalid_note" } else { "ungrounded" };
+                        self.flags.push(flag.into());
+                        audit.record(guardrail("output_check", &problem, &format!("published flagged {flag}")));
+                    }
+                }
+                if self.task.profile.structured_note {
+                    self.note = TriageNote::parse(&text).ok();
+                }
+                self.answer = Some(text);
+                return if self.degraded { Outcome::Degraded } else { Outcome::Final };
+            }
+
+            let results = self.run_tools(&reply.tool_calls, audit).await;
+            for (call, output) in reply.tool_calls.iter().zip(results) {
+                self.messages.push(Message::Tool { call_id: call.id.clone(), name: call.name.clone(), content: output.content, is_error: output.is_error });
+            }
+            if let Err(e) = audit.flush().await {
+                tracing::error!(stage = "agent", error = %e, "audit flush failed");
+            }
+        }
+        self.budget_exceeded("steps")
+    }
+
+    /// The output contract: a triage answer parses as a note; every number is observed;
+    /// every citation resolves. Returns the message for the repair turn.
+    fn check_final(&self, text: &str) -> Result<(), String> {
+        if self.task.profile.structured_note
+            && let Err(e) = TriageNote::parse(text)
+        {
+            return Err(format!(
+                "Your answer is not a valid triage note ({e}). Reply with only the JSON object: summary, urgency (immediate, urgent, soon or monitor), likely_causes, recommended_actions, proposed_work_order, evidence."
+            ));
+        }
+        // What the model was shown or chose itself: tool results, user turns, and the
+        // arguments of its own tool calls (it may say "over the last 48 hours").
+        let arguments: Vec<String> = self
+            .messages
+            .iter()
+            .flat_map(|m| match m {
+                Message::Assistant { tool_calls, .. } => tool_calls.iter().map(ToolCall::arguments_text).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let observed: Vec<&str> = self
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { content, .. } | Message::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .chain(arguments.iter().map(String::as_str))
+            .collect();
+        let mut problems = Vec::new();
+        let numbers = ungrounded_numbers(text, &observed);
+        if !numbers.is_empty() {
+            problems.push(format!(
+                "These numbers in your answer appear in no tool result: {}. Every figure must come from a tool result; call a tool for it or leave it out.",
+                numbers.join(", ")
+            ));
+        }
+        let db = self.agent.store.read().map_err(|e| e.to_string())?;
+        let unresolved: Vec<String> = citations(text)
+            .into_iter()
+            .filter(|c| {
+                let Ok(c) = crate::domain::Citation::parse(c) else { return true };
+                db.query_row(
+                    "SELECT 1 FROM chunks ch JOIN documents d ON d.id = ch.document_id WHERE d.path = ?1 AND ch.seq = ?2",
+                    rusqlite::params![c.path(), c.seq()],
+                    |_| Ok(()),
+                )
+                .optional()
+                .ok()
+                .flatten()
+                .is_none()
+            })
+            .collect();
+        if !unresolved.is_empty() {
+            problems.push(format!(
+                "These citations do not exist: {}. Cite only keys that search_docs or read_doc returned.",
+                unresolved.join(", ")
+            ));
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems.join(" ")) }
+    }
+
+    /// Keeps the conversation inside the context budget: the oldest tool results are
+    /// shortened first; the system prompt and the latest user turn are never touched.
+    fn fit_context(&mut self, audit: &mut Audit) {
+        let budget = self.agent.limits.context_budget_chars;
+        let size = |m: &Message| match m {
+            Message::System { content } | Message::User { content } => content.len(),
+            Message::Assistant { content, tool_calls } => {
+                content.as_ref().map_or(0, String::len) + tool_calls.iter().map(|c| c.arguments_text().len() + c.name.len()).sum::<usize>()
+            }
+            Message::Tool { content, .. } => content.len(),
+        };
+        let mut total: usize = self.messages.iter().map(size).sum();
+        let mut elided = 0;
+        // The newest turn's results stay whole: the model has not seen them yet.
+        let protect_from = self.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. })).unwrap_or(self.messages.len());
+        for m in self.messages.iter_mut().take(protect_from) {
+            if total <= budget {
+                break;
+            }
+            if let Message::Tool { content, name, .. } = m
+                && content.len() > 200
+            {
+                let before = content.len();
+                *content = format!("[earlier {name} result elided to fit the context budget; call the tool again if you need it]");
+                total = total - before + content.len();
+                elided += 1;
+            }
+        }
+        if elided > 0 {
+            audit.record(guardrail("context_budget", &format!("{elided} old tool result(s)"), "elided"));
+        }
+    }
+
+    /// Checks and runs one turn's tool calls; returns one output per call, in order.
+    async fn run_tools(&mut self, calls: &[ToolCall], audit: &mut Audit) -> Vec<ToolOutput> {
+        let limits = &self.agent.limits;
+        let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
+        let mut reads = Vec::new();
+        let mut proposals = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            match self.admit(call) {
+                Err((guard, message)) => {
+                    audit.record(guardrail(guard, &format!("{} {}", call.name, call.arguments_text()), &message));
+                    outputs[i] = Some(ToolOutput { content: message, is_error: true });
+                }
+                Ok((def, args)) => {
+                    if def.access == Access::Propose {
+                        proposals.push((i, def, args));
+                    } else {
+                        reads.push((i, def, args));
+                    }
+                }
+            }
+        }
+        // Reads run concurrently; proposals one at a time, after the reads.
+        let timeout = Duration::from_millis(limits.tool_timeout_ms);
+        let handles: Vec<_> = reads.into_iter().map(|(i, def, args)| (i, def.clone(), args.clone(), self.spawn_tool(def, args))).collect();
+        for (i, def, args, handle) in handles {
+            outputs[i] = Some(self.finish_tool(&def, &args, handle, timeout, audit).await);
+        }
+        for (i, def, args) in proposals {
+            let handle = self.spawn_tool(def.clone(), args.clone());
+            outputs[i] = Some(self.finish_tool(&def, &args, handle, timeout, audit).await);
+        }
+        outputs.into_iter().map(|o| o.expect("every call answered")).collect()
+    }
+
+    /// The guardrails a call passes before it may run, in order.
+    fn admit(&mut self, call: &ToolCall) -> Result<(Arc<ToolDef>, Value), (&'static str, String)> {
+        let limits = &self.agent.limits;
+        let Some(def) = self.agent.tools.iter().find(|t| t.name == call.name && self.offered.iter().any(|o| o.name == call.name)) else {
+            let known = self.agent.tools.iter().any(|t| t.name == call.name);
+            let offered: Vec<&str> = self.offered.iter().map(|o| o.name.as_str()).collect();
+            let message = if known {
+                format!("Tool '{}' is not available for this task and was not run. Available tools: {}.", call.name, offered.join(", "))
+            } else {
+                format!("There is no tool named '{}'. Available tools: {}.", call.name, offered.join(", "))
+            };
+            return Err(("allow_list", message));
+        };
+        let args = match &call.arguments {
+            Ok(v) => v.clone(),
+            Err(raw) => {
+                let shown: String = raw.chars().take(200).collect();
+                return Err(("arguments_json", format!(
+                    "The arguments of your {} call were not a valid JSON object: {shown}. Send the call again with the arguments as one JSON object, e.g. {{\"asset_id\": \"PUMP-007\"}}.",
+                    call.name
+                )));
+            }
+        };
+        if let Some(validator) = self.agent.validators.get(def.name) {
+            let errors: Vec<String> = validator
+                .iter_errors(&args)
+                .map(|e| {
+                    let at = e.instance_path().to_string();
+                    if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+                })
+                .collect();
+            if !errors.is_empty() {
+                return Err(("schema", format!("Invalid arguments for {}: {}. Fix them and call again.", def.name, errors.join("; "))));
+            }
+        }
+        if self.tool_calls >= limits.max_tool_calls {
+            return Err(("tool_budget", format!(
+                "The tool-call budget of this run ({}) is spent; {} was not run. Finish your answer with what you have.",
+                limits.max_tool_calls, def.name
+            )));
+        }
+        let used = self.per_tool.entry(def.name.to_string()).or_default();
+        if *used >= limits.max_calls_per_tool {
+            return Err(("per_tool_limit", format!(
+                "{} has been called {used} times in this run, the limit; it was not run. Use the results you have or another tool.",
+                def.name
+            )));
+        }
+        let key = format!("{}:{}", def.name, canonical(&args));
+        let seen = self.repeats.entry(key).or_default();
+        *seen += 1;
+        if *seen >= 3 {
+            return Err(("repeat", format!(
+                "You already called {} with exactly these arguments twice; the result will not change. Change the arguments, use another tool, or finish your answer.",
+                def.name
+            )));
+        }
+        *self.per_tool.get_mut(def.name).expect("inserted") += 1;
+        self.tool_calls += 1;
+        Ok((Arc::clone(def), args))
+    }
+
+    /// Starts a tool on the blocking pool; returns its handle and when it started.
+    fn spawn_tool(&self, def: Arc<ToolDef>, args: Value) -> (tokio::task::JoinHandle<ToolOutput>, Instant) {
+        let (store, docs, approvals) = (self.agent.store.clone(), self.agent.docs.clone(), self.agent.approvals.clone());
+        let (now, run_id, max_chars) = ((self.agent.clock)(), self.run_id, self.agent.limits.max_result_chars);
+        let handle = tokio::task::spawn_blocking(move || run_blocking(&store, &docs, &approvals, now, run_id, &def, args, max_chars));
+        (handle, Instant::now())
+    }
+
+    async fn finish_tool(
+        &self,
+        def: &ToolDef,
+        args: &Value,
+        (handle, started): (tokio::task::JoinHandle<ToolOutput>, Instant),
+        timeout: Duration,
+        audit: &mut Audit,
+    ) -> ToolOutput {
+        // The timeout runs from the tool's start, not from when this turn awaits it.
+        let remaining = timeout.saturating_sub(started.elapsed());
+        let output = match tokio::time::timeout(remaining, handle).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(join)) => {
+                tracing::error!(stage = "agent", tool = def.name, error = %join, "tool task panicked");
+                ToolOutput { content: format!("{} failed on an internal error (logged for the operators). Continue without it and say so.", def.name), is_error: true }
+            }
+            Err(_) => {
+                audit.record(guardrail("tool_timeout", &format!("{} {args}", def.name), &format!("no result within {} ms", timeout.as_millis())));
+                ToolOutput {
+                    content: format!("{} did not answer within {} ms and was abandoned. Try once more with a narrower request, or continue without it.", def.name, timeout.as_millis()),
+                    is_error: true,
+                }
+            }
+        };
+        let (redacted, hits) = redact(&output.content);
+        if hits > 0 {
+            audit.record(guardrail("redaction", def.name, &format!("{hits} e-mail address(es) or phone number(s) removed")));
+        }
+        let content = if output.is_error { redacted } else { as_data(&format!("tool:{}", def.name), &redacted) };
+        audit.record(Step {
+            kind: StepKind::ToolCall, name: def.name.to_string(), arguments: Some(args.to_string()), result: Some(content.clone()),
+            is_error: output.is_error, latency: started.elapsed(), tokens: None,
+        });
+        ToolOutput { content, is_error: output.is_error }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_blocking(store: &Store, docs: &DocIndex, approvals: &Approvals, now: Timestamp, run_id: i64, def: &ToolDef, args: Value, max_chars: usize) -> ToolOutput {
+    let db = match store.read() {
+        Ok(db) => db,
+        Err(e) => {
+            tracing::error!(stage = "agent", error = %e, "no read connection for a tool");
+            return ToolOutput { content: format!("{} could not reach the database. Try again shortly.", def.name), is_error: true };
+        }
+    };
+    let ctx = ToolContext { db: &db, docs, approvals, now, caller: Proposer::Run(run_id) };
+    def.call_with_limit(&ctx, args, max_chars)
+}
+
+fn guardrail(name: &str, subject: &str, decision: &str) -> Step {
+    Step {
+        kind: StepKind::Guardrail, name: name.to_string(), arguments: Some(subject.to_string()), result: Some(decision.to_string()),
+        is_error: false, latency: Duration::ZERO, tokens: None,
+    }
+}
+
+/// A JSON value with object keys sorted, so equal arguments compare equal.
+fn canonical(v: &Value) -> String {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys.iter().map(|k| format!("{}:{}", json!(k), canonical(&map[*k]))).collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,234 @@
+//! Configuration: `twinops.toml`, then `TWINOPS_*` environment variables, validated at
+//! start-up. Unknown keys are refused and every error names its key. Secrets are a
+//! [`Secret`] that never prints.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use crate::agent::openai::ToolMode;
+
+/// A secret value (an API key). Debug and Display print `[redacted]`.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    Openai,
+    Anthropic,
+    Rules,
+}
+
+/// One link of the model chain.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Read the key from this file (trimmed); for systemd credentials and the like.
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// openai only: `native` tool calls or `json` mode for models without them.
+    #[serde(default = "native")]
+    pub tool_mode: ToolMode,
+    /// openai only: ask for the triage note with `response_format` JSON schema.
+    #[serde(default)]
+    pub structured_output: bool,
+}
+
+fn native() -> ToolMode {
+    ToolMode::Native
+}
+
+/// Bounds on one agent run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentLimits {
+    pub max_steps: u32,
+    pub max_tool_calls: u32,
+    pub max_calls_per_tool: u32,
+    pub max_tokens: u64,
+    pub max_output_tokens: u32,
+    pub deadline_secs: u64,
+    pub model_timeout_secs: u64,
+    pub tool_timeout_ms: u64,
+    pub max_retries: u32,
+    pub max_result_chars: usize,
+    pub context_budget_chars: usize,
+    pub max_chat_chars: usize,
+    pub breaker_failures: u32,
+    pub breaker_cooldown_secs: u64,
+}
+
+impl Default for AgentLimits {
+    fn default() -> Self {
+        AgentLimits {
+            max_steps: 10,
+            max_tool_calls: 24,
+            max_calls_per_tool: 8,
+            max_tokens: 60_000,
+            max_output_tokens: 1_500,
+            deadline_secs: 120,
+            model_timeout_secs: 60,
+            tool_timeout_ms: 5_000,
+            max_retries: 3,
+            max_result_chars: 12_000,
+            context_budget_chars: 96_000,
+            max_chat_chars: 4_000,
+            breaker_failures: 3,
+            breaker_cooldown_secs: 30,
+        }
+    }
+}
+
+/// The `[llm]` part of `twinops.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Providers tried in order; the `rules` model is always appended as the floor.
+    #[serde(default)]
+    pub chain: Vec<ProviderConfig>,
+    #[serde(default)]
+    pub limits: AgentLimits,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub llm: LlmConfig,
+}
+
+impl Config {
+    /// Reads `path` if it exists, then applies `TWINOPS_LLM_*` from `env`.
+    pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Config> {
+        let mut config: Config = match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str(&text).with_context(|| format!("in {}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Config::default(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        config.apply_env(env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// `TWINOPS_LLM_KIND` (with `_BASE_URL`, `_MODEL`, `_API_KEY`, `_API_KEY_FILE`)
+    /// replaces the chain with one provider.
+    fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+        let Some(kind) = env("TWINOPS_LLM_KIND") else {
+            for key in ["TWINOPS_LLM_BASE_URL", "TWINOPS_LLM_MODEL", "TWINOPS_LLM_API_KEY"] {
+                if env(key).is_some() {
+                    bail!("{key} is set but TWINOPS_LLM_KIND is not; set TWINOPS_LLM_KIND to openai, anthropic or rules");
+                }
+            }
+            return Ok(());
+        };
+        let kind = match kind.as_str() {
+            "openai" => ProviderKind::Openai,
+            "anthropic" => ProviderKind::Anthropic,
+            "rules" => ProviderKind::Rules,
+            other => bail!("TWINOPS_LLM_KIND: '{other}' is not a provider; use openai, anthropic or rules"),
+        };
+        self.llm.chain = vec![ProviderConfig {
+            kind,
+            base_url: env("TWINOPS_LLM_BASE_URL"),
+            model: env("TWINOPS_LLM_MODEL"),
+            api_key: env("TWINOPS_LLM_API_KEY").map(Secret::new),
+            api_key_file: env("TWINOPS_LLM_API_KEY_FILE").map(PathBuf::from),
+            tool_mode: match env("TWINOPS_LLM_TOOL_MODE").as_deref() {
+                None | Some("native") => ToolMode::Native,
+                Some("json") => ToolMode::Json,
+                Some(other) => bail!("TWINOPS_LLM_TOOL_MODE: '{other}' is not a tool mode; use native or json"),
+            },
+            structured_output: env("TWINOPS_LLM_STRUCTURED_OUTPUT").is_some_and(|v| v == "true" || v == "1"),
+        }];
+        Ok(())
+    }
+
+    fn validate(&mut self) -> anyhow::Result<()> {
+        for (i, p) in self.llm.chain.iter_mut().enumerate() {
+            let at = format!("llm.chain[{i}]");
+            if p.kind != ProviderKind::Rules && p.model.as_deref().is_none_or(str::is_empty) {
+                bail!("{at}.model is required for {:?} (e.g. gpt-4o-mini, llama3.1:8b, claude-sonnet-4-5)", p.kind);
+            }
+            if let Some(file) = &p.api_key_file {
+                let key = std::fs::read_to_string(file).with_context(|| format!("{at}.api_key_file: reading {}", file.display()))?;
+                p.api_key = Some(Secret::new(key.trim()));
+            }
+            if let Some(url) = &p.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                bail!("{at}.base_url must start with http:// or https://, got '{url}'");
+            }
+        }
+        let l = &self.llm.limits;
+        for (key, value) in [("max_steps", l.max_steps as u64), ("max_tool_calls", l.max_tool_calls as u64), ("deadline_secs", l.deadline_secs)] {
+            if value == 0 {
+                bail!("llm.limits.{key} must be at least 1");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn env_overrides_and_errors_name_the_key() {
+        let missing = Path::new("/nonexistent/twinops.toml");
+        let c = Config::load(missing, &env(&[("TWINOPS_LLM_KIND", "openai"), ("TWINOPS_LLM_MODEL", "m"), ("TWINOPS_LLM_API_KEY", "sk-1")])).unwrap();
+        assert_eq!(c.llm.chain[0].kind, ProviderKind::Openai);
+        assert_eq!(format!("{:?}", c.llm.chain[0].api_key), "Some([redacted])");
+        let err = Config::load(missing, &env(&[("TWINOPS_LLM_KIND", "gpt")])).unwrap_err().to_string();
+        assert!(err.contains("TWINOPS_LLM_KIND"), "{err}");
+        let err = Config::load(missing, &env(&[("TWINOPS_LLM_KIND", "openai")])).unwrap_err().to_string();
+        assert!(err.contains("llm.chain[0].model is required"), "{err}");
+        let err = Config::load(missing, &env(&[("TWINOPS_LLM_MODEL", "m")])).unwrap_err().to_string();
+        assert!(err.contains("TWINOPS_LLM_KIND is not"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("twinops.toml");
+        std::fs::write(&path, "[llm]\nchain = [{ kind = \"openai\", model = \"m\", temprature = 0.2 }]\n").unwrap();
+        let err = format!("{:#}", Config::load(&path, &|_| None).unwrap_err());
+        assert!(err.contains("temprature"), "{err}");
+    }
+}
