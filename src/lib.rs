@@ -23,6 +23,7 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod rag;
+pub mod scripted;
 pub mod seed;
 pub mod store;
 pub mod tools;

@@ -402,7 +402,7 @@ impl<'a> RunState<'a> {
                 "Your answer is not a valid triage note ({e}). Reply with only the JSON object: summary, urgency (immediate, urgent, soon or monitor), likely_causes, recommended_actions, proposed_work_order, evidence."
             ));
         }
-        // What the model was shown or chose itself: tool results, user turns, and the
+        // What the model was shown or chose itself: tool results, the task, and the
         // arguments of its own tool calls (it may say "over the last 48 hours").
         let arguments: Vec<String> = self
             .messages
@@ -412,13 +412,15 @@ impl<'a> RunState<'a> {
                 _ => Vec::new(),
             })
             .collect();
+        // Not the harness's own repair turns: they quote the very numbers in question.
         let observed: Vec<&str> = self
             .messages
             .iter()
             .filter_map(|m| match m {
-                Message::Tool { content, .. } | Message::User { content } => Some(content.as_str()),
+                Message::Tool { content, .. } => Some(content.as_str()),
                 _ => None,
             })
+            .chain(std::iter::once(self.task.user_message.as_str()))
             .chain(arguments.iter().map(String::as_str))
             .collect();
         let mut problems = Vec::new();

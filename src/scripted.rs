@@ -1,0 +1,329 @@
+//! A scripted model server for tests and benchmarks: the one stand-in for the LLM.
+//!
+//! It speaks the OpenAI Chat Completions (`POST /v1/chat/completions`, streamed or not)
+//! and Anthropic Messages (`POST /v1/messages`) wire formats over real HTTP on a local
+//! port, answers each request with the next step of a script, and records every
+//! request body. Like the real APIs, it rejects (400) a conversation whose tool results
+//! do not answer the previous assistant turn's tool calls exactly.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue, Response, StatusCode};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A final text answer.
+    Text(String),
+    /// Tool calls: (id, name, arguments as the JSON text the model "wrote").
+    ToolCalls(Vec<(String, String, String)>),
+    /// An HTTP error with headers (e.g. 429 with `retry-after`).
+    Status { status: u16, headers: Vec<(String, String)>, body: String },
+    /// Wait this long, then give the next reply (for timeouts).
+    Delay(Duration, Box<Reply>),
+}
+
+impl Reply {
+    pub fn text(s: &str) -> Reply {
+        Reply::Text(s.to_string())
+    }
+
+    /// One tool call with JSON arguments.
+    pub fn call(id: &str, name: &str, args: Value) -> Reply {
+        Reply::ToolCalls(vec![(id.to_string(), name.to_string(), args.to_string())])
+    }
+
+    pub fn calls(calls: &[(&str, &str, Value)]) -> Reply {
+        Reply::ToolCalls(calls.iter().map(|(i, n, a)| (i.to_string(), n.to_string(), a.to_string())).collect())
+    }
+
+    pub fn status(status: u16, headers: &[(&str, &str)]) -> Reply {
+        Reply::Status {
+            status,
+            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            body: json!({"error": {"message": format!("scripted {status}"), "type": "scripted"}}).to_string(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    replies: VecDeque<Reply>,
+    /// Replayed from the start when the script runs out (benchmarks); else errors.
+    cycle: Vec<Reply>,
+    requests: Vec<Value>,
+}
+
+/// A running scripted server. Stops when dropped.
+pub struct ScriptedServer {
+    addr: SocketAddr,
+    script: Arc<Mutex<Script>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ScriptedServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ScriptedServer {
+    /// Starts on 127.0.0.1 and a free port, with `replies` played once.
+    pub async fn start(replies: Vec<Reply>) -> ScriptedServer {
+        ScriptedServer::start_with(replies, Vec::new()).await
+    }
+
+    /// Starts with a script replayed forever (for benchmarks).
+    pub async fn cycling(replies: Vec<Reply>) -> ScriptedServer {
+        ScriptedServer::start_with(Vec::new(), replies).await
+    }
+
+    async fn start_with(replies: Vec<Reply>, cycle: Vec<Reply>) -> ScriptedServer {
+        let script = Arc::new(Mutex::new(Script { replies: replies.into(), cycle, requests: Vec::new() }));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .route("/v1/messages", post(anthropic))
+            .with_state(Arc::clone(&script));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a local port");
+        let addr = listener.local_addr().expect("local address");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        ScriptedServer { addr, script, task }
+    }
+
+    /// Base URL for the `openai` provider.
+    pub fn openai_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Base URL for the `anthropic` provider.
+    pub fn anthropic_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request body received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.script.lock().expect("script lock").requests.clone()
+    }
+
+    pub fn push(&self, replies: Vec<Reply>) {
+        self.script.lock().expect("script lock").replies.extend(replies);
+    }
+}
+
+fn next_reply(script: &Mutex<Script>, body: &Value) -> Option<Reply> {
+    let mut s = script.lock().expect("script lock");
+    s.requests.push(body.clone());
+    if s.replies.is_empty() && !s.cycle.is_empty() {
+        let cycle = s.cycle.clone();
+        s.replies.extend(cycle);
+    }
+    s.replies.pop_front()
+}
+
+fn json_response(status: u16, body: Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("response")
+}
+
+fn error_response(status: u16, headers: &[(String, String)], body: &str) -> Response<Body> {
+    let mut r = Response::builder().status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::from_str(v)) {
+            r = r.header(k, v);
+        }
+    }
+    r.header("content-type", "application/json").body(Body::from(body.to_string())).expect("response")
+}
+
+fn bad_request(message: String) -> Response<Body> {
+    json_response(400, json!({"error": {"message": message, "type": "invalid_request_error"}}))
+}
+
+/// Resolves delays, then returns the reply to give.
+async fn resolve(mut reply: Reply) -> Reply {
+    while let Reply::Delay(wait, next) = reply {
+        tokio::time::sleep(wait).await;
+        reply = *next;
+    }
+    reply
+}
+
+fn tokens(text: &str) -> u64 {
+    (text.len() as u64 / 4).max(1)
+}
+
+/// Checks OpenAI's rule: an assistant turn with tool_calls is followed by exactly one
+/// tool message per call id, before anything else.
+fn check_openai_tool_ids(messages: &[Value]) -> Result<(), String> {
+    let mut i = 0;
+    while i < messages.len() {
+        let calls: Vec<String> = messages[i]["tool_calls"]
+            .as_array()
+            .map(|c| c.iter().filter_map(|c| c["id"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        i += 1;
+        if calls.is_empty() {
+            continue;
+        }
+        let mut answered = Vec::new();
+        while i < messages.len() && messages[i]["role"] == "tool" {
+            let id = messages[i]["tool_call_id"].as_str().unwrap_or_default().to_string();
+            if !calls.contains(&id) || answered.contains(&id) {
+                return Err(format!("Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls'; unexpected tool_call_id '{id}'"));
+            }
+            answered.push(id);
+            i += 1;
+        }
+        if answered.len() != calls.len() {
+            return Err(format!(
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. Missing: {:?}",
+                calls.iter().filter(|c| !answered.contains(c)).collect::<Vec<_>>()
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn openai(State(script): State<Arc<Mutex<Script>>>, body: axum::body::Bytes) -> Response<Body> {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return bad_request("body is not JSON".into());
+    };
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    if let Err(e) = check_openai_tool_ids(&messages) {
+        script.lock().expect("script lock").requests.push(body);
+        return bad_request(e);
+    }
+    let Some(reply) = next_reply(&script, &body) else {
+        return json_response(500, json!({"error": {"message": "the script is exhausted"}}));
+    };
+    let input = tokens(&body["messages"].to_string());
+    let (text, calls) = match resolve(reply).await {
+        Reply::Status { status, headers, body } => return error_response(status, &headers, &body),
+        Reply::Text(t) => (Some(t), Vec::new()),
+        Reply::ToolCalls(c) => (None, c),
+        Reply::Delay(..) => unreachable!("resolved"),
+    };
+    let output = tokens(text.as_deref().unwrap_or_default()) + calls.iter().map(|c| tokens(&c.2)).sum::<u64>();
+    let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+    if body["stream"] == true {
+        return openai_stream(text, calls, finish, input, output);
+    }
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+        .collect();
+    let mut message = json!({"role": "assistant", "content": text});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    json_response(200, json!({
+        "id": "chatcmpl-scripted", "object": "chat.completion", "model": body["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output},
+    }))
+}
+
+/// The same reply as Server-Sent Events: text in small deltas, each tool call's name
+/// first and its arguments in two fragments, then the finish reason and usage.
+fn openai_stream(text: Option<String>, calls: Vec<(String, String, String)>, finish: &str, input: u64, output: u64) -> Response<Body> {
+    let mut events: Vec<Value> = Vec::new();
+    let chunk = |delta: Value, finish: Option<&str>| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    events.push(chunk(json!({"role": "assistant", "content": ""}), None));
+    if let Some(t) = text {
+        let chars: Vec<char> = t.chars().collect();
+        for piece in chars.chunks(8) {
+            events.push(chunk(json!({"content": piece.iter().collect::<String>()}), None));
+        }
+    }
+    for (index, (id, name, args)) in calls.iter().enumerate() {
+        events.push(chunk(json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}), None));
+        let mid = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
+        for part in [&args[..mid], &args[mid..]] {
+            events.push(chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": part}}]}), None));
+        }
+    }
+    events.push(chunk(json!({}), Some(finish)));
+    events.push(json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": input, "completion_tokens": output}}));
+    let mut body = String::new();
+    for e in events {
+        body.push_str(&format!("data: {e}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    Response::builder().status(200).header("content-type", "text/event-stream").body(Body::from(body)).expect("response")
+}
+
+/// Checks Anthropic's rule: an assistant turn with tool_use blocks is followed by a
+/// user turn whose tool_result blocks answer exactly those ids.
+fn check_anthropic_tool_ids(messages: &[Value]) -> Result<(), String> {
+    for (i, m) in messages.iter().enumerate() {
+        let uses: Vec<&str> = m["content"]
+            .as_array()
+            .map(|b| b.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect())
+            .unwrap_or_default();
+        if uses.is_empty() {
+            continue;
+        }
+        let results: Vec<&str> = messages
+            .get(i + 1)
+            .and_then(|n| n["content"].as_array())
+            .map(|b| b.iter().filter(|b| b["type"] == "tool_result").filter_map(|b| b["tool_use_id"].as_str()).collect())
+            .unwrap_or_default();
+        let mut a = uses.clone();
+        let mut b = results.clone();
+        a.sort();
+        b.sort();
+        if a != b {
+            return Err(format!("messages.{}: tool_use ids were found without tool_result blocks immediately after: expected {uses:?}, got {results:?}", i + 1));
+        }
+    }
+    Ok(())
+}
+
+async fn anthropic(State(script): State<Arc<Mutex<Script>>>, body: axum::body::Bytes) -> Response<Body> {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return bad_request("body is not JSON".into());
+    };
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    if let Err(e) = check_anthropic_tool_ids(&messages) {
+        script.lock().expect("script lock").requests.push(body);
+        return bad_request(e);
+    }
+    let Some(reply) = next_reply(&script, &body) else {
+        return json_response(500, json!({"type": "error", "error": {"type": "api_error", "message": "the script is exhausted"}}));
+    };
+    let input = tokens(&body["messages"].to_string());
+    let (content, stop) = match resolve(reply).await {
+        Reply::Status { status, headers, body } => return error_response(status, &headers, &body),
+        Reply::Text(t) => (vec![json!({"type": "text", "text": t})], "end_turn"),
+        Reply::ToolCalls(calls) => (
+            calls
+                .iter()
+                .map(|(id, name, args)| {
+                    let input: Value = serde_json::from_str(args).unwrap_or_else(|_| Value::String(args.clone()));
+                    json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                })
+                .collect(),
+            "tool_use",
+        ),
+        Reply::Delay(..) => unreachable!("resolved"),
+    };
+    let output = tokens(&Value::Array(content.clone()).to_string());
+    json_response(200, json!({
+        "id": "msg_scripted", "type": "message", "role": "assistant", "model": body["model"],
+        "content": content, "stop_reason": stop,
+        "usage": {"input_tokens": input, "output_tokens": output},
+    }))
+}
