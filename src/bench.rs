@@ -15,6 +15,92 @@ use crate::store::Store;
 use crate::tools::{self, ToolContext};
 
 #[derive(clap::Args)]
+pub struct AgentBenchArgs {
+    /// Agent runs to time (5 steps each: 4 tool calls, then the answer).
+    #[arg(long, default_value_t = 300)]
+    runs: usize,
+    /// Database to use; seeded with the demo plant if it holds none.
+    #[arg(long, default_value = "data/bench-agent.db")]
+    bench_db: PathBuf,
+    /// Folder holding plant.toml and docs/.
+    #[arg(long, default_value = "seed")]
+    from: PathBuf,
+}
+
+/// The harness's own cost per step: a scripted model that answers at once over real
+/// HTTP, real tools on the seeded twin, audit writes included. Beside it, in the same
+/// run, the bare HTTP round trip to the same server, which any harness pays.
+pub fn agent(args: &AgentBenchArgs) -> anyhow::Result<()> {
+    use crate::agent::openai::{OpenAi, ToolMode};
+    use crate::agent::{Agent, Model};
+    use crate::config::AgentLimits;
+    use crate::scripted::{Reply, ScriptedServer};
+    use std::sync::Arc;
+
+    let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
+    let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
+    if seeded == 0 {
+        seed::seed(&store, &SeedOptions { dir: args.from.clone(), scale: 1, end: Timestamp::now(), days: 7 })?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let script = vec![
+            Reply::call("s1", "get_system_summary", json!({})),
+            Reply::call("s2", "read_doc", json!({"citation": "arp-vibration.md#1"})),
+            Reply::call("s3", "list_assets", json!({"kind": "motor", "limit": 5})),
+            Reply::call("s4", "search_docs", json!({"query": "bearing vibration high"})),
+            Reply::text("Done: the summary, the procedure, the motors and the search are in."),
+        ];
+        let steps_per_run = script.len();
+        let server = ScriptedServer::cycling(script).await;
+        let model: Arc<dyn Model> = Arc::new(OpenAi::new(&server.openai_url(), "scripted", None, ToolMode::Native, false));
+        let agent = Agent::new(store.clone(), vec![model], AgentLimits::default());
+
+        for _ in 0..5 {
+            agent.ask("warm up", "bench", None).await?;
+        }
+        // Baseline, same run: the HTTP exchange alone, replaying a mid-run request body
+        // (a fair size: prompt, tools and three tool results) to a server of the same
+        // code that answers at once.
+        let replay = server.requests().get(3).cloned().context("the warm-up recorded requests")?;
+        let baseline_server = ScriptedServer::cycling(vec![Reply::text("ok")]).await;
+        let baseline_url = format!("{}/chat/completions", baseline_server.openai_url());
+        let client = reqwest::Client::new();
+        let mut bare = Vec::new();
+        for _ in 0..args.runs * steps_per_run {
+            let started = Instant::now();
+            let r = client.post(&baseline_url).json(&replay).send().await?;
+            anyhow::ensure!(r.status().is_success(), "baseline request failed: {}", r.status());
+            r.bytes().await?;
+            bare.push(started.elapsed());
+        }
+
+        let mut per_step = Vec::with_capacity(args.runs);
+        for _ in 0..args.runs {
+            let started = Instant::now();
+            let report = agent.ask("Give me the plant status and the vibration procedure.", "bench", None).await?;
+            anyhow::ensure!(report.model_calls as usize == steps_per_run, "the scripted run took {} steps", report.model_calls);
+            per_step.push(started.elapsed() / steps_per_run as u32);
+        }
+        let h = Percentiles::of(per_step);
+        let b = Percentiles::of(bare);
+        println!("twinops bench agent: {} runs of {steps_per_run} steps (4 tool calls + answer), scripted model over HTTP on loopback, ms", args.runs);
+        println!("{:<40} {:>8} {:>8} {:>8}", "", "p50", "p99", "mean");
+        println!("{:<40} {:>8} {:>8} {:>8}", "harness, per step (HTTP + tools + audit)", ms(h.p50), ms(h.p99), ms(h.mean));
+        println!("{:<40} {:>8} {:>8} {:>8}", "bare HTTP round trip, same request", ms(b.p50), ms(b.p99), ms(b.mean));
+        println!(
+            "{:<40} {:>8} {:>8} {:>8}",
+            "harness own cost per step (difference)",
+            ms(h.p50.saturating_sub(b.p50)),
+            ms(h.p99.saturating_sub(b.p99)),
+            ms(h.mean.saturating_sub(b.mean))
+        );
+        println!("harness per step / bare round trip: {:.2}x at p50", h.p50.as_secs_f64() / b.p50.as_secs_f64());
+        Ok::<_, anyhow::Error>(())
+    })
+}
+
+#[derive(clap::Args)]
 pub struct ToolsBenchArgs {
     /// Copies of the demo plant (100 = about 1,800 assets, 6,000 sensors, 60 million readings).
     #[arg(long, default_value_t = 100)]

@@ -466,3 +466,31 @@ async fn json_tool_mode_for_models_without_tools() {
     assert!(r[0].get("tools").is_none() && r[0]["response_format"]["type"] == "json_schema");
     assert!(last_message(&r[1]).starts_with("Result of get_asset_details"));
 }
+
+/// Chat input over the limit is refused before any model call; the context budget
+/// shortens old tool results first and never the system prompt or the latest turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_input_limit_and_context_budget() {
+    let p = Plant::new();
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+        Reply::call("c2", "get_asset_details", json!({"asset_id": "PUMP-004"})),
+        Reply::call("c3", "get_system_summary", json!({})),
+        Reply::text("PUMP-007 and PUMP-004 are both running."),
+    ])
+    .await;
+    let a = agent(&p, vec![openai(&server)], AgentLimits { context_budget_chars: 6_000, max_chat_chars: 100, ..limits() });
+    let err = a.ask(&"x".repeat(101), "kaur", None).await.unwrap_err().to_string();
+    assert!(err.contains("the question is 101 characters; the limit is 100"), "{err}");
+    assert!(server.requests().is_empty());
+
+    let report = a.ask("Compare PUMP-007 and PUMP-004", "kaur", None).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Final);
+    let last = &server.requests()[3];
+    let messages = last["messages"].as_array().unwrap();
+    assert!(messages[0]["content"].as_str().unwrap().starts_with("You are twinops"), "the system prompt is intact");
+    assert!(messages[1]["content"].as_str().unwrap().contains("Compare PUMP-007 and PUMP-004"));
+    let tools = tool_messages(last);
+    assert!(tools[0].starts_with("[earlier get_asset_details result elided"), "the oldest result went first: {}", tools[0]);
+    assert!(tools.last().unwrap().starts_with("<data source=\"tool:get_system_summary\">"), "the newest result is whole");
+}

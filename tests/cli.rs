@@ -92,3 +92,30 @@ fn seed_into_a_fresh_data_dir_then_refuse_to_seed_again() {
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds a plant"));
 }
+
+/// With no model configured, `twinops triage` uses the offline rules model, prints a
+/// grounded note, and `runs show` prints the run's trace.
+#[test]
+fn triage_without_a_model_uses_the_rules_model_and_runs_show_the_trace() {
+    let p = Plant::new();
+    let alarm = p.count("SELECT id FROM alarms WHERE asset_id = 'PUMP-007' AND cleared_at IS NULL").to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--db").arg(p.db_path())
+        .args(["--config", "/nonexistent/twinops.toml", "triage", &alarm, "--now", common::END])
+        .env_remove("TWINOPS_LLM_KIND")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let note: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(note["summary"].as_str().unwrap().contains("PUMP-007.VIB-DE reads"), "{note}");
+    assert!(note["recommended_actions"].to_string().contains("[arp-vibration.md#1]"));
+    let summary = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(summary.contains("final via rules") && !summary.contains("flagged"), "{summary}");
+
+    let trace = twinops(&p, &["runs", "show", "1"]);
+    let text = stdout(&trace);
+    assert!(text.contains("outcome final, model rules") && text.contains("tool_call  get_sensor_history"), "{text}");
+    let missing = twinops(&p, &["runs", "show", "99"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no agent run 99"));
+}

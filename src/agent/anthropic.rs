@@ -1,5 +1,7 @@
 //! Anthropic's Messages API: `tool_use` blocks out, `tool_result` blocks back.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use super::http::{Http, error_from_response};
@@ -27,7 +29,7 @@ impl Anthropic {
         }
     }
 
-    async fn call(&self, req: &ModelRequest) -> Result<ModelReply, ModelError> {
+    async fn call(&self, req: &ModelRequest, timeout: Duration) -> Result<ModelReply, ModelError> {
         let mut body = json!({"model": self.model, "max_tokens": req.max_tokens, "messages": wire_messages(&req.messages)});
         let system: Vec<&str> = req
             .messages
@@ -42,7 +44,7 @@ impl Anthropic {
                 req.tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.schema})).collect(),
             );
         }
-        let mut request = self.http.client().post(&self.url).timeout(req.timeout).header("anthropic-version", API_VERSION).json(&body);
+        let mut request = self.http.client().post(&self.url).timeout(timeout).header("anthropic-version", API_VERSION).json(&body);
         if let Some(key) = &self.api_key {
             request = request.header("x-api-key", key.expose());
         }
@@ -67,8 +69,8 @@ impl Model for Anthropic {
         &self.name
     }
 
-    fn complete<'a>(&'a self, req: &'a ModelRequest) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
-        Box::pin(self.call(req))
+    fn complete<'a>(&'a self, req: &'a ModelRequest, timeout: Duration) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(self.call(req, timeout))
     }
 }
 

@@ -1,6 +1,9 @@
 //! The audit trail: every run and every step (model call, tool call, guardrail
-//! decision) in `agent_runs` / `agent_steps`. Steps are buffered per turn and written
-//! before the run goes on, so the trail is complete before a note is published.
+//! decision) in `agent_runs` / `agent_steps`. The run row is written when the run
+//! starts; steps are buffered and written with the outcome when it ends (or every
+//! [`FLUSH_AT`] steps), in one transaction, before the run's answer is handed back:
+//! so the trail is complete before any note is published, at one commit per run
+//! instead of one per step.
 
 use std::time::Duration;
 
@@ -37,6 +40,9 @@ pub struct Step {
     pub tokens: Option<(u64, u64)>,
 }
 
+/// Buffered steps that force a write before the run ends.
+pub const FLUSH_AT: usize = 64;
+
 pub struct Audit {
     writer: Writer,
     run_id: i64,
@@ -70,6 +76,11 @@ impl Audit {
         self.pending.push((self.seq, step, Timestamp::now().unix()));
     }
 
+    /// Writes the buffered steps if there are many.
+    pub async fn flush_if_large(&mut self) -> Result<(), StoreError> {
+        if self.pending.len() >= FLUSH_AT { self.flush().await } else { Ok(()) }
+    }
+
     /// Writes the buffered steps.
     pub async fn flush(&mut self) -> Result<(), StoreError> {
         if self.pending.is_empty() {
@@ -78,40 +89,40 @@ impl Audit {
         let steps = std::mem::take(&mut self.pending);
         let run_id = self.run_id;
         let w = self.writer.clone();
-        blocking(move || {
-            w.call(move |c| {
-                let mut stmt = c.prepare_cached(
-                    "INSERT INTO agent_steps (run_id, seq, kind, name, arguments, result, is_error, latency_us, tokens_in, tokens_out, at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                )?;
-                for (seq, s, at) in &steps {
-                    stmt.execute(params![
-                        run_id, seq, s.kind.as_str(), s.name, s.arguments, s.result, s.is_error,
-                        s.latency.as_micros() as i64, s.tokens.map(|t| t.0 as i64), s.tokens.map(|t| t.1 as i64), at
-                    ])?;
-                }
-                Ok::<_, StoreError>(())
-            })
-        })
-        .await
+        blocking(move || w.call(move |c| insert_steps(c, run_id, &steps))).await
     }
 
-    /// Writes the remaining steps and the run's outcome.
+    /// Writes the remaining steps and the run's outcome, in one transaction.
     pub async fn finish(&mut self, outcome: &str, model: Option<&str>, tokens: (u64, u64), error: Option<String>) -> Result<(), StoreError> {
-        self.flush().await?;
+        let steps = std::mem::take(&mut self.pending);
         let (run_id, outcome, model) = (self.run_id, outcome.to_string(), model.map(str::to_string));
         let w = self.writer.clone();
         blocking(move || {
             w.call(move |c| {
-                c.execute(
+                insert_steps(c, run_id, &steps)?;
+                c.prepare_cached(
                     "UPDATE agent_runs SET outcome = ?2, model = ?3, finished_at = ?4, tokens_in = ?5, tokens_out = ?6, error = ?7 WHERE id = ?1",
-                    params![run_id, outcome, model, Timestamp::now().unix(), tokens.0 as i64, tokens.1 as i64, error],
-                )?;
+                )?
+                .execute(params![run_id, outcome, model, Timestamp::now().unix(), tokens.0 as i64, tokens.1 as i64, error])?;
                 Ok::<_, StoreError>(())
             })
         })
         .await
     }
+}
+
+fn insert_steps(c: &rusqlite::Connection, run_id: i64, steps: &[(i64, Step, i64)]) -> Result<(), StoreError> {
+    let mut stmt = c.prepare_cached(
+        "INSERT INTO agent_steps (run_id, seq, kind, name, arguments, result, is_error, latency_us, tokens_in, tokens_out, at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?;
+    for (seq, s, at) in steps {
+        stmt.execute(params![
+            run_id, seq, s.kind.as_str(), s.name, s.arguments, s.result, s.is_error,
+            s.latency.as_micros() as i64, s.tokens.map(|t| t.0 as i64), s.tokens.map(|t| t.1 as i64), at
+        ])?;
+    }
+    Ok(())
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, StoreError> + Send + 'static) -> Result<T, StoreError> {

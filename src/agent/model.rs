@@ -85,8 +85,6 @@ pub struct ModelRequest {
     pub task: TaskFacts,
     /// Streamed text deltas go here when set (chat).
     pub stream: Option<UnboundedSender<String>>,
-    /// Hard limit for this call, from the run's deadline.
-    pub timeout: Duration,
 }
 
 /// The task in structured form. Only the `rules` model reads it.
@@ -168,7 +166,8 @@ pub fn classify_status(status: u16, body: &str) -> ErrorClass {
 pub trait Model: Send + Sync {
     /// `kind:model`, for logs and the audit trail.
     fn name(&self) -> &str;
-    fn complete<'a>(&'a self, req: &'a ModelRequest) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+    /// One call, to be abandoned after `timeout`.
+    fn complete<'a>(&'a self, req: &'a ModelRequest, timeout: Duration) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
 }
 
 #[cfg(test)]

@@ -73,9 +73,9 @@ impl OpenAi {
         body
     }
 
-    async fn call(&self, req: &ModelRequest) -> Result<ModelReply, ModelError> {
+    async fn call(&self, req: &ModelRequest, timeout: Duration) -> Result<ModelReply, ModelError> {
         let body = self.body(req);
-        let mut request = self.http.client().post(&self.url).timeout(req.timeout).json(&body);
+        let mut request = self.http.client().post(&self.url).timeout(timeout).json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key.expose());
         }
@@ -117,8 +117,8 @@ impl Model for OpenAi {
         &self.name
     }
 
-    fn complete<'a>(&'a self, req: &'a ModelRequest) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
-        Box::pin(self.call(req))
+    fn complete<'a>(&'a self, req: &'a ModelRequest, timeout: Duration) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(self.call(req, timeout))
     }
 }
 

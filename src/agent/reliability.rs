@@ -133,6 +133,7 @@ impl Chain {
         req: &ModelRequest,
         from: usize,
         deadline: Instant,
+        call_timeout: Duration,
         attempts: &mut Vec<Attempt>,
     ) -> Result<Served, ModelError> {
         let mut last_error = None;
@@ -148,10 +149,8 @@ impl Chain {
                 if remaining.is_zero() {
                     break;
                 }
-                let mut call = req.clone();
-                call.timeout = req.timeout.min(remaining);
                 let started = Instant::now();
-                let result = link.model.complete(&call).await;
+                let result = link.model.complete(req, call_timeout.min(remaining)).await;
                 attempts.push(Attempt { provider: link.model.name().to_string(), latency: started.elapsed(), result: result.clone(), waited });
                 let err = match result {
                     Ok(reply) => {

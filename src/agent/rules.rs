@@ -15,7 +15,7 @@ impl Model for Rules {
         "rules"
     }
 
-    fn complete<'a>(&'a self, req: &'a ModelRequest) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+    fn complete<'a>(&'a self, req: &'a ModelRequest, _timeout: std::time::Duration) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move { Ok(next(req)) })
     }
 }

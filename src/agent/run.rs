@@ -245,8 +245,8 @@ struct RunState<'a> {
     agent: &'a Agent,
     task: &'a Task,
     run_id: i64,
-    messages: Vec<Message>,
-    offered: Vec<ToolSpec>,
+    /// The conversation and the tools offered, reused from step to step.
+    request: ModelRequest,
     deadline: Instant,
     usage: Usage,
     model_calls: u32,
@@ -265,7 +265,7 @@ struct RunState<'a> {
 
 impl<'a> RunState<'a> {
     fn new(agent: &'a Agent, task: &'a Task, run_id: i64) -> RunState<'a> {
-        let offered = agent
+        let offered: Vec<ToolSpec> = agent
             .tools
             .iter()
             .filter(|t| task.profile.tools.iter().any(|n| n == t.name))
@@ -273,11 +273,17 @@ impl<'a> RunState<'a> {
             .collect();
         RunState {
             agent, task, run_id,
-            messages: vec![
-                Message::System { content: task.profile.system_prompt.to_string() },
-                Message::User { content: task.user_message.clone() },
-            ],
-            offered,
+            request: ModelRequest {
+                messages: vec![
+                    Message::System { content: task.profile.system_prompt.to_string() },
+                    Message::User { content: task.user_message.clone() },
+                ],
+                tools: offered,
+                max_tokens: agent.limits.max_output_tokens,
+                final_schema: task.profile.structured_note.then(TriageNote::schema),
+                task: task.facts.clone(),
+                stream: None,
+            },
             deadline: Instant::now() + Duration::from_secs(agent.limits.deadline_secs),
             usage: Usage::default(), model_calls: 0, tool_calls: 0,
             per_tool: HashMap::new(), repeats: HashMap::new(),
@@ -297,7 +303,7 @@ impl<'a> RunState<'a> {
         self.flags.push("partial".into());
         self.flags.push(format!("budget:{what}"));
         if self.answer.is_none() {
-            self.answer = self.messages.iter().rev().find_map(|m| match m {
+            self.answer = self.request.messages.iter().rev().find_map(|m| match m {
                 Message::Assistant { content: Some(t), .. } => Some(t.clone()),
                 _ => None,
             });
@@ -307,6 +313,7 @@ impl<'a> RunState<'a> {
 
     async fn go(&mut self, audit: &mut Audit, stream: Option<UnboundedSender<String>>) -> Outcome {
         let limits = &self.agent.limits;
+        self.request.stream = stream;
         for _ in 0..limits.max_steps {
             if Instant::now() >= self.deadline {
                 return self.budget_exceeded("deadline");
@@ -315,24 +322,16 @@ impl<'a> RunState<'a> {
                 return self.budget_exceeded("tokens");
             }
             self.fit_context(audit);
-            let request = ModelRequest {
-                messages: self.messages.clone(),
-                tools: self.offered.clone(),
-                max_tokens: limits.max_output_tokens,
-                final_schema: self.task.profile.structured_note.then(TriageNote::schema),
-                task: self.task.facts.clone(),
-                stream: stream.clone(),
-                timeout: Duration::from_secs(limits.model_timeout_secs),
-            };
             let mut attempts = Vec::new();
-            let served = self.agent.chain.complete(&request, self.link_floor, self.deadline, &mut attempts).await;
+            let call_timeout = Duration::from_secs(limits.model_timeout_secs);
+            let served = self.agent.chain.complete(&self.request, self.link_floor, self.deadline, call_timeout, &mut attempts).await;
             self.model_calls += 1;
             for a in &attempts {
                 let (result, is_error, tokens) = match &a.result {
                     Ok(r) => (json!({"text": r.text, "tool_calls": r.tool_calls, "finish": r.finish}).to_string(), false, Some((r.usage.input_tokens, r.usage.output_tokens))),
                     Err(e) => (e.to_string(), true, None),
                 };
-                let arguments = json!({"messages": request.messages.len(), "tools": request.tools.len(), "waited_ms": a.waited.as_millis() as u64}).to_string();
+                let arguments = json!({"messages": self.request.messages.len(), "tools": self.request.tools.len(), "waited_ms": a.waited.as_millis() as u64}).to_string();
                 audit.record(Step { kind: StepKind::ModelCall, name: a.provider.clone(), arguments: Some(arguments), result: Some(result), is_error, latency: a.latency, tokens });
             }
             let served = match served {
@@ -353,7 +352,7 @@ impl<'a> RunState<'a> {
             let reply = served.reply;
             self.usage.input_tokens += reply.usage.input_tokens;
             self.usage.output_tokens += reply.usage.output_tokens;
-            self.messages.push(Message::Assistant { content: reply.text.clone(), tool_calls: reply.tool_calls.clone() });
+            self.request.messages.push(Message::Assistant { content: reply.text.clone(), tool_calls: reply.tool_calls.clone() });
 
             if reply.tool_calls.is_empty() {
                 let text = reply.text.unwrap_or_default();
@@ -362,10 +361,7 @@ impl<'a> RunState<'a> {
                     Err(problem) if !self.output_repair_used => {
                         self.output_repair_used = true;
                         audit.record(guardrail("output_check", &problem, "repair turn requested"));
-                        self.messages.push(Message::User { content: format!("{problem} Correct this and give your final answer again.") });
-                        if let Err(e) = audit.flush().await {
-                            tracing::error!(stage = "agent", error = %e, "audit flush failed");
-                        }
+                        self.request.messages.push(Message::User { content: format!("{problem} Correct this and give your final answer again.") });
                         continue;
                     }
                     Err(problem) => {
@@ -383,9 +379,9 @@ impl<'a> RunState<'a> {
 
             let results = self.run_tools(&reply.tool_calls, audit).await;
             for (call, output) in reply.tool_calls.iter().zip(results) {
-                self.messages.push(Message::Tool { call_id: call.id.clone(), name: call.name.clone(), content: output.content, is_error: output.is_error });
+                self.request.messages.push(Message::Tool { call_id: call.id.clone(), name: call.name.clone(), content: output.content, is_error: output.is_error });
             }
-            if let Err(e) = audit.flush().await {
+            if let Err(e) = audit.flush_if_large().await {
                 tracing::error!(stage = "agent", error = %e, "audit flush failed");
             }
         }
@@ -405,6 +401,7 @@ impl<'a> RunState<'a> {
         // What the model was shown or chose itself: tool results, the task, and the
         // arguments of its own tool calls (it may say "over the last 48 hours").
         let arguments: Vec<String> = self
+            .request
             .messages
             .iter()
             .flat_map(|m| match m {
@@ -414,6 +411,7 @@ impl<'a> RunState<'a> {
             .collect();
         // Not the harness's own repair turns: they quote the very numbers in question.
         let observed: Vec<&str> = self
+            .request
             .messages
             .iter()
             .filter_map(|m| match m {
@@ -467,11 +465,11 @@ impl<'a> RunState<'a> {
             }
             Message::Tool { content, .. } => content.len(),
         };
-        let mut total: usize = self.messages.iter().map(size).sum();
+        let mut total: usize = self.request.messages.iter().map(size).sum();
         let mut elided = 0;
         // The newest turn's results stay whole: the model has not seen them yet.
-        let protect_from = self.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. })).unwrap_or(self.messages.len());
-        for m in self.messages.iter_mut().take(protect_from) {
+        let protect_from = self.request.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. })).unwrap_or(self.request.messages.len());
+        for m in self.request.messages.iter_mut().take(protect_from) {
             if total <= budget {
                 break;
             }
@@ -526,9 +524,9 @@ impl<'a> RunState<'a> {
     /// The guardrails a call passes before it may run, in order.
     fn admit(&mut self, call: &ToolCall) -> Result<(Arc<ToolDef>, Value), (&'static str, String)> {
         let limits = &self.agent.limits;
-        let Some(def) = self.agent.tools.iter().find(|t| t.name == call.name && self.offered.iter().any(|o| o.name == call.name)) else {
+        let Some(def) = self.agent.tools.iter().find(|t| t.name == call.name && self.request.tools.iter().any(|o| o.name == call.name)) else {
             let known = self.agent.tools.iter().any(|t| t.name == call.name);
-            let offered: Vec<&str> = self.offered.iter().map(|o| o.name.as_str()).collect();
+            let offered: Vec<&str> = self.request.tools.iter().map(|o| o.name.as_str()).collect();
             let message = if known {
                 format!("Tool '{}' is not available for this task and was not run. Available tools: {}.", call.name, offered.join(", "))
             } else {

@@ -12,6 +12,8 @@ use super::StoreError;
 
 /// How many idle read connections are kept for reuse; more may be open at once.
 const MAX_IDLE: usize = 8;
+/// Prepared statements kept per connection.
+pub(super) const STATEMENT_CACHE: usize = 128;
 
 /// A small pool of read-only connections. Cheap to clone.
 #[derive(Clone)]
@@ -56,6 +58,9 @@ fn open_read_connection(path: &Path) -> Result<Connection, StoreError> {
          PRAGMA cache_size = -16384;
          PRAGMA mmap_size = 268435456;",
     )?;
+    // The tools use a few dozen distinct statements; the default cache of 16 would
+    // evict and re-parse them on every run.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
 

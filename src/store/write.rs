@@ -50,6 +50,7 @@ pub(super) fn open_write_connection(path: &Path) -> Result<Connection, StoreErro
          PRAGMA cache_size = -65536;
          PRAGMA temp_store = MEMORY;",
     )?;
+    conn.set_prepared_statement_cache_capacity(super::read::STATEMENT_CACHE);
     Ok(conn)
 }
 
@@ -98,7 +99,7 @@ where
     E: From<StoreError>,
     F: FnOnce(&Connection) -> Result<T, E>,
 {
-    let sql = |s: &str| conn.execute_batch(s).map_err(|e| E::from(StoreError::Sqlite(e)));
+    let sql = |s: &str| exec(conn, s).map_err(|e| E::from(StoreError::Sqlite(e)));
     sql("SAVEPOINT job")?;
     match f(conn) {
         Ok(value) => {
@@ -113,9 +114,15 @@ where
     }
 }
 
+/// Runs a transaction-control statement through the statement cache: they run on every
+/// job, and parsing them each time showed in profiles.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
     while let Ok(first) = rx.recv() {
-        if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(err) = exec(&conn, "BEGIN IMMEDIATE") {
             tracing::error!(stage = "store", error = %err, "cannot begin a write transaction");
             (first.abort)(StoreError::Sqlite(err));
             continue;
@@ -127,10 +134,10 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let commit = conn.execute_batch("COMMIT");
+        let commit = exec(&conn, "COMMIT");
         if let Err(err) = &commit {
             tracing::error!(stage = "store", error = %err, jobs = delivers.len(), "commit failed");
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = exec(&conn, "ROLLBACK");
         }
         for deliver in delivers {
             deliver(commit.as_ref().err().map(|e| StoreError::Commit(e.to_string())));
