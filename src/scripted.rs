@@ -197,17 +197,24 @@ fn check_openai_tool_ids(messages: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
-async fn openai(State(script): State<Arc<Mutex<Script>>>, body: axum::body::Bytes) -> Response<Body> {
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return bad_request("body is not JSON".into());
-    };
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    if let Err(e) = check_openai_tool_ids(&messages) {
+/// Parses and records a request, checks its tool ids with `check`, and takes the next
+/// scripted reply; or the error response a real API would give.
+fn take(script: &Mutex<Script>, raw: &[u8], check: fn(&[Value]) -> Result<(), String>) -> Result<(Value, Reply), Response<Body>> {
+    let body = serde_json::from_slice::<Value>(raw).map_err(|_| bad_request("body is not JSON".into()))?;
+    let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    if let Err(e) = check(messages) {
         script.lock().expect("script lock").requests.push(body);
-        return bad_request(e);
+        return Err(bad_request(e));
     }
-    let Some(reply) = next_reply(&script, &body) else {
-        return json_response(500, json!({"error": {"message": "the script is exhausted"}}));
+    let reply = next_reply(script, &body)
+        .ok_or_else(|| json_response(500, json!({"error": {"type": "api_error", "message": "the script is exhausted"}})))?;
+    Ok((body, reply))
+}
+
+async fn openai(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::Bytes) -> Response<Body> {
+    let (body, reply) = match take(&script, &raw, check_openai_tool_ids) {
+        Ok(taken) => taken,
+        Err(response) => return response,
     };
     let input = tokens(&body["messages"].to_string());
     let (text, calls) = match resolve(reply).await {
@@ -292,17 +299,10 @@ fn check_anthropic_tool_ids(messages: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
-async fn anthropic(State(script): State<Arc<Mutex<Script>>>, body: axum::body::Bytes) -> Response<Body> {
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return bad_request("body is not JSON".into());
-    };
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    if let Err(e) = check_anthropic_tool_ids(&messages) {
-        script.lock().expect("script lock").requests.push(body);
-        return bad_request(e);
-    }
-    let Some(reply) = next_reply(&script, &body) else {
-        return json_response(500, json!({"type": "error", "error": {"type": "api_error", "message": "the script is exhausted"}}));
+async fn anthropic(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::Bytes) -> Response<Body> {
+    let (body, reply) = match take(&script, &raw, check_anthropic_tool_ids) {
+        Ok(taken) => taken,
+        Err(response) => return response,
     };
     let input = tokens(&body["messages"].to_string());
     let (content, stop) = match resolve(reply).await {
