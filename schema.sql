@@ -196,6 +196,7 @@ CREATE TABLE triage_jobs (
     alarm_id     INTEGER NOT NULL UNIQUE REFERENCES alarms(id),
     state        TEXT NOT NULL CHECK (state IN ('queued', 'running', 'done', 'failed')),
     priority     INTEGER NOT NULL,                   -- lower runs first
+    mode         TEXT NOT NULL DEFAULT 'agent' CHECK (mode IN ('agent', 'rules')),
     enqueued_at  INTEGER NOT NULL,
     started_at   INTEGER,
     finished_at  INTEGER,

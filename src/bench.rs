@@ -157,7 +157,11 @@ pub fn tools(args: &ToolsBenchArgs) -> anyhow::Result<()> {
         let r = seed::seed(&store, &opts)?;
         eprintln!(
             "seeded {} assets, {} sensors, {} readings, {} alarms in {:.0} s",
-            r.assets, r.sensors, r.readings, r.alarms, started.elapsed().as_secs_f64()
+            r.assets,
+            r.sensors,
+            r.readings,
+            r.alarms,
+            started.elapsed().as_secs_f64()
         );
         end
     } else {
@@ -188,34 +192,60 @@ pub fn tools(args: &ToolsBenchArgs) -> anyhow::Result<()> {
     let docs = DocIndex::new();
     let started = Instant::now();
     docs.search(&db, "warm up", 1)?;
-    println!("{:<22} {:>8}  (search index built from {chunks} chunks, once per change)", "search index build", ms(started.elapsed()));
-    let ctx = ToolContext { db: &db, docs: &docs, approvals: &approvals, now: end, caller: Proposer::User("bench".into()) };
+    println!(
+        "{:<22} {:>8}  (search index built from {chunks} chunks, once per change)",
+        "search index build",
+        ms(started.elapsed())
+    );
+    let ctx =
+        ToolContext { db: &db, docs: &docs, approvals: &approvals, now: end, caller: Proposer::User("bench".into()) };
     let mut rng = Rng::from_label("bench");
-    let mut pick_asset = |base: &[&str]| copy_asset_id(base[rng.below(base.len() as u64) as usize], rng.below(copies as u64) as u32);
+    let mut pick_asset =
+        |base: &[&str]| copy_asset_id(base[rng.below(base.len() as u64) as usize], rng.below(copies as u64) as u32);
     let pumps = ["PUMP-001", "PUMP-004", "PUMP-007", "MTR-007", "VLV-002", "RES-001"];
     let tags = ["VIB-DE", "BRG-TEMP-DE", "PRESS-SUC", "FLOW"];
     let mut cases: Vec<(&str, Vec<Value>)> = Vec::new();
     let n = args.iterations;
     cases.push(("get_system_summary", vec![json!({})]));
-    cases.push(("list_assets", (0..n).map(|i| match i % 3 {
-        0 => json!({"kind": "centrifugal_pump", "offset": (i * 7) % 500}),
-        1 => json!({"station_id": "STN-S", "status": "running"}),
-        _ => json!({"text": "booster", "limit": 50}),
-    }).collect()));
+    cases.push((
+        "list_assets",
+        (0..n)
+            .map(|i| match i % 3 {
+                0 => json!({"kind": "centrifugal_pump", "offset": (i * 7) % 500}),
+                1 => json!({"station_id": "STN-S", "status": "running"}),
+                _ => json!({"text": "booster", "limit": 50}),
+            })
+            .collect(),
+    ));
     cases.push(("get_asset_details", (0..n).map(|_| json!({"asset_id": pick_asset(&pumps)})).collect()));
-    cases.push(("list_alarms", (0..n).map(|i| match i % 3 {
-        0 => json!({"asset_id": pick_asset(&pumps), "last_hours": 168}),
-        1 => json!({"state": "active", "min_severity": "medium"}),
-        _ => json!({"last_hours": 24, "limit": 50}),
-    }).collect()));
-    cases.push(("get_sensor_history", (0..n).map(|i| {
-        let asset = pick_asset(&["PUMP-001", "PUMP-004", "PUMP-007"]);
-        json!({"sensor_id": format!("{asset}.{}", tags[i % tags.len()]), "hours": 24})
-    }).collect()));
-    cases.push(("get_sensor_history 7d", (0..n).map(|i| {
-        let asset = pick_asset(&["PUMP-001", "PUMP-004", "PUMP-007"]);
-        json!({"sensor_id": format!("{asset}.{}", tags[i % tags.len()]), "hours": 168, "points": 48})
-    }).collect()));
+    cases.push((
+        "list_alarms",
+        (0..n)
+            .map(|i| match i % 3 {
+                0 => json!({"asset_id": pick_asset(&pumps), "last_hours": 168}),
+                1 => json!({"state": "active", "min_severity": "medium"}),
+                _ => json!({"last_hours": 24, "limit": 50}),
+            })
+            .collect(),
+    ));
+    cases.push((
+        "get_sensor_history",
+        (0..n)
+            .map(|i| {
+                let asset = pick_asset(&["PUMP-001", "PUMP-004", "PUMP-007"]);
+                json!({"sensor_id": format!("{asset}.{}", tags[i % tags.len()]), "hours": 24})
+            })
+            .collect(),
+    ));
+    cases.push((
+        "get_sensor_history 7d",
+        (0..n)
+            .map(|i| {
+                let asset = pick_asset(&["PUMP-001", "PUMP-004", "PUMP-007"]);
+                json!({"sensor_id": format!("{asset}.{}", tags[i % tags.len()]), "hours": 168, "points": 48})
+            })
+            .collect(),
+    ));
     cases.push(("search_docs", QUERIES.iter().map(|q| json!({"query": q})).collect()));
     cases.push(("read_doc", (0..n).map(|i| json!({"citation": format!("arp-vibration.md#{}", i % 3)})).collect()));
 
@@ -259,7 +289,11 @@ pub fn tools(args: &ToolsBenchArgs) -> anyhow::Result<()> {
     let p = Percentiles::of(samples);
     println!(
         "{:<22} {:>8} {:>8} {:>8} {:>8}  (write + fsync; repeats are idempotent)",
-        "propose_work_order", ms(p.p50), ms(p.p99), ms(p.max), ms(p.mean)
+        "propose_work_order",
+        ms(p.p50),
+        ms(p.p99),
+        ms(p.max),
+        ms(p.mean)
     );
     Ok(())
 }

@@ -16,8 +16,12 @@ use crate::tools::{self, ToolContext};
 use crate::{bench, rag, seed};
 
 #[derive(Parser)]
-#[command(name = "twinops", version, about = "An operations agent for pumping stations and water plants: \
-a SQLite twin of the plant, documentation search, and the read-only tools an LLM uses to triage alarms.")]
+#[command(
+    name = "twinops",
+    version,
+    about = "An operations agent for pumping stations and water plants: \
+a SQLite twin of the plant, documentation search, and the read-only tools an LLM uses to triage alarms."
+)]
 pub struct Cli {
     #[command(flatten)]
     global: Global,
@@ -69,7 +73,9 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 #[derive(Subcommand)]
 enum Command {
     /// Build the demo plant (assets, sensors, a week of readings, alarms, maintenance, docs).
-    #[command(after_help = "Examples:\n  twinops seed\n  twinops seed --end 2026-11-30T12:00:00Z\n  twinops --db /tmp/big.db seed --scale 100")]
+    #[command(
+        after_help = "Examples:\n  twinops seed\n  twinops seed --end 2026-11-30T12:00:00Z\n  twinops --db /tmp/big.db seed --scale 100"
+    )]
     Seed(SeedArgs),
     /// Documentation: index a folder of Markdown, or search it.
     #[command(subcommand)]
@@ -78,7 +84,9 @@ enum Command {
     #[command(subcommand)]
     Tools(ToolsCommand),
     /// Ask the agent one question, as an operator would in the chat.
-    #[command(after_help = "Examples:\n  twinops ask 'Why is PUMP-007 in alarm?'\n  TWINOPS_LLM_KIND=openai TWINOPS_LLM_BASE_URL=http://localhost:11434/v1 TWINOPS_LLM_MODEL=llama3.1:8b twinops ask 'What is wrong at the East Booster Station?'")]
+    #[command(
+        after_help = "Examples:\n  twinops ask 'Why is PUMP-007 in alarm?'\n  TWINOPS_LLM_KIND=openai TWINOPS_LLM_BASE_URL=http://localhost:11434/v1 TWINOPS_LLM_MODEL=llama3.1:8b twinops ask 'What is wrong at the East Booster Station?'"
+    )]
     Ask {
         question: String,
         /// Who is asking, for the audit trail.
@@ -155,7 +163,9 @@ enum ToolsCommand {
         format: ToolFormat,
     },
     /// Run one tool and print exactly what a model would receive, errors included.
-    #[command(after_help = "Examples:\n  twinops tools call get_asset_details '{\"asset_id\":\"PUMP-007\"}'\n  twinops tools call search_docs '{\"query\":\"VIB-HI\"}'")]
+    #[command(
+        after_help = "Examples:\n  twinops tools call get_asset_details '{\"asset_id\":\"PUMP-007\"}'\n  twinops tools call search_docs '{\"query\":\"VIB-HI\"}'"
+    )]
     Call {
         name: String,
         /// Arguments as a JSON object.
@@ -179,9 +189,7 @@ enum BenchCommand {
 
 pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG").unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()) {
@@ -220,8 +228,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!(
                 "seeded {}: {} assets, {} sensors, {} readings, {} alarms ({} active), {} maintenance records, \
                  {} documents in {} chunks; readings end at {}",
-                store.path().display(), r.assets, r.sensors, r.readings, r.alarms, r.active_alarms, r.maintenance,
-                r.docs.added + r.docs.updated + r.docs.unchanged, r.docs.chunks_written, end.floor_minute().to_rfc3339()
+                store.path().display(),
+                r.assets,
+                r.sensors,
+                r.readings,
+                r.alarms,
+                r.active_alarms,
+                r.maintenance,
+                r.docs.added + r.docs.updated + r.docs.unchanged,
+                r.docs.chunks_written,
+                end.floor_minute().to_rfc3339()
             );
         }
         Command::Docs(DocsCommand::Index { dir }) => {
@@ -229,14 +245,24 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let r = rag::index_dir(&store, &dir, Timestamp::now())?;
             println!(
                 "indexed {}: {} added, {} updated, {} unchanged, {} chunks written",
-                dir.display(), r.added, r.updated, r.unchanged, r.chunks_written
+                dir.display(),
+                r.added,
+                r.updated,
+                r.unchanged,
+                r.chunks_written
             );
         }
         Command::Docs(DocsCommand::Search { query, limit }) => {
             let store = cli.global.open()?;
             let db = store.read()?;
             for hit in rag::DocIndex::new().search(&db, &query, limit)? {
-                println!("{:>7.3}  {:<32} {}\n         {}", hit.score, hit.citation.as_str(), hit.heading, hit.snippet.replace('\n', " "));
+                println!(
+                    "{:>7.3}  {:<32} {}\n         {}",
+                    hit.score,
+                    hit.citation.as_str(),
+                    hit.heading,
+                    hit.snippet.replace('\n', " ")
+                );
             }
         }
         Command::Tools(ToolsCommand::List { format }) => {
@@ -248,8 +274,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&defs)?);
         }
         Command::Tools(ToolsCommand::Call { name, args, now }) => {
-            let args: serde_json::Value = serde_json::from_str(&args)
-                .with_context(|| format!("the arguments are not JSON: {args}"))?;
+            let args: serde_json::Value =
+                serde_json::from_str(&args).with_context(|| format!("the arguments are not JSON: {args}"))?;
             let now = match &now {
                 Some(s) => parse_time(s).map_err(anyhow::Error::msg).context("--now")?,
                 None => Timestamp::now(),
@@ -259,7 +285,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let approvals = Approvals::new(store.writer().clone());
             let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
             let docs = rag::DocIndex::new();
-            let ctx = ToolContext { db: &db, docs: &docs, approvals: &approvals, now, caller: Proposer::User(format!("cli:{user}")) };
+            let ctx = ToolContext {
+                db: &db,
+                docs: &docs,
+                approvals: &approvals,
+                now,
+                caller: Proposer::User(format!("cli:{user}")),
+            };
             let out = tools::call(&ctx, &name, args);
             println!("{}", out.content);
             if out.is_error {

@@ -148,7 +148,9 @@ impl Config {
         let Some(kind) = env("TWINOPS_LLM_KIND") else {
             for key in ["TWINOPS_LLM_BASE_URL", "TWINOPS_LLM_MODEL", "TWINOPS_LLM_API_KEY"] {
                 if env(key).is_some() {
-                    bail!("{key} is set but TWINOPS_LLM_KIND is not; set TWINOPS_LLM_KIND to openai, anthropic or rules");
+                    bail!(
+                        "{key} is set but TWINOPS_LLM_KIND is not; set TWINOPS_LLM_KIND to openai, anthropic or rules"
+                    );
                 }
             }
             return Ok(());
@@ -182,7 +184,8 @@ impl Config {
                 bail!("{at}.model is required for {:?} (e.g. gpt-4o-mini, llama3.1:8b, claude-sonnet-4-5)", p.kind);
             }
             if let Some(file) = &p.api_key_file {
-                let key = std::fs::read_to_string(file).with_context(|| format!("{at}.api_key_file: reading {}", file.display()))?;
+                let key = std::fs::read_to_string(file)
+                    .with_context(|| format!("{at}.api_key_file: reading {}", file.display()))?;
                 p.api_key = Some(Secret::new(key.trim()));
             }
             if let Some(url) = &p.base_url
@@ -192,7 +195,11 @@ impl Config {
             }
         }
         let l = &self.llm.limits;
-        for (key, value) in [("max_steps", l.max_steps as u64), ("max_tool_calls", l.max_tool_calls as u64), ("deadline_secs", l.deadline_secs)] {
+        for (key, value) in [
+            ("max_steps", l.max_steps as u64),
+            ("max_tool_calls", l.max_tool_calls as u64),
+            ("deadline_secs", l.deadline_secs),
+        ] {
             if value == 0 {
                 bail!("llm.limits.{key} must be at least 1");
             }
@@ -212,7 +219,11 @@ mod tests {
     #[test]
     fn env_overrides_and_errors_name_the_key() {
         let missing = Path::new("/nonexistent/twinops.toml");
-        let c = Config::load(missing, &env(&[("TWINOPS_LLM_KIND", "openai"), ("TWINOPS_LLM_MODEL", "m"), ("TWINOPS_LLM_API_KEY", "sk-1")])).unwrap();
+        let c = Config::load(
+            missing,
+            &env(&[("TWINOPS_LLM_KIND", "openai"), ("TWINOPS_LLM_MODEL", "m"), ("TWINOPS_LLM_API_KEY", "sk-1")]),
+        )
+        .unwrap();
         assert_eq!(c.llm.chain[0].kind, ProviderKind::Openai);
         assert_eq!(format!("{:?}", c.llm.chain[0].api_key), "Some([redacted])");
         let err = Config::load(missing, &env(&[("TWINOPS_LLM_KIND", "gpt")])).unwrap_err().to_string();

@@ -17,13 +17,16 @@
 //! - [`cli`]: the command line; `main.rs` only calls it.
 
 pub mod agent;
+pub mod alarms;
 pub mod approvals;
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod ingest;
 pub mod rag;
 pub mod scripted;
 pub mod seed;
 pub mod store;
 pub mod tools;
+pub mod triage;

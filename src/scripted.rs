@@ -182,7 +182,9 @@ fn check_openai_tool_ids(messages: &[Value]) -> Result<(), String> {
         while i < messages.len() && messages[i]["role"] == "tool" {
             let id = messages[i]["tool_call_id"].as_str().unwrap_or_default().to_string();
             if !calls.contains(&id) || answered.contains(&id) {
-                return Err(format!("Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls'; unexpected tool_call_id '{id}'"));
+                return Err(format!(
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls'; unexpected tool_call_id '{id}'"
+                ));
             }
             answered.push(id);
             i += 1;
@@ -199,15 +201,20 @@ fn check_openai_tool_ids(messages: &[Value]) -> Result<(), String> {
 
 /// Parses and records a request, checks its tool ids with `check`, and takes the next
 /// scripted reply; or the error response a real API would give.
-fn take(script: &Mutex<Script>, raw: &[u8], check: fn(&[Value]) -> Result<(), String>) -> Result<(Value, Reply), Response<Body>> {
+fn take(
+    script: &Mutex<Script>,
+    raw: &[u8],
+    check: fn(&[Value]) -> Result<(), String>,
+) -> Result<(Value, Reply), Response<Body>> {
     let body = serde_json::from_slice::<Value>(raw).map_err(|_| bad_request("body is not JSON".into()))?;
     let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
     if let Err(e) = check(messages) {
         script.lock().expect("script lock").requests.push(body);
         return Err(bad_request(e));
     }
-    let reply = next_reply(script, &body)
-        .ok_or_else(|| json_response(500, json!({"error": {"type": "api_error", "message": "the script is exhausted"}})))?;
+    let reply = next_reply(script, &body).ok_or_else(|| {
+        json_response(500, json!({"error": {"type": "api_error", "message": "the script is exhausted"}}))
+    })?;
     Ok((body, reply))
 }
 
@@ -236,16 +243,25 @@ async fn openai(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::Bytes
     if !tool_calls.is_empty() {
         message["tool_calls"] = Value::Array(tool_calls);
     }
-    json_response(200, json!({
-        "id": "chatcmpl-scripted", "object": "chat.completion", "model": body["model"],
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output},
-    }))
+    json_response(
+        200,
+        json!({
+            "id": "chatcmpl-scripted", "object": "chat.completion", "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output},
+        }),
+    )
 }
 
 /// The same reply as Server-Sent Events: text in small deltas, each tool call's name
 /// first and its arguments in two fragments, then the finish reason and usage.
-fn openai_stream(text: Option<String>, calls: Vec<(String, String, String)>, finish: &str, input: u64, output: u64) -> Response<Body> {
+fn openai_stream(
+    text: Option<String>,
+    calls: Vec<(String, String, String)>,
+    finish: &str,
+    input: u64,
+    output: u64,
+) -> Response<Body> {
     let mut events: Vec<Value> = Vec::new();
     let chunk = |delta: Value, finish: Option<&str>| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
     events.push(chunk(json!({"role": "assistant", "content": ""}), None));
@@ -269,7 +285,11 @@ fn openai_stream(text: Option<String>, calls: Vec<(String, String, String)>, fin
         body.push_str(&format!("data: {e}\n\n"));
     }
     body.push_str("data: [DONE]\n\n");
-    Response::builder().status(200).header("content-type", "text/event-stream").body(Body::from(body)).expect("response")
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .body(Body::from(body))
+        .expect("response")
 }
 
 /// Checks Anthropic's rule: an assistant turn with tool_use blocks is followed by a
@@ -286,14 +306,19 @@ fn check_anthropic_tool_ids(messages: &[Value]) -> Result<(), String> {
         let results: Vec<&str> = messages
             .get(i + 1)
             .and_then(|n| n["content"].as_array())
-            .map(|b| b.iter().filter(|b| b["type"] == "tool_result").filter_map(|b| b["tool_use_id"].as_str()).collect())
+            .map(|b| {
+                b.iter().filter(|b| b["type"] == "tool_result").filter_map(|b| b["tool_use_id"].as_str()).collect()
+            })
             .unwrap_or_default();
         let mut a = uses.clone();
         let mut b = results.clone();
         a.sort();
         b.sort();
         if a != b {
-            return Err(format!("messages.{}: tool_use ids were found without tool_result blocks immediately after: expected {uses:?}, got {results:?}", i + 1));
+            return Err(format!(
+                "messages.{}: tool_use ids were found without tool_result blocks immediately after: expected {uses:?}, got {results:?}",
+                i + 1
+            ));
         }
     }
     Ok(())
@@ -321,9 +346,12 @@ async fn anthropic(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::By
         Reply::Delay(..) => unreachable!("resolved"),
     };
     let output = tokens(&Value::Array(content.clone()).to_string());
-    json_response(200, json!({
-        "id": "msg_scripted", "type": "message", "role": "assistant", "model": body["model"],
-        "content": content, "stop_reason": stop,
-        "usage": {"input_tokens": input, "output_tokens": output},
-    }))
+    json_response(
+        200,
+        json!({
+            "id": "msg_scripted", "type": "message", "role": "assistant", "model": body["model"],
+            "content": content, "stop_reason": stop,
+            "usage": {"input_tokens": input, "output_tokens": output},
+        }),
+    )
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::Plant;
 use serde_json::{Value, json};
-use twinops::agent::openai::{OpenAi, ToolMode};
 use twinops::agent::anthropic::Anthropic;
+use twinops::agent::openai::{OpenAi, ToolMode};
 use twinops::agent::{Agent, Model, Outcome, Profile};
 use twinops::config::AgentLimits;
 use twinops::domain::Access;
@@ -93,12 +93,17 @@ async fn triage_reads_searches_and_ends_with_a_grounded_cited_note() {
     let first = &requests[0];
     assert_eq!(first["tools"].as_array().unwrap().len(), 8);
     let results = tool_messages(&requests[1]);
-    assert!(results[0].starts_with("<data source=\"tool:get_asset_details\">") && results[0].contains("\"band\":\"high\""));
+    assert!(
+        results[0].starts_with("<data source=\"tool:get_asset_details\">") && results[0].contains("\"band\":\"high\"")
+    );
     assert!(tool_messages(&requests[3]).last().unwrap().contains("within 8 hours"));
     // Every step is in the audit trail before the note is out.
     let steps = p.count(&format!("SELECT count(*) FROM agent_steps WHERE run_id = {}", report.run_id));
     assert_eq!(steps, 8, "4 model calls + 4 tool calls");
-    assert_eq!(p.count(&format!("SELECT count(*) FROM agent_runs WHERE id = {} AND outcome = 'final'", report.run_id)), 1);
+    assert_eq!(
+        p.count(&format!("SELECT count(*) FROM agent_runs WHERE id = {} AND outcome = 'final'", report.run_id)),
+        1
+    );
 }
 
 /// The same trajectory over Anthropic's Messages format, tool_use and tool_result.
@@ -138,13 +143,20 @@ async fn unknown_tools_bad_arguments_and_sql_text_are_recoverable() {
         Reply::text("PUMP-007 has an active VIB-HI alarm."),
     ])
     .await;
-    let report = agent(&p, vec![openai(&server)], limits()).ask("Is anything wrong with PUMP-007?", "kaur", None).await.unwrap();
+    let report =
+        agent(&p, vec![openai(&server)], limits()).ask("Is anything wrong with PUMP-007?", "kaur", None).await.unwrap();
     assert_eq!(report.outcome, Outcome::Final, "{report:?}");
     let r = server.requests();
     let unknown = tool_messages(&r[1]).pop().unwrap();
-    assert!(unknown.contains("There is no tool named 'drop_all_tables'") && unknown.contains("get_asset_details"), "{unknown}");
+    assert!(
+        unknown.contains("There is no tool named 'drop_all_tables'") && unknown.contains("get_asset_details"),
+        "{unknown}"
+    );
     let schema = tool_messages(&r[2]).pop().unwrap();
-    assert!(schema.contains("Invalid arguments for get_asset_details") && schema.contains("7 is not of type \"string\""), "{schema}");
+    assert!(
+        schema.contains("Invalid arguments for get_asset_details") && schema.contains("7 is not of type \"string\""),
+        "{schema}"
+    );
     let sql = tool_messages(&r[3]);
     assert!(sql[sql.len() - 2].contains("not an asset id"), "{sql:?}");
     assert!(sql[sql.len() - 1].contains("\"total\":0"), "{sql:?}");
@@ -158,10 +170,14 @@ async fn unknown_tools_bad_arguments_and_sql_text_are_recoverable() {
 async fn a_tool_outside_the_profile_is_refused_and_never_runs() {
     let p = Plant::new();
     let server = ScriptedServer::start(vec![
-        Reply::call("c1", "propose_work_order", json!({
-            "asset_id": "PUMP-007", "action": "inspect", "priority": "low",
-            "title": "Inspect PUMP-007", "justification": "Vibration is high on the drive end."
-        })),
+        Reply::call(
+            "c1",
+            "propose_work_order",
+            json!({
+                "asset_id": "PUMP-007", "action": "inspect", "priority": "low",
+                "title": "Inspect PUMP-007", "justification": "Vibration is high on the drive end."
+            }),
+        ),
         Reply::text("I cannot propose work orders here."),
     ])
     .await;
@@ -170,10 +186,19 @@ async fn a_tool_outside_the_profile_is_refused_and_never_runs() {
     task.profile = Profile::chat().read_only();
     let report = a.run(task, None).await.unwrap();
     let r = server.requests();
-    assert!(r[0]["tools"].as_array().unwrap().iter().all(|t| t["function"]["name"] != "propose_work_order"), "not even offered");
+    assert!(
+        r[0]["tools"].as_array().unwrap().iter().all(|t| t["function"]["name"] != "propose_work_order"),
+        "not even offered"
+    );
     assert!(tool_messages(&r[1])[0].contains("'propose_work_order' is not available for this task and was not run"));
     assert_eq!(p.count("SELECT count(*) FROM work_orders"), 0);
-    assert_eq!(p.count(&format!("SELECT count(*) FROM agent_steps WHERE run_id = {} AND kind = 'guardrail' AND name = 'allow_list'", report.run_id)), 1);
+    assert_eq!(
+        p.count(&format!(
+            "SELECT count(*) FROM agent_steps WHERE run_id = {} AND kind = 'guardrail' AND name = 'allow_list'",
+            report.run_id
+        )),
+        1
+    );
 }
 
 /// The third identical call is refused; max_steps means exactly that many model calls.
@@ -182,7 +207,10 @@ async fn repeats_are_refused_and_max_steps_is_exact() {
     let p = Plant::new();
     let same = || Reply::call("c", "get_system_summary", json!({}));
     let server = ScriptedServer::start(vec![same(), same(), same(), same(), same()]).await;
-    let report = agent(&p, vec![openai(&server)], AgentLimits { max_steps: 4, ..limits() }).ask("Summary?", "kaur", None).await.unwrap();
+    let report = agent(&p, vec![openai(&server)], AgentLimits { max_steps: 4, ..limits() })
+        .ask("Summary?", "kaur", None)
+        .await
+        .unwrap();
     let r = server.requests();
     assert_eq!(r.len(), 4, "exactly max_steps model calls");
     assert_eq!(report.model_calls, 4);
@@ -275,9 +303,16 @@ async fn rate_limits_are_honoured() {
     assert!(started.elapsed() >= Duration::from_millis(400), "retried before the server's Retry-After");
     assert_eq!(report.outcome, Outcome::Final);
     assert_eq!(server.requests().len(), 2);
-    let waited: String = p.store.read().unwrap().query_row(
-        "SELECT arguments FROM agent_steps WHERE run_id = ?1 AND kind = 'model_call' ORDER BY seq DESC LIMIT 1",
-        [report.run_id], |r| r.get(0)).unwrap();
+    let waited: String = p
+        .store
+        .read()
+        .unwrap()
+        .query_row(
+            "SELECT arguments FROM agent_steps WHERE run_id = ?1 AND kind = 'model_call' ORDER BY seq DESC LIMIT 1",
+            [report.run_id],
+            |r| r.get(0),
+        )
+        .unwrap();
     let waited: Value = serde_json::from_str(&waited).unwrap();
     assert!(waited["waited_ms"].as_u64().unwrap() >= 400, "{waited}");
 }
@@ -288,7 +323,8 @@ async fn rate_limits_are_honoured() {
 async fn server_errors_are_retried_then_fall_back_and_401_is_not_retried() {
     let p = Plant::new();
     let alarm = vib_alarm(&p);
-    let server = ScriptedServer::start(vec![Reply::status(503, &[]), Reply::status(502, &[]), Reply::status(500, &[])]).await;
+    let server =
+        ScriptedServer::start(vec![Reply::status(503, &[]), Reply::status(502, &[]), Reply::status(500, &[])]).await;
     let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
     assert_eq!(server.requests().len(), 3, "one call and max_retries = 2 retries");
     assert_eq!(report.outcome, Outcome::Degraded);
@@ -308,7 +344,8 @@ async fn server_errors_are_retried_then_fall_back_and_401_is_not_retried() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_breaker_opens_and_later_half_opens() {
     let p = Plant::new();
-    let server = ScriptedServer::start(vec![Reply::status(401, &[]), Reply::status(401, &[]), Reply::text("back")]).await;
+    let server =
+        ScriptedServer::start(vec![Reply::status(401, &[]), Reply::status(401, &[]), Reply::text("back")]).await;
     let a = agent(&p, vec![openai(&server)], AgentLimits { breaker_failures: 2, breaker_cooldown_secs: 1, ..limits() });
     a.ask("one", "t", None).await.unwrap();
     a.ask("two", "t", None).await.unwrap();
@@ -336,7 +373,10 @@ async fn malformed_tool_call_json_gets_a_repair_message() {
     let report = agent(&p, vec![openai(&server)], limits()).ask("PUMP-007?", "kaur", None).await.unwrap();
     assert_eq!(report.outcome, Outcome::Final);
     let repair = tool_messages(&server.requests()[1]).pop().unwrap();
-    assert!(repair.contains("were not a valid JSON object: {asset_id: PUMP-007") && repair.contains("Send the call again"), "{repair}");
+    assert!(
+        repair.contains("were not a valid JSON object: {asset_id: PUMP-007") && repair.contains("Send the call again"),
+        "{repair}"
+    );
 }
 
 fn hang(_: &ToolContext, _: Value) -> Result<Value, ToolError> {
@@ -355,7 +395,11 @@ fn huge(_: &ToolContext, _: Value) -> Result<Value, ToolError> {
 async fn timeouts_truncation_and_redaction() {
     let p = Plant::new();
     let server = ScriptedServer::start(vec![
-        Reply::calls(&[("h", "hang", json!({})), ("u", "huge", json!({})), ("d", "read_doc", json!({"citation": "escalation-and-on-call.md#2"}))]),
+        Reply::calls(&[
+            ("h", "hang", json!({})),
+            ("u", "huge", json!({})),
+            ("d", "read_doc", json!({"citation": "escalation-and-on-call.md#2"})),
+        ]),
         Reply::text("done"),
     ])
     .await;
@@ -371,11 +415,21 @@ async fn timeouts_truncation_and_redaction() {
     assert!(results[1].len() < 12_200, "{} chars", results[1].len());
     assert!(results[1].contains("item(s) of 'items' omitted"), "the marker says what was cut");
     let on_call = &results[2];
-    assert!(on_call.contains("Rosa Okafor") && on_call.contains("[redacted phone]") && on_call.contains("[redacted e-mail]"), "{on_call}");
+    assert!(
+        on_call.contains("Rosa Okafor")
+            && on_call.contains("[redacted phone]")
+            && on_call.contains("[redacted e-mail]"),
+        "{on_call}"
+    );
     for secret in ["@riverside-water", "7700 900123", "7946 0000", "555 0199"] {
         assert!(!on_call.contains(secret), "{secret} reached the model");
     }
-    assert!(p.count(&format!("SELECT count(*) FROM agent_steps WHERE run_id = {} AND name IN ('redaction', 'tool_timeout')", report.run_id)) >= 2);
+    assert!(
+        p.count(&format!(
+            "SELECT count(*) FROM agent_steps WHERE run_id = {} AND name IN ('redaction', 'tool_timeout')",
+            report.run_id
+        )) >= 2
+    );
 }
 
 /// Hostile text in an alarm message reaches the model only as delimited data, never
@@ -447,7 +501,10 @@ async fn chat_streams_and_reassembles_tool_calls() {
     assert_eq!(report.outcome, Outcome::Final, "{report:?}");
     assert_eq!(Some(streamed.as_str()), report.answer.as_deref());
     assert!(server.requests().iter().all(|r| r["stream"] == true));
-    assert!(tool_messages(&server.requests()[1])[0].contains("PUMP-007.VIB-DE"), "the streamed call was reassembled and run");
+    assert!(
+        tool_messages(&server.requests()[1])[0].contains("PUMP-007.VIB-DE"),
+        "the streamed call was reassembled and run"
+    );
 }
 
 /// Models without native tool calls use json tool mode through response_format.
@@ -455,7 +512,10 @@ async fn chat_streams_and_reassembles_tool_calls() {
 async fn json_tool_mode_for_models_without_tools() {
     let p = Plant::new();
     let server = ScriptedServer::start(vec![
-        Reply::text(&json!({"action": "call_tool", "tool": "get_asset_details", "arguments": {"asset_id": "PUMP-007"}}).to_string()),
+        Reply::text(
+            &json!({"action": "call_tool", "tool": "get_asset_details", "arguments": {"asset_id": "PUMP-007"}})
+                .to_string(),
+        ),
         Reply::text(&json!({"action": "final", "answer": "PUMP-007 is running."}).to_string()),
     ])
     .await;
@@ -479,7 +539,8 @@ async fn chat_input_limit_and_context_budget() {
         Reply::text("PUMP-007 and PUMP-004 are both running."),
     ])
     .await;
-    let a = agent(&p, vec![openai(&server)], AgentLimits { context_budget_chars: 6_000, max_chat_chars: 100, ..limits() });
+    let a =
+        agent(&p, vec![openai(&server)], AgentLimits { context_budget_chars: 6_000, max_chat_chars: 100, ..limits() });
     let err = a.ask(&"x".repeat(101), "kaur", None).await.unwrap_err().to_string();
     assert!(err.contains("the question is 101 characters; the limit is 100"), "{err}");
     assert!(server.requests().is_empty());
@@ -491,6 +552,13 @@ async fn chat_input_limit_and_context_budget() {
     assert!(messages[0]["content"].as_str().unwrap().starts_with("You are twinops"), "the system prompt is intact");
     assert!(messages[1]["content"].as_str().unwrap().contains("Compare PUMP-007 and PUMP-004"));
     let tools = tool_messages(last);
-    assert!(tools[0].starts_with("[earlier get_asset_details result elided"), "the oldest result went first: {}", tools[0]);
-    assert!(tools.last().unwrap().starts_with("<data source=\"tool:get_system_summary\">"), "the newest result is whole");
+    assert!(
+        tools[0].starts_with("[earlier get_asset_details result elided"),
+        "the oldest result went first: {}",
+        tools[0]
+    );
+    assert!(
+        tools.last().unwrap().starts_with("<data source=\"tool:get_system_summary\">"),
+        "the newest result is whole"
+    );
 }

@@ -61,7 +61,14 @@ fn tools_call_shows_the_fault_and_errors_exit_2() {
 #[test]
 fn every_command_has_help_with_an_example() {
     let p = Plant::new();
-    for cmd in [&["seed"][..], &["docs", "index"], &["docs", "search"], &["tools", "list"], &["tools", "call"], &["bench", "tools"]] {
+    for cmd in [
+        &["seed"][..],
+        &["docs", "index"],
+        &["docs", "search"],
+        &["tools", "list"],
+        &["tools", "call"],
+        &["bench", "tools"],
+    ] {
         let mut args: Vec<&str> = cmd.to_vec();
         args.push("--help");
         let out = twinops(&p, &args);
@@ -100,7 +107,8 @@ fn triage_without_a_model_uses_the_rules_model_and_runs_show_the_trace() {
     let p = Plant::new();
     let alarm = p.count("SELECT id FROM alarms WHERE asset_id = 'PUMP-007' AND cleared_at IS NULL").to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_twinops"))
-        .arg("--db").arg(p.db_path())
+        .arg("--db")
+        .arg(p.db_path())
         .args(["--config", "/nonexistent/twinops.toml", "triage", &alarm, "--now", common::END])
         .env_remove("TWINOPS_LLM_KIND")
         .output()

@@ -60,7 +60,11 @@ fn migrations_are_idempotent_and_a_newer_database_is_refused() {
     let err = Store::open(&path).err().expect("a newer database is refused");
     assert!(matches!(err, StoreError::TooNew { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains(&format!("schema version {}", SCHEMA_VERSION + 1)) && msg.contains("newer than this twinops understands"), "{msg}");
+    assert!(
+        msg.contains(&format!("schema version {}", SCHEMA_VERSION + 1))
+            && msg.contains("newer than this twinops understands"),
+        "{msg}"
+    );
 }
 
 /// A job that fails is rolled back to its savepoint; the writer carries on.
@@ -77,7 +81,8 @@ fn a_failed_write_job_leaves_nothing_behind() {
     p.write("INSERT INTO sites (id, name, timezone) VALUES ('Y', 'y', 'UTC')");
     assert_eq!(p.count("SELECT count(*) FROM sites WHERE id = 'Y'"), 1);
     // The alarm journal is append-only, whoever writes.
-    let err = p.store.writer().call(|c| c.execute("DELETE FROM alarm_events", []).map_err(StoreError::from)).unwrap_err();
+    let err =
+        p.store.writer().call(|c| c.execute("DELETE FROM alarm_events", []).map_err(StoreError::from)).unwrap_err();
     assert!(err.to_string().contains("append-only"), "{err}");
 }
 
@@ -108,7 +113,10 @@ fn reindexing_skips_unchanged_files_and_replaces_changed_ones() {
     std::fs::write(docs.path().join("a.md"), "# Alpha\n\n## Strainer\nClean the quuxite strainer daily.\n").unwrap();
     let changed = index_dir(&p.store, docs.path(), now).unwrap();
     assert_eq!((changed.added, changed.updated, changed.unchanged), (0, 1, 1));
-    assert_eq!(p.count("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.path = 'a.md'"), 1);
+    assert_eq!(
+        p.count("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.path = 'a.md'"),
+        1
+    );
     assert!(index.search(&db, "zorblax", 5).unwrap().iter().all(|h| h.citation.as_str() != "a.md#0"));
     assert_eq!(index.search(&db, "quuxite", 5).unwrap()[0].citation.as_str(), "a.md#0");
     assert_eq!(p.ok("read_doc", json!({"citation": "sub/b.md#0"}))["text"], "Nothing here.");
@@ -118,11 +126,16 @@ fn reindexing_skips_unchanged_files_and_replaces_changed_ones() {
 #[test]
 fn seeding_is_deterministic_and_refuses_a_used_database() {
     let fingerprint = |store: &Store| -> (i64, f64, i64, String) {
-        store.read().unwrap().query_row(
-            "SELECT (SELECT count(*) FROM readings), (SELECT sum(value * (sensor_key % 7 + 1)) FROM readings),
+        store
+            .read()
+            .unwrap()
+            .query_row(
+                "SELECT (SELECT count(*) FROM readings), (SELECT sum(value * (sensor_key % 7 + 1)) FROM readings),
                     (SELECT count(*) FROM alarms), (SELECT group_concat(event_id || state, ',') FROM alarms)",
-            [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        ).unwrap()
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap()
     };
     let opts = SeedOptions { dir: common::seed_dir(), scale: 1, end: common::end(), days: 2 };
     let a_dir = tempfile::tempdir().unwrap();

@@ -15,10 +15,19 @@ use twinops::tools::{self, MAX_RESULT_CHARS};
 #[test]
 fn tool_schemas_are_strict_and_bounded() {
     let names: Vec<_> = tools::all().iter().map(|t| t.name).collect();
-    assert_eq!(names, [
-        "get_system_summary", "list_assets", "get_asset_details", "list_alarms",
-        "get_sensor_history", "search_docs", "read_doc", "propose_work_order"
-    ]);
+    assert_eq!(
+        names,
+        [
+            "get_system_summary",
+            "list_assets",
+            "get_asset_details",
+            "list_alarms",
+            "get_sensor_history",
+            "search_docs",
+            "read_doc",
+            "propose_work_order"
+        ]
+    );
     for t in tools::all() {
         assert_eq!(t.schema["type"], "object", "{}", t.name);
         assert_eq!(t.schema["additionalProperties"], false, "{} must reject unknown fields", t.name);
@@ -30,7 +39,12 @@ fn tool_schemas_are_strict_and_bounded() {
     assert!(propose["required"].as_array().unwrap().contains(&json!("action")));
     assert!(propose["properties"]["action"]["enum"].as_array().unwrap().contains(&json!("replace_bearing")));
     assert_eq!(tools::find("propose_work_order").unwrap().access, twinops::domain::Access::Propose);
-    assert!(tools::all().iter().filter(|t| t.name != "propose_work_order").all(|t| t.access == twinops::domain::Access::Read));
+    assert!(
+        tools::all()
+            .iter()
+            .filter(|t| t.name != "propose_work_order")
+            .all(|t| t.access == twinops::domain::Access::Read)
+    );
 }
 
 /// A tool that does not exist is an error result naming the ones that do.
@@ -105,7 +119,13 @@ fn list_assets_filters_and_pages() {
     let south = p.ok("list_assets", json!({"station_id": "stn-s", "status": "running", "kind": "motor"}));
     assert_eq!(south["total"], 2);
     let text = p.ok("list_assets", json!({"text": "BOOSTER"}));
-    assert!(text["assets"].as_array().unwrap().iter().all(|a| a["name"].as_str().unwrap().to_lowercase().contains("booster")));
+    assert!(
+        text["assets"].as_array().unwrap().iter().all(|a| a["name"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("booster"))
+    );
     assert_eq!(p.ok("list_assets", json!({"text": "pump-007"}))["total"], 1);
 }
 
@@ -169,7 +189,10 @@ fn asset_details_show_the_developing_bearing_fault() {
 fn asset_details_errors_name_the_next_move() {
     let p = Plant::new();
     let msg = p.err("get_asset_details", json!({"asset_id": "PUMP-070"}));
-    assert!(msg.contains("No asset with id PUMP-070. Closest asset ids: PUMP-007,") && msg.contains("list_assets"), "{msg}");
+    assert!(
+        msg.contains("No asset with id PUMP-070. Closest asset ids: PUMP-007,") && msg.contains("list_assets"),
+        "{msg}"
+    );
     let msg = p.err("get_asset_details", json!({"asset_id": "PUMP-007.VIB-DE"}));
     assert!(msg.contains("is a sensor id, not an asset id") && msg.contains("its asset is PUMP-007"), "{msg}");
     assert!(msg.contains("asset_id=\"PUMP-007\"") && msg.contains("get_sensor_history"), "{msg}");
@@ -208,16 +231,23 @@ fn list_alarms_filters_by_asset_state_severity_and_time() {
     let since = common::end().unix() - 6 * 3600;
     assert_eq!(recent["total"], p.count(&format!("SELECT count(*) FROM alarms WHERE raised_at >= {since}")));
     let window = p.ok("list_alarms", json!({"since": "2026-11-23T00:00:00Z", "until": "2026-11-24T00:00:00Z"}));
-    assert!(window["alarms"].as_array().unwrap().iter().all(|a| a["raised_at"].as_str().unwrap().starts_with("2026-11-23")));
+    assert!(
+        window["alarms"].as_array().unwrap().iter().all(|a| a["raised_at"].as_str().unwrap().starts_with("2026-11-23"))
+    );
 }
 
 #[test]
 fn list_alarms_errors() {
     let p = Plant::new();
-    assert!(p.err("list_alarms", json!({"since": "yesterday"})).contains("since: 'yesterday' is not a time: use RFC 3339"));
+    assert!(
+        p.err("list_alarms", json!({"since": "yesterday"})).contains("since: 'yesterday' is not a time: use RFC 3339")
+    );
     assert!(p.err("list_alarms", json!({"last_hours": 5, "since": "2026-11-29T00:00:00Z"})).contains("not both"));
     assert!(p.err("list_alarms", json!({"last_hours": 0})).contains("last_hours must be between 1 and 720"));
-    assert!(p.err("list_alarms", json!({"since": "2026-11-29T00:00:00Z", "until": "2026-11-28T00:00:00Z"})).contains("window is empty"));
+    assert!(
+        p.err("list_alarms", json!({"since": "2026-11-29T00:00:00Z", "until": "2026-11-28T00:00:00Z"}))
+            .contains("window is empty")
+    );
     assert!(p.err("list_alarms", json!({"state": "open"})).contains("rtn_unacknowledged"));
     assert!(p.err("list_alarms", json!({"asset_id": "PUMP-999"})).contains("No asset with id PUMP-999"));
 }
@@ -241,7 +271,10 @@ fn long_results_are_truncated_with_a_marker() {
     assert!(kept > 0 && kept < 50, "kept {kept}");
     assert_eq!(r["next_offset"], kept, "paging resumes at the first item cut");
     let note = r["truncated"].as_str().unwrap();
-    assert!(note.contains(&format!("{} item(s) of 'alarms' omitted", 50 - kept)) && note.contains("Narrow with asset_id"), "{note}");
+    assert!(
+        note.contains(&format!("{} item(s) of 'alarms' omitted", 50 - kept)) && note.contains("Narrow with asset_id"),
+        "{note}"
+    );
 }
 
 // ------------------------------------------------------------------------------------
@@ -282,9 +315,17 @@ fn sensor_history_errors_name_the_sensors() {
     assert!(msg.contains("No sensor PUMP-007.VIB-D") && msg.contains("Did you mean PUMP-007.VIB-DE"), "{msg}");
     let msg = p.err("get_sensor_history", json!({"sensor_id": "PUMP-099.VIB-DE"}));
     assert!(msg.contains("no asset PUMP-099") && msg.contains("list_assets"), "{msg}");
-    assert!(p.err("get_sensor_history", json!({"sensor_id": "PUMP-007.VIB-DE", "hours": 169})).contains("hours must be between 1 and 168"));
-    assert!(p.err("get_sensor_history", json!({"sensor_id": "PUMP-007.VIB-DE", "points": 1000})).contains("points must be between 4 and 96"));
-    assert!(p.err("get_sensor_history", json!({"sensor_id": "x'; --"})).contains("sensor ids look like PUMP-007.VIB-DE"));
+    assert!(
+        p.err("get_sensor_history", json!({"sensor_id": "PUMP-007.VIB-DE", "hours": 169}))
+            .contains("hours must be between 1 and 168")
+    );
+    assert!(
+        p.err("get_sensor_history", json!({"sensor_id": "PUMP-007.VIB-DE", "points": 1000}))
+            .contains("points must be between 4 and 96")
+    );
+    assert!(
+        p.err("get_sensor_history", json!({"sensor_id": "x'; --"})).contains("sensor ids look like PUMP-007.VIB-DE")
+    );
 }
 
 // ------------------------------------------------------------------------------------
@@ -369,7 +410,10 @@ fn proposals_are_pending_and_idempotent() {
     assert_eq!(second["work_order_id"], first["work_order_id"]);
     assert_eq!(second["created"], false);
     assert_eq!(p.count("SELECT count(*) FROM work_orders"), 1);
-    assert_eq!(p.count("SELECT count(*) FROM work_orders WHERE status = 'pending_approval' AND proposed_by = 'agent:run/1'"), 1);
+    assert_eq!(
+        p.count("SELECT count(*) FROM work_orders WHERE status = 'pending_approval' AND proposed_by = 'agent:run/1'"),
+        1
+    );
 
     // Once decided, the same intent reports the decision instead of re-proposing.
     p.write("UPDATE work_orders SET status = 'rejected', decided_by = 'sup.ng', decision_reason = 'spares due Friday'");
@@ -431,8 +475,11 @@ fn sensor_history_from_rollups_matches_the_raw_readings() {
         assert_eq!(h["minutes_beyond_limits"]["l"], beyond_l, "1-minute samples: one minute each");
         let min_at = twinops::domain::parse_time(stats["min_at"].as_str().unwrap()).unwrap().unix();
         let at_min: f64 = db
-            .query_row("SELECT value FROM readings r JOIN sensors s ON s.key = r.sensor_key WHERE s.id = ?1 AND ts = ?2",
-                rusqlite::params![sensor, min_at], |r| r.get(0))
+            .query_row(
+                "SELECT value FROM readings r JOIN sensors s ON s.key = r.sensor_key WHERE s.id = ?1 AND ts = ?2",
+                rusqlite::params![sensor, min_at],
+                |r| r.get(0),
+            )
             .unwrap();
         assert_eq!(at_min, min, "min_at points at the minimum sample");
     }

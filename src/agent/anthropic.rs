@@ -5,7 +5,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::http::{Http, error_from_response};
-use super::model::{BoxFuture, ErrorClass, Finish, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
+use super::model::{
+    BoxFuture, ErrorClass, Finish, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage,
+};
 use crate::config::Secret;
 
 const API_VERSION: &str = "2023-06-01";
@@ -30,7 +32,8 @@ impl Anthropic {
     }
 
     async fn call(&self, req: &ModelRequest, timeout: Duration) -> Result<ModelReply, ModelError> {
-        let mut body = json!({"model": self.model, "max_tokens": req.max_tokens, "messages": wire_messages(&req.messages)});
+        let mut body =
+            json!({"model": self.model, "max_tokens": req.max_tokens, "messages": wire_messages(&req.messages)});
         let system: Vec<&str> = req
             .messages
             .iter()
@@ -41,10 +44,14 @@ impl Anthropic {
         }
         if !req.tools.is_empty() {
             body["tools"] = Value::Array(
-                req.tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.schema})).collect(),
+                req.tools
+                    .iter()
+                    .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.schema}))
+                    .collect(),
             );
         }
-        let mut request = self.http.client().post(&self.url).timeout(timeout).header("anthropic-version", API_VERSION).json(&body);
+        let mut request =
+            self.http.client().post(&self.url).timeout(timeout).header("anthropic-version", API_VERSION).json(&body);
         if let Some(key) = &self.api_key {
             request = request.header("x-api-key", key.expose());
         }
@@ -69,7 +76,11 @@ impl Model for Anthropic {
         &self.name
     }
 
-    fn complete<'a>(&'a self, req: &'a ModelRequest, timeout: Duration) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ModelRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(self.call(req, timeout))
     }
 }

@@ -51,19 +51,24 @@ pub struct Audit {
 }
 
 impl Audit {
-    pub async fn start(writer: Writer, profile: &str, trigger: &str, alarm_id: Option<i64>, now: Timestamp) -> Result<Audit, StoreError> {
+    pub async fn start(
+        writer: Writer,
+        profile: &str,
+        trigger: &str,
+        alarm_id: Option<i64>,
+        now: Timestamp,
+    ) -> Result<Audit, StoreError> {
         let (profile, trigger) = (profile.to_string(), trigger.to_string());
         let w = writer.clone();
-        let run_id = blocking(move || {
-            w.call(move |c| {
+        let run_id = w
+            .call_async(move |c| {
                 c.execute(
                     "INSERT INTO agent_runs (profile, trigger, alarm_id, started_at) VALUES (?1, ?2, ?3, ?4)",
                     params![profile, trigger, alarm_id, now.unix()],
                 )?;
                 Ok::<_, StoreError>(c.last_insert_rowid())
             })
-        })
-        .await?;
+            .await?;
         Ok(Audit { writer, run_id, seq: 0, pending: Vec::new() })
     }
 
@@ -89,16 +94,21 @@ impl Audit {
         let steps = std::mem::take(&mut self.pending);
         let run_id = self.run_id;
         let w = self.writer.clone();
-        blocking(move || w.call(move |c| insert_steps(c, run_id, &steps))).await
+        w.call_async(move |c| insert_steps(c, run_id, &steps)).await
     }
 
     /// Writes the remaining steps and the run's outcome, in one transaction.
-    pub async fn finish(&mut self, outcome: &str, model: Option<&str>, tokens: (u64, u64), error: Option<String>) -> Result<(), StoreError> {
+    pub async fn finish(
+        &mut self,
+        outcome: &str,
+        model: Option<&str>,
+        tokens: (u64, u64),
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
         let steps = std::mem::take(&mut self.pending);
         let (run_id, outcome, model) = (self.run_id, outcome.to_string(), model.map(str::to_string));
         let w = self.writer.clone();
-        blocking(move || {
-            w.call(move |c| {
+        w.call_async(move |c| {
                 insert_steps(c, run_id, &steps)?;
                 c.prepare_cached(
                     "UPDATE agent_runs SET outcome = ?2, model = ?3, finished_at = ?4, tokens_in = ?5, tokens_out = ?6, error = ?7 WHERE id = ?1",
@@ -106,7 +116,6 @@ impl Audit {
                 .execute(params![run_id, outcome, model, Timestamp::now().unix(), tokens.0 as i64, tokens.1 as i64, error])?;
                 Ok::<_, StoreError>(())
             })
-        })
         .await
     }
 }
@@ -118,15 +127,20 @@ fn insert_steps(c: &rusqlite::Connection, run_id: i64, steps: &[(i64, Step, i64)
     )?;
     for (seq, s, at) in steps {
         stmt.execute(params![
-            run_id, seq, s.kind.as_str(), s.name, s.arguments, s.result, s.is_error,
-            s.latency.as_micros() as i64, s.tokens.map(|t| t.0 as i64), s.tokens.map(|t| t.1 as i64), at
+            run_id,
+            seq,
+            s.kind.as_str(),
+            s.name,
+            s.arguments,
+            s.result,
+            s.is_error,
+            s.latency.as_micros() as i64,
+            s.tokens.map(|t| t.0 as i64),
+            s.tokens.map(|t| t.1 as i64),
+            at
         ])?;
     }
     Ok(())
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, StoreError> + Send + 'static) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(f).await.map_err(|_| StoreError::WriterGone)?
 }
 
 /// A run's trace as text, for `twinops runs show`.

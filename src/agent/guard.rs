@@ -43,7 +43,11 @@ fn email_at(c: &[char], i: usize) -> Option<usize> {
     }
     let mut k = j + 1;
     let mut dots = 0;
-    while k < c.len() && (c[k].is_ascii_alphanumeric() || c[k] == '-' || (c[k] == '.' && k + 1 < c.len() && c[k + 1].is_ascii_alphanumeric())) {
+    while k < c.len()
+        && (c[k].is_ascii_alphanumeric()
+            || c[k] == '-'
+            || (c[k] == '.' && k + 1 < c.len() && c[k + 1].is_ascii_alphanumeric()))
+    {
         dots += usize::from(c[k] == '.');
         k += 1;
     }
@@ -69,7 +73,9 @@ fn phone_at(c: &[char], i: usize) -> Option<usize> {
                 digits += 1;
                 last_digit = j;
             }
-            ' ' | '-' | '.' | '(' | ')' if j + 1 < c.len() && (c[j + 1].is_ascii_digit() || c[j + 1] == '(') => separators += 1,
+            ' ' | '-' | '.' | '(' | ')' if j + 1 < c.len() && (c[j + 1].is_ascii_digit() || c[j + 1] == '(') => {
+                separators += 1
+            }
             ')' => separators += 1,
             _ => break,
         }
@@ -85,7 +91,11 @@ fn phone_at(c: &[char], i: usize) -> Option<usize> {
 /// Wraps untrusted text as data. Marker look-alikes inside are defused, so the text
 /// cannot close its own delimiter.
 pub fn as_data(source: &str, text: &str) -> String {
-    let defused = text.replace("<data", "‹data").replace("</data", "‹/data").replace("<DATA", "‹DATA").replace("</DATA", "‹/DATA");
+    let defused = text
+        .replace("<data", "‹data")
+        .replace("</data", "‹/data")
+        .replace("<DATA", "‹DATA")
+        .replace("</DATA", "‹/DATA");
     format!("<data source=\"{source}\">\n{defused}\n</data>")
 }
 
@@ -143,7 +153,9 @@ fn observed_numbers(text: &str) -> Vec<f64> {
 /// Standalone numbers in a text, with their written form.
 fn numbers(text: &str) -> Vec<(f64, String)> {
     let mut out = Vec::new();
-    for token in text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '[' | ']' | '"' | '{' | '}' | '=' | '<' | '>' | '*')) {
+    for token in text.split(|c: char| {
+        c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '[' | ']' | '"' | '{' | '}' | '=' | '<' | '>' | '*')
+    }) {
         let token = token.trim_end_matches(['.', ':', '%', '!', '?']).trim_start_matches('+');
         if token.is_empty() || token.contains(['#', ':', '/']) || token.chars().any(|c| c.is_alphabetic()) {
             continue;
@@ -199,8 +211,17 @@ mod tests {
                     Control room direct line: 020 7946 0000. Out-of-hours: 0800 555 0199.";
         let (out, n) = redact(text);
         assert_eq!(n, 4, "{out}");
-        assert!(!out.contains("900123") && !out.contains("@") && !out.contains("7946") && !out.contains("555"), "{out}");
-        for keep in ["VIB-DE at 6.256 mm/s on 2026-11-30T12:00:00Z", "PUMP-007.VIB-DE", "60480000 readings", "ISO 10816-3", "1764504000"] {
+        assert!(
+            !out.contains("900123") && !out.contains("@") && !out.contains("7946") && !out.contains("555"),
+            "{out}"
+        );
+        for keep in [
+            "VIB-DE at 6.256 mm/s on 2026-11-30T12:00:00Z",
+            "PUMP-007.VIB-DE",
+            "60480000 readings",
+            "ISO 10816-3",
+            "1764504000",
+        ] {
             assert_eq!(redact(keep), (keep.to_string(), 0), "{keep}");
         }
     }
@@ -217,12 +238,18 @@ mod tests {
         let obs = [r#"{"value":6.256,"limit":4.5,"change_24h":-0.12,"at":"2026-11-30T12:00:00Z"}"#, "Triage alarm 17"];
         assert!(ungrounded_numbers("VIB-DE is 6.3 mm/s (limit 4.5), -0.12 in 24 hours; alarm 17.", &obs).is_empty());
         assert_eq!(ungrounded_numbers("VIB-DE is 7.9 mm/s and rising 13% a day.", &obs), ["7.9", "13"]);
-        assert!(ungrounded_numbers("1. Check PUMP-007 at 2026-11-30 12:00 per [arp-vibration.md#1]; 2 pumps.", &obs).is_empty());
+        assert!(
+            ungrounded_numbers("1. Check PUMP-007 at 2026-11-30 12:00 per [arp-vibration.md#1]; 2 pumps.", &obs)
+                .is_empty()
+        );
     }
 
     #[test]
     fn finds_citations() {
-        assert_eq!(citations("See [arp-vibration.md#1] and [a.md#2, b.md#3]; not [this] or x.md#."), ["arp-vibration.md#1", "a.md#2", "b.md#3"]);
+        assert_eq!(
+            citations("See [arp-vibration.md#1] and [a.md#2, b.md#3]; not [this] or x.md#."),
+            ["arp-vibration.md#1", "a.md#2", "b.md#3"]
+        );
         assert_eq!(citations(r#"{"source":"sub/arp-flow.md#0"}"#), ["sub/arp-flow.md#0"]);
     }
 }

@@ -41,7 +41,13 @@ impl Http {
         } else {
             ErrorClass::Permanent
         };
-        let what = if e.is_timeout() { "timed out" } else if e.is_connect() { "connection failed" } else { "request failed" };
+        let what = if e.is_timeout() {
+            "timed out"
+        } else if e.is_connect() {
+            "connection failed"
+        } else {
+            "request failed"
+        };
         // Without the URL: it may carry a key in its query string.
         ModelError::new(provider, class, format!("{what}: {}", e.without_url()))
     }
@@ -84,10 +90,9 @@ pub async fn read_sse(
 ) -> Result<(), ModelError> {
     let mut parser = SseParser::default();
     loop {
-        let chunk = response
-            .chunk()
-            .await
-            .map_err(|e| ModelError::new(provider, ErrorClass::Transient, format!("stream broke: {}", e.without_url())))?;
+        let chunk = response.chunk().await.map_err(|e| {
+            ModelError::new(provider, ErrorClass::Transient, format!("stream broke: {}", e.without_url()))
+        })?;
         let Some(chunk) = chunk else { break };
         for data in parser.push(&chunk) {
             on_data(&data)?;

@@ -16,11 +16,23 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
-    System { content: String },
-    User { content: String },
-    Assistant { content: Option<String>, tool_calls: Vec<ToolCall> },
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: Option<String>,
+        tool_calls: Vec<ToolCall>,
+    },
     /// The answer to one tool call; every call is answered exactly once.
-    Tool { call_id: String, name: String, content: String, is_error: bool },
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+    },
 }
 
 /// A tool call as the model made it. `arguments` is `Err(raw)` when the model sent
@@ -167,7 +179,11 @@ pub trait Model: Send + Sync {
     /// `kind:model`, for logs and the audit trail.
     fn name(&self) -> &str;
     /// One call, to be abandoned after `timeout`.
-    fn complete<'a>(&'a self, req: &'a ModelRequest, timeout: Duration) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+    fn complete<'a>(
+        &'a self,
+        req: &'a ModelRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
 }
 
 #[cfg(test)]

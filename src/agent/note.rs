@@ -85,7 +85,10 @@ mod tests {
 ```"#;
         assert_eq!(TriageNote::parse(ok).unwrap().urgency, Urgency::Urgent);
         assert!(TriageNote::parse("no json").unwrap_err().contains("no JSON object"));
-        let err = TriageNote::parse(r#"{"summary":"s","urgency":"later","likely_causes":[],"recommended_actions":["a"],"evidence":[]}"#).unwrap_err();
+        let err = TriageNote::parse(
+            r#"{"summary":"s","urgency":"later","likely_causes":[],"recommended_actions":["a"],"evidence":[]}"#,
+        )
+        .unwrap_err();
         assert!(err.contains("later"), "{err}");
         assert!(TriageNote::schema()["properties"]["urgency"].to_string().contains("immediate"));
     }

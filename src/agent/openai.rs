@@ -35,7 +35,13 @@ pub struct OpenAi {
 }
 
 impl OpenAi {
-    pub fn new(base_url: &str, model: &str, api_key: Option<Secret>, tool_mode: ToolMode, structured_output: bool) -> OpenAi {
+    pub fn new(
+        base_url: &str,
+        model: &str,
+        api_key: Option<Secret>,
+        tool_mode: ToolMode,
+        structured_output: bool,
+    ) -> OpenAi {
         OpenAi {
             name: format!("openai:{model}"),
             url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
@@ -62,7 +68,8 @@ impl OpenAi {
                     .collect(),
             );
             if let (Some(schema), true) = (&req.final_schema, self.structured_output) {
-                body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "final_answer", "schema": schema}});
+                body["response_format"] =
+                    json!({"type": "json_schema", "json_schema": {"name": "final_answer", "schema": schema}});
             }
         }
         body["messages"] = Value::Array(messages);
@@ -89,8 +96,9 @@ impl OpenAi {
                 if data == "[DONE]" {
                     return Ok(());
                 }
-                let chunk: Value = serde_json::from_str(data)
-                    .map_err(|e| ModelError::new(&self.name, ErrorClass::Malformed, format!("bad stream chunk: {e}")))?;
+                let chunk: Value = serde_json::from_str(data).map_err(|e| {
+                    ModelError::new(&self.name, ErrorClass::Malformed, format!("bad stream chunk: {e}"))
+                })?;
                 if let Some(text) = acc.push(&chunk) {
                     let _ = sink.send(text);
                 }
@@ -117,7 +125,11 @@ impl Model for OpenAi {
         &self.name
     }
 
-    fn complete<'a>(&'a self, req: &'a ModelRequest, timeout: Duration) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ModelRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(self.call(req, timeout))
     }
 }
@@ -288,14 +300,20 @@ static JSON_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 fn from_json_mode(provider: &str, reply: ModelReply) -> Result<ModelReply, ModelError> {
     let malformed = |m: String| ModelError::new(provider, ErrorClass::Malformed, m);
     let text = reply.text.as_deref().unwrap_or_default();
-    let v: Value = serde_json::from_str(text).map_err(|e| malformed(format!("json tool mode: reply is not JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| malformed(format!("json tool mode: reply is not JSON: {e}")))?;
     match v["action"].as_str() {
         Some("call_tool") => {
-            let name = v["tool"].as_str().ok_or_else(|| malformed("json tool mode: call_tool without a tool name".into()))?;
+            let name =
+                v["tool"].as_str().ok_or_else(|| malformed("json tool mode: call_tool without a tool name".into()))?;
             let n = JSON_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok(ModelReply {
                 text: None,
-                tool_calls: vec![ToolCall { id: format!("json_{n}"), name: name.to_string(), arguments: parse_arguments(&v["arguments"]) }],
+                tool_calls: vec![ToolCall {
+                    id: format!("json_{n}"),
+                    name: name.to_string(),
+                    arguments: parse_arguments(&v["arguments"]),
+                }],
                 finish: Finish::ToolCalls,
                 usage: reply.usage,
             })

@@ -115,7 +115,10 @@ impl Chain {
     pub fn new(models: Vec<Arc<dyn Model>>, retry: RetryPolicy, breaker_failures: u32, cooldown: Duration) -> Chain {
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         Chain {
-            links: models.into_iter().map(|model| Link { model, breaker: Breaker::new(breaker_failures, cooldown) }).collect(),
+            links: models
+                .into_iter()
+                .map(|model| Link { model, breaker: Breaker::new(breaker_failures, cooldown) })
+                .collect(),
             retry,
             jitter: Mutex::new(Rng::from_label(&seed.to_string())),
         }
@@ -139,7 +142,8 @@ impl Chain {
         let mut last_error = None;
         for (index, link) in self.links.iter().enumerate().skip(from) {
             if !link.breaker.allow() {
-                last_error = Some(ModelError::new(link.model.name(), ErrorClass::Transient, "circuit breaker open; skipped"));
+                last_error =
+                    Some(ModelError::new(link.model.name(), ErrorClass::Transient, "circuit breaker open; skipped"));
                 continue;
             }
             let mut waited = Duration::ZERO;
@@ -151,7 +155,12 @@ impl Chain {
                 }
                 let started = Instant::now();
                 let result = link.model.complete(req, call_timeout.min(remaining)).await;
-                attempts.push(Attempt { provider: link.model.name().to_string(), latency: started.elapsed(), result: result.clone(), waited });
+                attempts.push(Attempt {
+                    provider: link.model.name().to_string(),
+                    latency: started.elapsed(),
+                    result: result.clone(),
+                    waited,
+                });
                 let err = match result {
                     Ok(reply) => {
                         link.breaker.record(true);
@@ -180,7 +189,8 @@ impl Chain {
             }
             link.breaker.record(false);
         }
-        Err(last_error.unwrap_or_else(|| ModelError::new("chain", ErrorClass::Permanent, "no model provider is configured")))
+        Err(last_error
+            .unwrap_or_else(|| ModelError::new("chain", ErrorClass::Permanent, "no model provider is configured")))
     }
 }
 
@@ -195,7 +205,11 @@ mod tests {
         assert_eq!(p.delay(3, None, 1.0), Duration::from_millis(800));
         assert_eq!(p.delay(10, None, 1.0), Duration::from_secs(2), "capped");
         assert_eq!(p.delay(3, None, 0.25), Duration::from_millis(200), "full jitter scales the window");
-        assert_eq!(p.delay(0, Some(Duration::from_secs(7)), 0.5), Duration::from_secs(7), "never sooner than Retry-After");
+        assert_eq!(
+            p.delay(0, Some(Duration::from_secs(7)), 0.5),
+            Duration::from_secs(7),
+            "never sooner than Retry-After"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,7 +15,11 @@ impl Model for Rules {
         "rules"
     }
 
-    fn complete<'a>(&'a self, req: &'a ModelRequest, _timeout: std::time::Duration) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ModelRequest,
+        _timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move { Ok(next(req)) })
     }
 }
@@ -28,7 +32,11 @@ fn observations(messages: &[Message]) -> Vec<(String, Value, Option<Value>)> {
         match m {
             Message::Assistant { tool_calls, .. } => calls.extend(tool_calls.iter()),
             Message::Tool { call_id, name, content, is_error } => {
-                let args = calls.iter().find(|c| &c.id == call_id).and_then(|c| c.arguments.clone().ok()).unwrap_or(Value::Null);
+                let args = calls
+                    .iter()
+                    .find(|c| &c.id == call_id)
+                    .and_then(|c| c.arguments.clone().ok())
+                    .unwrap_or(Value::Null);
                 let parsed = if *is_error { None } else { parse_data(content) };
                 out.push((name.clone(), args, parsed));
             }
@@ -61,7 +69,8 @@ fn next(req: &ModelRequest) -> ModelReply {
     let seen = observations(&req.messages);
     let offered = |name: &str| req.tools.iter().any(|t| t.name == name);
     let done = |name: &str| seen.iter().any(|(n, _, _)| n == name);
-    let result = |name: &str| seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone());
+    let result =
+        |name: &str| seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone());
     let t = &req.task;
     let base = seen.len();
 
@@ -86,8 +95,10 @@ fn next(req: &ModelRequest) -> ModelReply {
         if !calls.is_empty() {
             return reply_calls(calls);
         }
-        if offered("read_doc") && !done("read_doc")
-            && let Some(citation) = result("search_docs").and_then(|r| r["results"][0]["citation"].as_str().map(str::to_string))
+        if offered("read_doc")
+            && !done("read_doc")
+            && let Some(citation) =
+                result("search_docs").and_then(|r| r["results"][0]["citation"].as_str().map(str::to_string))
         {
             return reply_calls(vec![call(base, "read_doc", json!({"citation": citation}))]);
         }
@@ -103,9 +114,16 @@ fn next(req: &ModelRequest) -> ModelReply {
         if hits.is_empty() {
             return reply_text("The offline rules model found nothing in the documentation for this question. A language model is not available; try the alarm code or equipment name.".into());
         }
-        let mut text = String::from("The offline rules model cannot reason about questions; these documentation sections match best:\n");
+        let mut text = String::from(
+            "The offline rules model cannot reason about questions; these documentation sections match best:\n",
+        );
         for h in hits {
-            text.push_str(&format!("- {} [{}]: {}\n", h["heading"].as_str().unwrap_or_default(), h["citation"].as_str().unwrap_or_default(), h["snippet"].as_str().unwrap_or_default()));
+            text.push_str(&format!(
+                "- {} [{}]: {}\n",
+                h["heading"].as_str().unwrap_or_default(),
+                h["citation"].as_str().unwrap_or_default(),
+                h["snippet"].as_str().unwrap_or_default()
+            ));
         }
         return reply_text(text);
     }
@@ -120,24 +138,45 @@ fn next(req: &ModelRequest) -> ModelReply {
         summary["assets"]["total"], summary["active_alarms"]["total"], summary["active_alarms"]["unacknowledged"]
     );
     for a in summary["needs_attention"].as_array().into_iter().flatten() {
-        text.push_str(&format!("\n- {} ({}): {}", a["asset_id"].as_str().unwrap_or_default(), a["name"].as_str().unwrap_or_default(), a["reason"].as_str().unwrap_or_default()));
+        text.push_str(&format!(
+            "\n- {} ({}): {}",
+            a["asset_id"].as_str().unwrap_or_default(),
+            a["name"].as_str().unwrap_or_default(),
+            a["reason"].as_str().unwrap_or_default()
+        ));
     }
     reply_text(text)
 }
 
 /// Composes the triage note from the observations alone.
-fn triage_note(code: Option<&str>, sensor_id: Option<&str>, alarm_id: Option<i64>, seen: &[(String, Value, Option<Value>)]) -> TriageNote {
+fn triage_note(
+    code: Option<&str>,
+    sensor_id: Option<&str>,
+    alarm_id: Option<i64>,
+    seen: &[(String, Value, Option<Value>)],
+) -> TriageNote {
     let get = |name: &str| seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone());
     let details = get("get_asset_details").unwrap_or(Value::Null);
     let history = get("get_sensor_history").unwrap_or(Value::Null);
     let doc = get("read_doc").unwrap_or(Value::Null);
     let code = code.unwrap_or("alarm");
     let asset = &details["asset"];
-    let sensor = details["sensors"].as_array().and_then(|s| s.iter().find(|s| s["id"].as_str() == sensor_id)).cloned().unwrap_or(Value::Null);
-    let alarm = details["active_alarms"].as_array().and_then(|a| a.iter().find(|a| a["alarm_id"].as_i64() == alarm_id)).cloned();
+    let sensor = details["sensors"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"].as_str() == sensor_id))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let alarm = details["active_alarms"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["alarm_id"].as_i64() == alarm_id))
+        .cloned();
     let unit = sensor["unit"].as_str().unwrap_or_default();
 
-    let mut summary = format!("{code} on {} ({}", asset["id"].as_str().unwrap_or("the asset"), asset["name"].as_str().unwrap_or("unknown asset"));
+    let mut summary = format!(
+        "{code} on {} ({}",
+        asset["id"].as_str().unwrap_or("the asset"),
+        asset["name"].as_str().unwrap_or("unknown asset")
+    );
     summary.push_str(&format!(", criticality {}).", asset["criticality"].as_str().unwrap_or("?")));
     let mut evidence = Vec::new();
     if !sensor.is_null() {
@@ -148,11 +187,18 @@ fn triage_note(code: Option<&str>, sensor_id: Option<&str>, alarm_id: Option<i64
             .collect();
         summary.push_str(&format!(
             " {} reads {} {unit} ({} band; limits {}).",
-            sensor["id"].as_str().unwrap_or_default(), sensor["latest"]["value"], sensor["band"].as_str().unwrap_or("unknown"),
+            sensor["id"].as_str().unwrap_or_default(),
+            sensor["latest"]["value"],
+            sensor["band"].as_str().unwrap_or("unknown"),
             if limits.is_empty() { "none".to_string() } else { limits.join(", ") }
         ));
         evidence.push(Evidence {
-            claim: format!("{} latest {} {unit}, change over 24 h {}", sensor["id"].as_str().unwrap_or_default(), sensor["latest"]["value"], sensor["change_24h"]),
+            claim: format!(
+                "{} latest {} {unit}, change over 24 h {}",
+                sensor["id"].as_str().unwrap_or_default(),
+                sensor["latest"]["value"],
+                sensor["change_24h"]
+            ),
             source: "get_asset_details".into(),
         });
         if let Some(zone) = sensor["iso_10816_zone"].as_str() {
@@ -160,9 +206,15 @@ fn triage_note(code: Option<&str>, sensor_id: Option<&str>, alarm_id: Option<i64
         }
     }
     if let Some(stats) = history.get("stats") {
-        summary.push_str(&format!(" Trend over the last {} h: {} {unit} per day.", history["window"]["hours"], stats["trend_per_day"]));
+        summary.push_str(&format!(
+            " Trend over the last {} h: {} {unit} per day.",
+            history["window"]["hours"], stats["trend_per_day"]
+        ));
         evidence.push(Evidence {
-            claim: format!("over {} h: min {}, max {}, mean {}, trend {} {unit}/day", history["window"]["hours"], stats["min"], stats["max"], stats["mean"], stats["trend_per_day"]),
+            claim: format!(
+                "over {} h: min {}, max {}, mean {}, trend {} {unit}/day",
+                history["window"]["hours"], stats["min"], stats["max"], stats["mean"], stats["trend_per_day"]
+            ),
             source: "get_sensor_history".into(),
         });
     }
@@ -175,7 +227,10 @@ fn triage_note(code: Option<&str>, sensor_id: Option<&str>, alarm_id: Option<i64
     let field = |label: &str| -> Option<String> {
         let mut lines = text.lines().skip_while(|l| !l.trim().starts_with(&format!("- **{label}:**")));
         let first = lines.next()?.trim().trim_start_matches(&format!("- **{label}:**")).trim().to_string();
-        let rest = lines.take_while(|l| { let t = l.trim(); !t.is_empty() && !t.starts_with("- **") && !t.starts_with(char::is_numeric) });
+        let rest = lines.take_while(|l| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with("- **") && !t.starts_with(char::is_numeric)
+        });
         Some(std::iter::once(first).chain(rest.map(|l| l.trim().to_string())).collect::<Vec<_>>().join(" "))
     };
     let citation = doc["citation"].as_str().map(str::to_string);
@@ -184,7 +239,9 @@ fn triage_note(code: Option<&str>, sensor_id: Option<&str>, alarm_id: Option<i64
         None => s,
     };
     let likely_causes: Vec<String> = field("Probable causes")
-        .map(|c| c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).take(4).collect())
+        .map(|c| {
+            c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).take(4).collect()
+        })
         .unwrap_or_else(|| vec!["No documented causes found; see the asset details.".to_string()]);
     let mut recommended_actions = operator_actions(text);
     if recommended_actions.is_empty() {

@@ -49,11 +49,21 @@ pub struct Profile {
 
 impl Profile {
     pub fn triage() -> Profile {
-        Profile { name: "triage", system_prompt: TRIAGE_PROMPT, tools: names(tools::all().iter().collect()), structured_note: true }
+        Profile {
+            name: "triage",
+            system_prompt: TRIAGE_PROMPT,
+            tools: names(tools::all().iter().collect()),
+            structured_note: true,
+        }
     }
 
     pub fn chat() -> Profile {
-        Profile { name: "chat", system_prompt: CHAT_PROMPT, tools: names(tools::all().iter().collect()), structured_note: false }
+        Profile {
+            name: "chat",
+            system_prompt: CHAT_PROMPT,
+            tools: names(tools::all().iter().collect()),
+            structured_note: false,
+        }
     }
 
     /// Read-only: the same tools less `propose_work_order`.
@@ -137,11 +147,22 @@ impl Agent {
         if models.last().is_none_or(|m| m.name() != "rules") {
             models.push(Arc::new(Rules));
         }
-        let retry = RetryPolicy { max_retries: limits.max_retries, base: Duration::from_millis(250), cap: Duration::from_secs(20) };
-        let chain = Chain::new(models, retry, limits.breaker_failures, Duration::from_secs(limits.breaker_cooldown_secs));
+        let retry = RetryPolicy {
+            max_retries: limits.max_retries,
+            base: Duration::from_millis(250),
+            cap: Duration::from_secs(20),
+        };
+        let chain =
+            Chain::new(models, retry, limits.breaker_failures, Duration::from_secs(limits.breaker_cooldown_secs));
         let approvals = Approvals::new(store.writer().clone());
         let mut agent = Agent {
-            store, docs: DocIndex::new(), approvals, chain, tools: Vec::new(), validators: HashMap::new(), limits,
+            store,
+            docs: DocIndex::new(),
+            approvals,
+            chain,
+            tools: Vec::new(),
+            validators: HashMap::new(),
+            limits,
             clock: Arc::new(Timestamp::now),
         };
         agent = agent.with_tools(tools::all().to_vec());
@@ -190,14 +211,28 @@ impl Agent {
                         asset_id, sensor_id, code
                  FROM alarms WHERE id = ?1",
                 [alarm_id],
-                |r| Ok((serde_json::from_str(&r.get::<_, String>(0)?).unwrap_or(Value::Null), r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| {
+                    Ok((
+                        serde_json::from_str(&r.get::<_, String>(0)?).unwrap_or(Value::Null),
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                    ))
+                },
             )
             .optional()?;
-        let (record, asset, sensor, code) = row.with_context(|| format!("no alarm {alarm_id}; list alarms with `twinops tools call list_alarms`"))?;
+        let (record, asset, sensor, code) =
+            row.with_context(|| format!("no alarm {alarm_id}; list alarms with `twinops tools call list_alarms`"))?;
         Ok(Task {
             profile: Profile::triage(),
             trigger: format!("alarm:{alarm_id}"),
-            facts: TaskFacts { alarm_id: Some(alarm_id), asset_id: Some(asset), sensor_id: sensor, code: Some(code), question: None },
+            facts: TaskFacts {
+                alarm_id: Some(alarm_id),
+                asset_id: Some(asset),
+                sensor_id: sensor,
+                code: Some(code),
+                question: None,
+            },
             user_message: format!(
                 "Triage alarm {alarm_id}. The alarm record, as the SCADA system sent it:\n{}",
                 as_data("alarm", &serde_json::to_string_pretty(&record).unwrap_or_default())
@@ -206,7 +241,12 @@ impl Agent {
     }
 
     /// One chat turn for an operator.
-    pub async fn ask(&self, question: &str, user: &str, stream: Option<UnboundedSender<String>>) -> anyhow::Result<RunReport> {
+    pub async fn ask(
+        &self,
+        question: &str,
+        user: &str,
+        stream: Option<UnboundedSender<String>>,
+    ) -> anyhow::Result<RunReport> {
         let task = self.chat_task(question, user)?;
         Ok(self.run(task, stream).await?)
     }
@@ -230,12 +270,26 @@ impl Agent {
     /// Runs a task to one of the four outcomes. Errors only if the audit trail cannot
     /// be written: a run that cannot be audited must not publish.
     pub async fn run(&self, task: Task, stream: Option<UnboundedSender<String>>) -> Result<RunReport, StoreError> {
-        let mut audit = Audit::start(self.store.writer().clone(), task.profile.name, &task.trigger, task.facts.alarm_id, Timestamp::now()).await?;
+        let mut audit = Audit::start(
+            self.store.writer().clone(),
+            task.profile.name,
+            &task.trigger,
+            task.facts.alarm_id,
+            Timestamp::now(),
+        )
+        .await?;
         let mut run = RunState::new(self, &task, audit.run_id());
         let outcome = run.go(&mut audit, stream).await;
         let report = run.report(outcome);
         let error = (report.outcome == Outcome::Failed).then(|| run.last_error.clone()).flatten();
-        audit.finish(report.outcome.as_str(), report.provider.as_deref(), (report.usage.input_tokens, report.usage.output_tokens), error).await?;
+        audit
+            .finish(
+                report.outcome.as_str(),
+                report.provider.as_deref(),
+                (report.usage.input_tokens, report.usage.output_tokens),
+                error,
+            )
+            .await?;
         Ok(report)
     }
 }
@@ -269,10 +323,16 @@ impl<'a> RunState<'a> {
             .tools
             .iter()
             .filter(|t| task.profile.tools.iter().any(|n| n == t.name))
-            .map(|t| ToolSpec { name: t.name.to_string(), description: t.description.to_string(), schema: t.schema.clone() })
+            .map(|t| ToolSpec {
+                name: t.name.to_string(),
+                description: t.description.to_string(),
+                schema: t.schema.clone(),
+            })
             .collect();
         RunState {
-            agent, task, run_id,
+            agent,
+            task,
+            run_id,
             request: ModelRequest {
                 messages: vec![
                     Message::System { content: task.profile.system_prompt.to_string() },
@@ -285,17 +345,33 @@ impl<'a> RunState<'a> {
                 stream: None,
             },
             deadline: Instant::now() + Duration::from_secs(agent.limits.deadline_secs),
-            usage: Usage::default(), model_calls: 0, tool_calls: 0,
-            per_tool: HashMap::new(), repeats: HashMap::new(),
-            link_floor: 0, degraded: false, provider: None, output_repair_used: false,
-            answer: None, note: None, flags: Vec::new(), last_error: None,
+            usage: Usage::default(),
+            model_calls: 0,
+            tool_calls: 0,
+            per_tool: HashMap::new(),
+            repeats: HashMap::new(),
+            link_floor: 0,
+            degraded: false,
+            provider: None,
+            output_repair_used: false,
+            answer: None,
+            note: None,
+            flags: Vec::new(),
+            last_error: None,
         }
     }
 
     fn report(&self, outcome: Outcome) -> RunReport {
         RunReport {
-            run_id: self.run_id, outcome, answer: self.answer.clone(), note: self.note.clone(), flags: self.flags.clone(),
-            provider: self.provider.clone(), model_calls: self.model_calls, tool_calls: self.tool_calls, usage: self.usage,
+            run_id: self.run_id,
+            outcome,
+            answer: self.answer.clone(),
+            note: self.note.clone(),
+            flags: self.flags.clone(),
+            provider: self.provider.clone(),
+            model_calls: self.model_calls,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
         }
     }
 
@@ -324,15 +400,31 @@ impl<'a> RunState<'a> {
             self.fit_context(audit);
             let mut attempts = Vec::new();
             let call_timeout = Duration::from_secs(limits.model_timeout_secs);
-            let served = self.agent.chain.complete(&self.request, self.link_floor, self.deadline, call_timeout, &mut attempts).await;
+            let served = self
+                .agent
+                .chain
+                .complete(&self.request, self.link_floor, self.deadline, call_timeout, &mut attempts)
+                .await;
             self.model_calls += 1;
             for a in &attempts {
                 let (result, is_error, tokens) = match &a.result {
-                    Ok(r) => (json!({"text": r.text, "tool_calls": r.tool_calls, "finish": r.finish}).to_string(), false, Some((r.usage.input_tokens, r.usage.output_tokens))),
+                    Ok(r) => (
+                        json!({"text": r.text, "tool_calls": r.tool_calls, "finish": r.finish}).to_string(),
+                        false,
+                        Some((r.usage.input_tokens, r.usage.output_tokens)),
+                    ),
                     Err(e) => (e.to_string(), true, None),
                 };
                 let arguments = json!({"messages": self.request.messages.len(), "tools": self.request.tools.len(), "waited_ms": a.waited.as_millis() as u64}).to_string();
-                audit.record(Step { kind: StepKind::ModelCall, name: a.provider.clone(), arguments: Some(arguments), result: Some(result), is_error, latency: a.latency, tokens });
+                audit.record(Step {
+                    kind: StepKind::ModelCall,
+                    name: a.provider.clone(),
+                    arguments: Some(arguments),
+                    result: Some(result),
+                    is_error,
+                    latency: a.latency,
+                    tokens,
+                });
             }
             let served = match served {
                 Ok(s) => s,
@@ -352,7 +444,9 @@ impl<'a> RunState<'a> {
             let reply = served.reply;
             self.usage.input_tokens += reply.usage.input_tokens;
             self.usage.output_tokens += reply.usage.output_tokens;
-            self.request.messages.push(Message::Assistant { content: reply.text.clone(), tool_calls: reply.tool_calls.clone() });
+            self.request
+                .messages
+                .push(Message::Assistant { content: reply.text.clone(), tool_calls: reply.tool_calls.clone() });
 
             if reply.tool_calls.is_empty() {
                 let text = reply.text.unwrap_or_default();
@@ -361,11 +455,17 @@ impl<'a> RunState<'a> {
                     Err(problem) if !self.output_repair_used => {
                         self.output_repair_used = true;
                         audit.record(guardrail("output_check", &problem, "repair turn requested"));
-                        self.request.messages.push(Message::User { content: format!("{problem} Correct this and give your final answer again.") });
+                        self.request.messages.push(Message::User {
+                            content: format!("{problem} Correct this and give your final answer again."),
+                        });
                         continue;
                     }
                     Err(problem) => {
-                        let flag = if problem.starts_with("Your answer is not a valid triage note") { "invalid_note" } else { "ungrounded" };
+                        let flag = if problem.starts_with("Your answer is not a valid triage note") {
+                            "invalid_note"
+                        } else {
+                            "ungrounded"
+                        };
                         self.flags.push(flag.into());
                         audit.record(guardrail("output_check", &problem, &format!("published flagged {flag}")));
                     }
@@ -379,7 +479,12 @@ impl<'a> RunState<'a> {
 
             let results = self.run_tools(&reply.tool_calls, audit).await;
             for (call, output) in reply.tool_calls.iter().zip(results) {
-                self.request.messages.push(Message::Tool { call_id: call.id.clone(), name: call.name.clone(), content: output.content, is_error: output.is_error });
+                self.request.messages.push(Message::Tool {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: output.content,
+                    is_error: output.is_error,
+                });
             }
             if let Err(e) = audit.flush_if_large().await {
                 tracing::error!(stage = "agent", error = %e, "audit flush failed");
@@ -461,14 +566,20 @@ impl<'a> RunState<'a> {
         let size = |m: &Message| match m {
             Message::System { content } | Message::User { content } => content.len(),
             Message::Assistant { content, tool_calls } => {
-                content.as_ref().map_or(0, String::len) + tool_calls.iter().map(|c| c.arguments_text().len() + c.name.len()).sum::<usize>()
+                content.as_ref().map_or(0, String::len)
+                    + tool_calls.iter().map(|c| c.arguments_text().len() + c.name.len()).sum::<usize>()
             }
             Message::Tool { content, .. } => content.len(),
         };
         let mut total: usize = self.request.messages.iter().map(size).sum();
         let mut elided = 0;
         // The newest turn's results stay whole: the model has not seen them yet.
-        let protect_from = self.request.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. })).unwrap_or(self.request.messages.len());
+        let protect_from = self
+            .request
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))
+            .unwrap_or(self.request.messages.len());
         for m in self.request.messages.iter_mut().take(protect_from) {
             if total <= budget {
                 break;
@@ -477,7 +588,9 @@ impl<'a> RunState<'a> {
                 && content.len() > 200
             {
                 let before = content.len();
-                *content = format!("[earlier {name} result elided to fit the context budget; call the tool again if you need it]");
+                *content = format!(
+                    "[earlier {name} result elided to fit the context budget; call the tool again if you need it]"
+                );
                 total = total - before + content.len();
                 elided += 1;
             }
@@ -510,7 +623,10 @@ impl<'a> RunState<'a> {
         }
         // Reads run concurrently; proposals one at a time, after the reads.
         let timeout = Duration::from_millis(limits.tool_timeout_ms);
-        let handles: Vec<_> = reads.into_iter().map(|(i, def, args)| (i, def.clone(), args.clone(), self.spawn_tool(def, args))).collect();
+        let handles: Vec<_> = reads
+            .into_iter()
+            .map(|(i, def, args)| (i, def.clone(), args.clone(), self.spawn_tool(def, args)))
+            .collect();
         for (i, def, args, handle) in handles {
             outputs[i] = Some(self.finish_tool(&def, &args, handle, timeout, audit).await);
         }
@@ -524,11 +640,20 @@ impl<'a> RunState<'a> {
     /// The guardrails a call passes before it may run, in order.
     fn admit(&mut self, call: &ToolCall) -> Result<(Arc<ToolDef>, Value), (&'static str, String)> {
         let limits = &self.agent.limits;
-        let Some(def) = self.agent.tools.iter().find(|t| t.name == call.name && self.request.tools.iter().any(|o| o.name == call.name)) else {
+        let Some(def) = self
+            .agent
+            .tools
+            .iter()
+            .find(|t| t.name == call.name && self.request.tools.iter().any(|o| o.name == call.name))
+        else {
             let known = self.agent.tools.iter().any(|t| t.name == call.name);
             let offered: Vec<&str> = self.request.tools.iter().map(|o| o.name.as_str()).collect();
             let message = if known {
-                format!("Tool '{}' is not available for this task and was not run. Available tools: {}.", call.name, offered.join(", "))
+                format!(
+                    "Tool '{}' is not available for this task and was not run. Available tools: {}.",
+                    call.name,
+                    offered.join(", ")
+                )
             } else {
                 format!("There is no tool named '{}'. Available tools: {}.", call.name, offered.join(", "))
             };
@@ -538,10 +663,13 @@ impl<'a> RunState<'a> {
             Ok(v) => v.clone(),
             Err(raw) => {
                 let shown: String = raw.chars().take(200).collect();
-                return Err(("arguments_json", format!(
-                    "The arguments of your {} call were not a valid JSON object: {shown}. Send the call again with the arguments as one JSON object, e.g. {{\"asset_id\": \"PUMP-007\"}}.",
-                    call.name
-                )));
+                return Err((
+                    "arguments_json",
+                    format!(
+                        "The arguments of your {} call were not a valid JSON object: {shown}. Send the call again with the arguments as one JSON object, e.g. {{\"asset_id\": \"PUMP-007\"}}.",
+                        call.name
+                    ),
+                ));
             }
         };
         if let Some(validator) = self.agent.validators.get(def.name) {
@@ -553,30 +681,42 @@ impl<'a> RunState<'a> {
                 })
                 .collect();
             if !errors.is_empty() {
-                return Err(("schema", format!("Invalid arguments for {}: {}. Fix them and call again.", def.name, errors.join("; "))));
+                return Err((
+                    "schema",
+                    format!("Invalid arguments for {}: {}. Fix them and call again.", def.name, errors.join("; ")),
+                ));
             }
         }
         if self.tool_calls >= limits.max_tool_calls {
-            return Err(("tool_budget", format!(
-                "The tool-call budget of this run ({}) is spent; {} was not run. Finish your answer with what you have.",
-                limits.max_tool_calls, def.name
-            )));
+            return Err((
+                "tool_budget",
+                format!(
+                    "The tool-call budget of this run ({}) is spent; {} was not run. Finish your answer with what you have.",
+                    limits.max_tool_calls, def.name
+                ),
+            ));
         }
         let used = self.per_tool.entry(def.name.to_string()).or_default();
         if *used >= limits.max_calls_per_tool {
-            return Err(("per_tool_limit", format!(
-                "{} has been called {used} times in this run, the limit; it was not run. Use the results you have or another tool.",
-                def.name
-            )));
+            return Err((
+                "per_tool_limit",
+                format!(
+                    "{} has been called {used} times in this run, the limit; it was not run. Use the results you have or another tool.",
+                    def.name
+                ),
+            ));
         }
         let key = format!("{}:{}", def.name, canonical(&args));
         let seen = self.repeats.entry(key).or_default();
         *seen += 1;
         if *seen >= 3 {
-            return Err(("repeat", format!(
-                "You already called {} with exactly these arguments twice; the result will not change. Change the arguments, use another tool, or finish your answer.",
-                def.name
-            )));
+            return Err((
+                "repeat",
+                format!(
+                    "You already called {} with exactly these arguments twice; the result will not change. Change the arguments, use another tool, or finish your answer.",
+                    def.name
+                ),
+            ));
         }
         *self.per_tool.get_mut(def.name).expect("inserted") += 1;
         self.tool_calls += 1;
@@ -585,9 +725,12 @@ impl<'a> RunState<'a> {
 
     /// Starts a tool on the blocking pool; returns its handle and when it started.
     fn spawn_tool(&self, def: Arc<ToolDef>, args: Value) -> (tokio::task::JoinHandle<ToolOutput>, Instant) {
-        let (store, docs, approvals) = (self.agent.store.clone(), self.agent.docs.clone(), self.agent.approvals.clone());
+        let (store, docs, approvals) =
+            (self.agent.store.clone(), self.agent.docs.clone(), self.agent.approvals.clone());
         let (now, run_id, max_chars) = ((self.agent.clock)(), self.run_id, self.agent.limits.max_result_chars);
-        let handle = tokio::task::spawn_blocking(move || run_blocking(&store, &docs, &approvals, now, run_id, &def, args, max_chars));
+        let handle = tokio::task::spawn_blocking(move || {
+            run_blocking(&store, &docs, &approvals, now, run_id, &def, args, max_chars)
+        });
         (handle, Instant::now())
     }
 
@@ -605,36 +748,71 @@ impl<'a> RunState<'a> {
             Ok(Ok(out)) => out,
             Ok(Err(join)) => {
                 tracing::error!(stage = "agent", tool = def.name, error = %join, "tool task panicked");
-                ToolOutput { content: format!("{} failed on an internal error (logged for the operators). Continue without it and say so.", def.name), is_error: true }
+                ToolOutput {
+                    content: format!(
+                        "{} failed on an internal error (logged for the operators). Continue without it and say so.",
+                        def.name
+                    ),
+                    is_error: true,
+                }
             }
             Err(_) => {
-                audit.record(guardrail("tool_timeout", &format!("{} {args}", def.name), &format!("no result within {} ms", timeout.as_millis())));
+                audit.record(guardrail(
+                    "tool_timeout",
+                    &format!("{} {args}", def.name),
+                    &format!("no result within {} ms", timeout.as_millis()),
+                ));
                 ToolOutput {
-                    content: format!("{} did not answer within {} ms and was abandoned. Try once more with a narrower request, or continue without it.", def.name, timeout.as_millis()),
+                    content: format!(
+                        "{} did not answer within {} ms and was abandoned. Try once more with a narrower request, or continue without it.",
+                        def.name,
+                        timeout.as_millis()
+                    ),
                     is_error: true,
                 }
             }
         };
         let (redacted, hits) = redact(&output.content);
         if hits > 0 {
-            audit.record(guardrail("redaction", def.name, &format!("{hits} e-mail address(es) or phone number(s) removed")));
+            audit.record(guardrail(
+                "redaction",
+                def.name,
+                &format!("{hits} e-mail address(es) or phone number(s) removed"),
+            ));
         }
         let content = if output.is_error { redacted } else { as_data(&format!("tool:{}", def.name), &redacted) };
         audit.record(Step {
-            kind: StepKind::ToolCall, name: def.name.to_string(), arguments: Some(args.to_string()), result: Some(content.clone()),
-            is_error: output.is_error, latency: started.elapsed(), tokens: None,
+            kind: StepKind::ToolCall,
+            name: def.name.to_string(),
+            arguments: Some(args.to_string()),
+            result: Some(content.clone()),
+            is_error: output.is_error,
+            latency: started.elapsed(),
+            tokens: None,
         });
         ToolOutput { content, is_error: output.is_error }
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run_blocking(store: &Store, docs: &DocIndex, approvals: &Approvals, now: Timestamp, run_id: i64, def: &ToolDef, args: Value, max_chars: usize) -> ToolOutput {
+fn run_blocking(
+    store: &Store,
+    docs: &DocIndex,
+    approvals: &Approvals,
+    now: Timestamp,
+    run_id: i64,
+    def: &ToolDef,
+    args: Value,
+    max_chars: usize,
+) -> ToolOutput {
     let db = match store.read() {
         Ok(db) => db,
         Err(e) => {
             tracing::error!(stage = "agent", error = %e, "no read connection for a tool");
-            return ToolOutput { content: format!("{} could not reach the database. Try again shortly.", def.name), is_error: true };
+            return ToolOutput {
+                content: format!("{} could not reach the database. Try again shortly.", def.name),
+                is_error: true,
+            };
         }
     };
     let ctx = ToolContext { db: &db, docs, approvals, now, caller: Proposer::Run(run_id) };
@@ -643,8 +821,13 @@ fn run_blocking(store: &Store, docs: &DocIndex, approvals: &Approvals, now: Time
 
 fn guardrail(name: &str, subject: &str, decision: &str) -> Step {
     Step {
-        kind: StepKind::Guardrail, name: name.to_string(), arguments: Some(subject.to_string()), result: Some(decision.to_string()),
-        is_error: false, latency: Duration::ZERO, tokens: None,
+        kind: StepKind::Guardrail,
+        name: name.to_string(),
+        arguments: Some(subject.to_string()),
+        result: Some(decision.to_string()),
+        is_error: false,
+        latency: Duration::ZERO,
+        tokens: None,
     }
 }
 

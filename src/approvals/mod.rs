@@ -59,7 +59,12 @@ impl Approvals {
     }
 }
 
-fn propose_in(conn: &Connection, draft: &WorkOrderDraft, by: &Proposer, now: Timestamp) -> Result<Proposal, StoreError> {
+fn propose_in(
+    conn: &Connection,
+    draft: &WorkOrderDraft,
+    by: &Proposer,
+    now: Timestamp,
+) -> Result<Proposal, StoreError> {
     let key = draft.intent_key(&now.date());
     let evidence = serde_json::to_string(&draft.evidence()).expect("citations serialize");
     let run_id = match by {
@@ -75,8 +80,18 @@ fn propose_in(conn: &Connection, draft: &WorkOrderDraft, by: &Proposer, now: Tim
              ON CONFLICT (idempotency_key) DO NOTHING",
         )?
         .execute(params![
-            key, draft.asset_id(), draft.alarm_id(), draft.action(), draft.priority(), draft.title(),
-            draft.justification(), evidence, by.label(), run_id, now.unix(), now.unix() + DEFAULT_TTL_SECS
+            key,
+            draft.asset_id(),
+            draft.alarm_id(),
+            draft.action(),
+            draft.priority(),
+            draft.title(),
+            draft.justification(),
+            evidence,
+            by.label(),
+            run_id,
+            now.unix(),
+            now.unix() + DEFAULT_TTL_SECS
         ])?;
     let (work_order_id, status, decided_by, decision_reason) = conn
         .prepare_cached("SELECT id, status, decided_by, decision_reason FROM work_orders WHERE idempotency_key = ?1")?

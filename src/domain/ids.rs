@@ -17,7 +17,9 @@ pub enum IdError {
     BadSensor { given: String },
     #[error("'{given}' is an asset id, not a sensor id; sensor ids look like {given}.VIB-DE")]
     AssetNotSensor { given: AssetId },
-    #[error("'{given}' is not a citation key: citation keys look like arp-vibration.md#2 (document path, '#', chunk number)")]
+    #[error(
+        "'{given}' is not a citation key: citation keys look like arp-vibration.md#2 (document path, '#', chunk number)"
+    )]
     BadCitation { given: String },
 }
 
@@ -76,9 +78,9 @@ impl SensorId {
             });
         };
         let tag_ok = !tag.is_empty()
-            && tag.split('-').all(|part| {
-                !part.is_empty() && part.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
-            });
+            && tag
+                .split('-')
+                .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
         if is_asset_id(asset) && tag_ok {
             Ok(SensorId(canonical))
         } else {
@@ -115,9 +117,8 @@ impl Citation {
         let bad = || IdError::BadCitation { given: s.to_string() };
         let (path, seq) = s.rsplit_once('#').ok_or_else(bad)?;
         let seq: u32 = seq.parse().map_err(|_| bad())?;
-        let path_ok = !path.is_empty()
-            && !path.starts_with('/')
-            && !path.split('/').any(|part| part.is_empty() || part == "..");
+        let path_ok =
+            !path.is_empty() && !path.starts_with('/') && !path.split('/').any(|part| part.is_empty() || part == "..");
         if path_ok { Ok(Citation::new(path, seq)) } else { Err(bad()) }
     }
 
@@ -167,10 +168,10 @@ mod tests {
             assert!(matches!(AssetId::parse(bad), Err(IdError::BadAsset { .. })), "{bad}");
         }
         let err = AssetId::parse("PUMP-007.VIB-DE").unwrap_err();
-        assert_eq!(err, IdError::SensorNotAsset {
-            given: "PUMP-007.VIB-DE".into(),
-            asset: AssetId::parse("PUMP-007").unwrap()
-        });
+        assert_eq!(
+            err,
+            IdError::SensorNotAsset { given: "PUMP-007.VIB-DE".into(), asset: AssetId::parse("PUMP-007").unwrap() }
+        );
     }
 
     #[test]

@@ -7,8 +7,8 @@ mod time;
 mod work_order;
 
 pub use enums::{
-    Access, AlarmState, AssetKind, AssetStatus, Criticality, SensorKind, Severity, WorkAction,
-    WorkOrderStatus, WorkPriority,
+    Access, AlarmState, AssetKind, AssetStatus, Criticality, SensorKind, Severity, WorkAction, WorkOrderStatus,
+    WorkPriority,
 };
 pub use ids::{AssetId, Citation, IdError, SensorId};
 pub use time::{Timestamp, parse_time};

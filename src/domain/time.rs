@@ -36,9 +36,7 @@ impl Timestamp {
     }
 
     pub fn date(self) -> String {
-        DateTime::<Utc>::from_timestamp(self.0, 0)
-            .map(|t| t.format("%Y-%m-%d").to_string())
-            .unwrap_or_default()
+        DateTime::<Utc>::from_timestamp(self.0, 0).map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
     }
 }
 

@@ -32,12 +32,19 @@ impl WorkOrderDraft {
         let justification = justification.trim();
         let len = |s: &str| s.chars().count();
         if !TITLE_CHARS.contains(&len(title)) {
-            return Err(format!("title must be {} to {} characters, got {}", TITLE_CHARS.start(), TITLE_CHARS.end(), len(title)));
+            return Err(format!(
+                "title must be {} to {} characters, got {}",
+                TITLE_CHARS.start(),
+                TITLE_CHARS.end(),
+                len(title)
+            ));
         }
         if !JUSTIFICATION_CHARS.contains(&len(justification)) {
             return Err(format!(
                 "justification must be {} to {} characters, got {}; say what was observed and why this action",
-                JUSTIFICATION_CHARS.start(), JUSTIFICATION_CHARS.end(), len(justification)
+                JUSTIFICATION_CHARS.start(),
+                JUSTIFICATION_CHARS.end(),
+                len(justification)
             ));
         }
         if evidence.len() > MAX_EVIDENCE {
@@ -47,8 +54,13 @@ impl WorkOrderDraft {
             return Err("title and justification must be plain text without control characters".into());
         }
         Ok(WorkOrderDraft {
-            asset_id, alarm_id, action, priority,
-            title: title.to_string(), justification: justification.to_string(), evidence,
+            asset_id,
+            alarm_id,
+            action,
+            priority,
+            title: title.to_string(),
+            justification: justification.to_string(),
+            evidence,
         })
     }
 
@@ -62,11 +74,25 @@ impl WorkOrderDraft {
         }
     }
 
-    pub fn asset_id(&self) -> &AssetId { &self.asset_id }
-    pub fn alarm_id(&self) -> Option<i64> { self.alarm_id }
-    pub fn action(&self) -> WorkAction { self.action }
-    pub fn priority(&self) -> WorkPriority { self.priority }
-    pub fn title(&self) -> &str { &self.title }
-    pub fn justification(&self) -> &str { &self.justification }
-    pub fn evidence(&self) -> &[Citation] { &self.evidence }
+    pub fn asset_id(&self) -> &AssetId {
+        &self.asset_id
+    }
+    pub fn alarm_id(&self) -> Option<i64> {
+        self.alarm_id
+    }
+    pub fn action(&self) -> WorkAction {
+        self.action
+    }
+    pub fn priority(&self) -> WorkPriority {
+        self.priority
+    }
+    pub fn title(&self) -> &str {
+        &self.title
+    }
+    pub fn justification(&self) -> &str {
+        &self.justification
+    }
+    pub fn evidence(&self) -> &[Citation] {
+        &self.evidence
+    }
 }

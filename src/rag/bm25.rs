@@ -39,7 +39,9 @@ pub struct Hit {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
-    #[error("the query has no words to search for (only stop words or punctuation); use the equipment, symptom or alarm code, e.g. 'VIB-HI bearing vibration'")]
+    #[error(
+        "the query has no words to search for (only stop words or punctuation); use the equipment, symptom or alarm code, e.g. 'VIB-HI bearing vibration'"
+    )]
     NoTerms,
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
@@ -97,9 +99,8 @@ impl DocIndex {
 
     /// The index for the chunks as they are now, rebuilt if they changed.
     fn current(&self, conn: &Connection) -> Result<Arc<Built>, SearchError> {
-        let generation: i64 = conn
-            .prepare_cached("SELECT generation FROM rag_generation WHERE id = 1")?
-            .query_row([], |r| r.get(0))?;
+        let generation: i64 =
+            conn.prepare_cached("SELECT generation FROM rag_generation WHERE id = 1")?.query_row([], |r| r.get(0))?;
         let mut slot = self.built.lock().expect("doc index lock poisoned");
         if let Some(built) = slot.as_ref().filter(|b| b.generation == generation) {
             return Ok(Arc::clone(built));
@@ -112,7 +113,14 @@ impl DocIndex {
 
 impl Built {
     fn load(conn: &Connection, generation: i64) -> rusqlite::Result<Built> {
-        let mut built = Built { generation, terms: HashMap::new(), postings: Vec::new(), doc_len: Vec::new(), avg_len: 0.0, chunk_ids: Vec::new() };
+        let mut built = Built {
+            generation,
+            terms: HashMap::new(),
+            postings: Vec::new(),
+            doc_len: Vec::new(),
+            avg_len: 0.0,
+            chunk_ids: Vec::new(),
+        };
         let mut stmt = conn.prepare(
             "SELECT c.id, c.section, c.body, d.title FROM chunks c JOIN documents d ON d.id = c.document_id ORDER BY c.id",
         )?;
@@ -191,10 +199,14 @@ fn query_terms(query: &str) -> Vec<QueryTerm> {
     let mut out: Vec<QueryTerm> = Vec::new();
     for word in words(query) {
         let parts: Vec<String> = word.split('-').filter_map(normalize).collect();
-        let whole = if word.contains('-') && parts.len() > 1 { word.to_string() } else { match parts.first() {
-            Some(p) => p.clone(),
-            None => continue,
-        }};
+        let whole = if word.contains('-') && parts.len() > 1 {
+            word.to_string()
+        } else {
+            match parts.first() {
+                Some(p) => p.clone(),
+                None => continue,
+            }
+        };
         if out.iter().all(|t| t.whole != whole) {
             out.push(QueryTerm { whole, parts });
         }
@@ -292,13 +304,12 @@ fn snippet(body: &str, query: &[QueryTerm]) -> String {
 /// Function words that match nearly every chunk and carry no meaning. Sorted, for
 /// binary search.
 const STOP_WORDS: &[&str] = &[
-    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
-    "been", "before", "being", "but", "by", "can", "could", "did", "do", "does", "doing", "for",
-    "from", "had", "has", "have", "having", "he", "her", "here", "his", "how", "i", "if", "in",
-    "into", "is", "it", "its", "just", "me", "my", "need", "of", "on", "or", "our", "please",
-    "she", "should", "so", "some", "than", "that", "the", "their", "them", "then", "there",
-    "these", "they", "this", "those", "to", "up", "us", "was", "we", "were", "what", "when",
-    "where", "which", "while", "who", "why", "will", "with", "would", "you", "your",
+    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been", "before", "being",
+    "but", "by", "can", "could", "did", "do", "does", "doing", "for", "from", "had", "has", "have", "having", "he",
+    "her", "here", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "me", "my", "need", "of", "on",
+    "or", "our", "please", "she", "should", "so", "some", "than", "that", "the", "their", "them", "then", "there",
+    "these", "they", "this", "those", "to", "up", "us", "was", "we", "were", "what", "when", "where", "which", "while",
+    "who", "why", "will", "with", "would", "you", "your",
 ];
 
 #[cfg(test)]
@@ -325,7 +336,15 @@ mod tests {
 
     #[test]
     fn the_s_stemmer_folds_plurals_only() {
-        for (w, s) in [("valves", "valve"), ("bearings", "bearing"), ("batteries", "battery"), ("gas", "gas"), ("glass", "glass"), ("status", "status"), ("bearing", "bearing")] {
+        for (w, s) in [
+            ("valves", "valve"),
+            ("bearings", "bearing"),
+            ("batteries", "battery"),
+            ("gas", "gas"),
+            ("glass", "glass"),
+            ("status", "status"),
+            ("bearing", "bearing"),
+        ] {
             assert_eq!(stem(w), s, "{w}");
         }
     }

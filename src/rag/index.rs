@@ -78,7 +78,8 @@ fn apply(conn: &Connection, doc: &SourceDoc, now: Timestamp, report: &mut IndexR
             conn.last_insert_rowid()
         }
     };
-    let mut insert = conn.prepare_cached("INSERT INTO chunks (document_id, seq, section, body) VALUES (?1, ?2, ?3, ?4)")?;
+    let mut insert =
+        conn.prepare_cached("INSERT INTO chunks (document_id, seq, section, body) VALUES (?1, ?2, ?3, ?4)")?;
     for (seq, chunk) in chunks.iter().enumerate() {
         insert.execute(params![doc_id, seq as i64, chunk.section, chunk.body])?;
     }

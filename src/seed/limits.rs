@@ -43,15 +43,10 @@ impl Level {
 
 /// The set points a sensor has, each with its level.
 pub fn set_points(limits: &Limits) -> Vec<(Level, f64)> {
-    [
-        (Level::LowLow, limits.ll),
-        (Level::Low, limits.l),
-        (Level::High, limits.h),
-        (Level::HighHigh, limits.hh),
-    ]
-    .into_iter()
-    .filter_map(|(level, sp)| sp.map(|sp| (level, sp)))
-    .collect()
+    [(Level::LowLow, limits.ll), (Level::Low, limits.l), (Level::High, limits.h), (Level::HighHigh, limits.hh)]
+        .into_iter()
+        .filter_map(|(level, sp)| sp.map(|sp| (level, sp)))
+        .collect()
 }
 
 /// One change of an alarm point: raised or returned to normal at sample `index`.

@@ -91,9 +91,9 @@ pub fn seed(store: &Store, opts: &SeedOptions) -> anyhow::Result<SeedReport> {
     let (end, days) = (opts.end.floor_minute(), opts.days);
     for copy in 0..opts.scale {
         let spec = std::sync::Arc::clone(&spec);
-        let part = store.writer().call(move |conn| -> Result<SeedReport, StoreError> {
-            Ok(insert_copy(conn, &spec, copy, end, days)?)
-        })?;
+        let part = store
+            .writer()
+            .call(move |conn| -> Result<SeedReport, StoreError> { Ok(insert_copy(conn, &spec, copy, end, days)?) })?;
         report.assets += part.assets;
         report.sensors += part.sensors;
         report.readings += part.readings;
@@ -119,7 +119,13 @@ fn copy_station_id(id: &str, copy: u32) -> String {
     if copy == 0 { id.to_string() } else { format!("{id}-{copy}") }
 }
 
-fn insert_copy(conn: &Connection, spec: &PlantSpec, copy: u32, end: Timestamp, days: u32) -> rusqlite::Result<SeedReport> {
+fn insert_copy(
+    conn: &Connection,
+    spec: &PlantSpec,
+    copy: u32,
+    end: Timestamp,
+    days: u32,
+) -> rusqlite::Result<SeedReport> {
     let mut report = SeedReport::default();
     let n = days as usize * 24 * 60;
     let start = end.unix() - 60 * (n as i64 - 1);
@@ -147,8 +153,17 @@ fn insert_copy(conn: &Connection, spec: &PlantSpec, copy: u32, end: Timestamp, d
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )?
         .execute(params![
-            id, copy_station_id(&a.station, copy), kind, a.name, status, criticality,
-            a.manufacturer, a.model, a.machine_class, a.rated_power_kw, a.installed_on,
+            id,
+            copy_station_id(&a.station, copy),
+            kind,
+            a.name,
+            status,
+            criticality,
+            a.manufacturer,
+            a.model,
+            a.machine_class,
+            a.rated_power_kw,
+            a.installed_on,
             a.drives.as_deref().map(|p| copy_asset_id(p, copy))
         ])?;
         report.assets += 1;
@@ -168,13 +183,24 @@ fn insert_copy(conn: &Connection, spec: &PlantSpec, copy: u32, end: Timestamp, d
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             )?
             .execute(params![
-                key, sensor_id, id, sensor_kind, t.description, t.unit, t.limits.ll, t.limits.l,
-                t.limits.h, t.limits.hh, t.deadband, t.alarm_prefix
+                key,
+                sensor_id,
+                id,
+                sensor_kind,
+                t.description,
+                t.unit,
+                t.limits.ll,
+                t.limits.l,
+                t.limits.h,
+                t.limits.hh,
+                t.deadband,
+                t.alarm_prefix
             ])?;
             report.sensors += 1;
 
             let mut rng = Rng::from_label(&format!("{sensor_id}/{copy}"));
-            let signal = signals::Signal { template: t, kind: sensor_kind, running, fault, via_motor: driven.is_some() };
+            let signal =
+                signals::Signal { template: t, kind: sensor_kind, running, fault, via_motor: driven.is_some() };
             let values = signal.generate(start, n, &mut rng);
             let rows: Vec<(i64, f64)> = values.iter().enumerate().map(|(i, v)| (start + 60 * i as i64, *v)).collect();
             let limits = [t.limits.ll, t.limits.l, t.limits.h, t.limits.hh];
@@ -182,7 +208,15 @@ fn insert_copy(conn: &Connection, spec: &PlantSpec, copy: u32, end: Timestamp, d
 
             // Alarming is suppressed by design on machines that are not running.
             let Some(prefix) = t.alarm_prefix.as_deref().filter(|_| running) else { continue };
-            let point = AlarmPoint { asset_id: &id, asset_name: &a.name, sensor_id: &sensor_id, prefix, unit: &t.unit, description: &t.description, criticality };
+            let point = AlarmPoint {
+                asset_id: &id,
+                asset_name: &a.name,
+                sensor_id: &sensor_id,
+                prefix,
+                unit: &t.unit,
+                description: &t.description,
+                criticality,
+            };
             for (level, set_point) in set_points(&t.limits) {
                 let transitions = scan(&values, level, set_point, t.deadband, ON_DELAY_SAMPLES);
                 let (alarms, active) = insert_alarm_history(conn, &point, &transitions, start, end, &mut rng)?;
@@ -255,7 +289,13 @@ fn insert_alarm_history(
         };
         let message = format!(
             "{}: {} {} at {:.2} {} (set point {} {})",
-            p.asset_name, p.description, level.word(), raise.value, p.unit, raise.set_point, p.unit
+            p.asset_name,
+            p.description,
+            level.word(),
+            raise.value,
+            p.unit,
+            raise.set_point,
+            p.unit
         );
         let event_id = format!("seed:{}:{code}:{raised_at}", p.sensor_id);
         conn.prepare_cached(
@@ -264,14 +304,31 @@ fn insert_alarm_history(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13)",
         )?
         .execute(params![
-            event_id, p.asset_id, p.sensor_id, code, severity, state, message, raise.value,
-            raise.set_point, raised_at, ack_at, acked_by, cleared_at
+            event_id,
+            p.asset_id,
+            p.sensor_id,
+            code,
+            severity,
+            state,
+            message,
+            raise.value,
+            raise.set_point,
+            raised_at,
+            ack_at,
+            acked_by,
+            cleared_at
         ])?;
         let alarm_id = conn.last_insert_rowid();
         let mut journal = vec![(raised_at, "raised", Some(event_id.clone()), "scada", message.clone())];
         if let Some(at) = cleared_at {
             let value = clear.expect("cleared").value;
-            journal.push((at, "cleared", Some(format!("{event_id}:clear")), "scada", format!("returned to normal at {value:.2} {}", p.unit)));
+            journal.push((
+                at,
+                "cleared",
+                Some(format!("{event_id}:clear")),
+                "scada",
+                format!("returned to normal at {value:.2} {}", p.unit),
+            ));
         }
         if let (Some(at), Some(by)) = (ack_at, acked_by) {
             journal.push((at, "acknowledged", None, by, String::new()));

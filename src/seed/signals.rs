@@ -117,7 +117,13 @@ fn demand_from(base: f64, t: &SensorTemplate) -> f64 {
 
 /// Rounds to a resolution a transmitter would report: a tenth of the noise level.
 fn round(v: f64, noise: f64) -> f64 {
-    let step = if noise >= 1.0 { 0.1 } else if noise >= 0.1 { 0.01 } else { 0.001 };
+    let step = if noise >= 1.0 {
+        0.1
+    } else if noise >= 0.1 {
+        0.01
+    } else {
+        0.001
+    };
     (v / step).round() * step
 }
 

@@ -28,11 +28,7 @@ impl Filter {
 
     /// `" WHERE a AND b"`, or nothing when no filter applies.
     pub fn where_clause(&self) -> String {
-        if self.clauses.is_empty() {
-            String::new()
-        } else {
-            [" WHERE ", &self.clauses.join(" AND ")].concat()
-        }
+        if self.clauses.is_empty() { String::new() } else { [" WHERE ", &self.clauses.join(" AND ")].concat() }
     }
 
     /// The bound values, followed by `extra` (e.g. LIMIT and OFFSET).

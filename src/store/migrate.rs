@@ -20,11 +20,7 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let found: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
     if found > SCHEMA_VERSION {
-        return Err(StoreError::TooNew {
-            path: path.display().to_string(),
-            found,
-            supported: SCHEMA_VERSION,
-        });
+        return Err(StoreError::TooNew { path: path.display().to_string(), found, supported: SCHEMA_VERSION });
     }
     for sql in &MIGRATIONS[found as usize..] {
         tx.execute_batch(sql)?;

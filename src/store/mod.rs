@@ -55,11 +55,7 @@ impl Store {
         }
         let mut conn = write::open_write_connection(path)?;
         migrate(&mut conn, path)?;
-        Ok(Store {
-            path: path.to_path_buf(),
-            writer: Writer::spawn(conn),
-            readers: Readers::new(path),
-        })
+        Ok(Store { path: path.to_path_buf(), writer: Writer::spawn(conn), readers: Readers::new(path) })
     }
 
     pub fn path(&self) -> &Path {

@@ -26,8 +26,16 @@ pub struct Summary {
 impl Summary {
     pub fn empty(start: i64) -> Summary {
         Summary {
-            start, n: 0, sum: 0.0, sum_sq: 0.0, min: f64::INFINITY, max: f64::NEG_INFINITY,
-            sum_t: 0.0, sum_tt: 0.0, sum_tv: 0.0, beyond: [0; 4],
+            start,
+            n: 0,
+            sum: 0.0,
+            sum_sq: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            sum_t: 0.0,
+            sum_tt: 0.0,
+            sum_tv: 0.0,
+            beyond: [0; 4],
         }
     }
 
@@ -57,9 +65,8 @@ pub fn beyond_limits(v: f64, [ll, l, h, hh]: &Limits) -> [bool; 4] {
 /// Inserts readings for one sensor, skipping any already stored (same sensor and
 /// second), and adds the new ones to their hourly rollups. Returns how many were new.
 pub fn insert_readings(conn: &Connection, key: i64, limits: &Limits, rows: &[(i64, f64)]) -> rusqlite::Result<usize> {
-    let mut insert = conn.prepare_cached(
-        "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
-    )?;
+    let mut insert =
+        conn.prepare_cached("INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING")?;
     let mut hours: Vec<Summary> = Vec::new();
     let mut new = 0;
     for &(ts, v) in rows {
@@ -88,8 +95,20 @@ pub fn insert_readings(conn: &Connection, key: i64, limits: &Limits, rows: &[(i6
     )?;
     for s in hours {
         upsert.execute(params![
-            key, s.start, s.n, s.sum, s.sum_sq, s.min, s.max, s.sum_t, s.sum_tt, s.sum_tv,
-            s.beyond[0], s.beyond[1], s.beyond[2], s.beyond[3]
+            key,
+            s.start,
+            s.n,
+            s.sum,
+            s.sum_sq,
+            s.min,
+            s.max,
+            s.sum_t,
+            s.sum_tt,
+            s.sum_tv,
+            s.beyond[0],
+            s.beyond[1],
+            s.beyond[2],
+            s.beyond[3]
         ])?;
     }
     Ok(new)

@@ -33,8 +33,8 @@ pub struct Writer {
 }
 
 pub(super) fn open_write_connection(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)
-        .map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
+    let conn =
+        Connection::open(path).map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
     // Pragmas for the writer, in one place:
     // - WAL: readers never block the writer, and the writer never blocks readers;
     // - synchronous FULL: a commit is on disk before we acknowledge an MQTT message
@@ -91,6 +91,20 @@ impl Writer {
         });
         self.tx.send(Job { run, abort }).map_err(|_| E::from(StoreError::WriterGone))?;
         reply_rx.recv().map_err(|_| E::from(StoreError::WriterGone))?
+    }
+}
+
+impl Writer {
+    /// [`Writer::call`] for async code: waits on the blocking pool, not on a runtime
+    /// thread.
+    pub async fn call_async<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let writer = self.clone();
+        tokio::task::spawn_blocking(move || writer.call(f)).await.map_err(|_| E::from(StoreError::WriterGone))?
     }
 }
 

@@ -35,36 +35,41 @@ const STALE_SECS: i64 = 15 * 60;
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let id = existing_asset(ctx.db, "asset_id", &args.asset_id)?;
     let now = ctx.now.unix();
-    let (asset, machine_class) = ctx.db.prepare_cached(
-        "SELECT a.id, a.name, a.kind, a.station_id, s.name, a.status, a.criticality, a.manufacturer, a.model,
+    let (asset, machine_class) = ctx
+        .db
+        .prepare_cached(
+            "SELECT a.id, a.name, a.kind, a.station_id, s.name, a.status, a.criticality, a.manufacturer, a.model,
                 a.machine_class, a.rated_power_kw, a.installed_on, a.last_maintenance_on, a.drives,
                 (SELECT group_concat(m.id, ', ') FROM assets m WHERE m.drives = a.id)
          FROM assets a JOIN stations s ON s.id = a.station_id WHERE a.id = ?1",
-    )?
-    .query_row([&id], |r| {
-        let machine_class: Option<String> = r.get(9)?;
-        Ok((json!({
-            "id": r.get::<_, String>(0)?,
-            "name": r.get::<_, String>(1)?,
-            "kind": r.get::<_, String>(2)?,
-            "station_id": r.get::<_, String>(3)?,
-            "station": r.get::<_, String>(4)?,
-            "status": r.get::<_, String>(5)?,
-            "criticality": r.get::<_, String>(6)?,
-            "manufacturer": r.get::<_, String>(7)?,
-            "model": r.get::<_, String>(8)?,
-            "machine_class": machine_class,
-            "rated_power_kw": r.get::<_, Option<f64>>(10)?,
-            "installed_on": r.get::<_, String>(11)?,
-            "last_maintenance_on": r.get::<_, Option<String>>(12)?,
-            "drives": r.get::<_, Option<String>>(13)?,
-            "driven_by": r.get::<_, Option<String>>(14)?,
-        }), machine_class))
-    })?;
+        )?
+        .query_row([&id], |r| {
+            let machine_class: Option<String> = r.get(9)?;
+            Ok((
+                json!({
+                    "id": r.get::<_, String>(0)?,
+                    "name": r.get::<_, String>(1)?,
+                    "kind": r.get::<_, String>(2)?,
+                    "station_id": r.get::<_, String>(3)?,
+                    "station": r.get::<_, String>(4)?,
+                    "status": r.get::<_, String>(5)?,
+                    "criticality": r.get::<_, String>(6)?,
+                    "manufacturer": r.get::<_, String>(7)?,
+                    "model": r.get::<_, String>(8)?,
+                    "machine_class": machine_class,
+                    "rated_power_kw": r.get::<_, Option<f64>>(10)?,
+                    "installed_on": r.get::<_, String>(11)?,
+                    "last_maintenance_on": r.get::<_, Option<String>>(12)?,
+                    "drives": r.get::<_, Option<String>>(13)?,
+                    "driven_by": r.get::<_, Option<String>>(14)?,
+                }),
+                machine_class,
+            ))
+        })?;
 
-    let mut latest = ctx.db.prepare_cached(
-        "SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts <= ?2 ORDER BY ts DESC LIMIT 1",
-    )?;
+    let mut latest = ctx
+        .db
+        .prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts <= ?2 ORDER BY ts DESC LIMIT 1")?;
     let mut stmt = ctx.db.prepare_cached(
         "SELECT key, id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh
          FROM sensors WHERE asset_id = ?1 ORDER BY id",
@@ -76,7 +81,8 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         .collect::<Result<_, _>>()?;
     let mut sensors = Vec::with_capacity(rows.len());
     for (key, sensor_id, kind, description, unit, limits) in rows {
-        let last: Option<(i64, f64)> = latest.query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+        let last: Option<(i64, f64)> =
+            latest.query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
         let day_ago: Option<f64> = latest.query_row(params![key, now - 86_400], |r| r.get(1)).optional()?;
         let mut sensor = json!({
             "id": sensor_id,
@@ -106,29 +112,47 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         sensors.push(sensor);
     }
 
-    let alarms = rows_json(ctx, "SELECT id, code, sensor_id, severity, state, raised_at, value, threshold, reraise_count
+    let alarms = rows_json(
+        ctx,
+        "SELECT id, code, sensor_id, severity, state, raised_at, value, threshold, reraise_count
          FROM alarms WHERE asset_id = ?1 AND cleared_at IS NULL
          ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END, raised_at",
-        &id, |r| Ok(json!({
-            "alarm_id": r.get::<_, i64>(0)?, "code": r.get::<_, String>(1)?, "sensor_id": r.get::<_, Option<String>>(2)?,
-            "severity": r.get::<_, String>(3)?, "state": r.get::<_, String>(4)?,
-            "raised_at": Timestamp::from_unix(r.get(5)?), "value": r.get::<_, Option<f64>>(6)?,
-            "threshold": r.get::<_, Option<f64>>(7)?, "reraise_count": r.get::<_, i64>(8)?,
-        })))?;
-    let work_orders = rows_json(ctx, "SELECT id, status, action, priority, title, proposed_at
+        &id,
+        |r| {
+            Ok(json!({
+                "alarm_id": r.get::<_, i64>(0)?, "code": r.get::<_, String>(1)?, "sensor_id": r.get::<_, Option<String>>(2)?,
+                "severity": r.get::<_, String>(3)?, "state": r.get::<_, String>(4)?,
+                "raised_at": Timestamp::from_unix(r.get(5)?), "value": r.get::<_, Option<f64>>(6)?,
+                "threshold": r.get::<_, Option<f64>>(7)?, "reraise_count": r.get::<_, i64>(8)?,
+            }))
+        },
+    )?;
+    let work_orders = rows_json(
+        ctx,
+        "SELECT id, status, action, priority, title, proposed_at
          FROM work_orders WHERE asset_id = ?1 AND status IN ('pending_approval', 'approved', 'dispatched')
          ORDER BY proposed_at DESC LIMIT 10",
-        &id, |r| Ok(json!({
-            "work_order_id": r.get::<_, i64>(0)?, "status": r.get::<_, String>(1)?, "action": r.get::<_, String>(2)?,
-            "priority": r.get::<_, String>(3)?, "title": r.get::<_, String>(4)?,
-            "proposed_at": Timestamp::from_unix(r.get(5)?),
-        })))?;
-    let maintenance = rows_json(ctx, "SELECT performed_on, kind, summary, technician FROM maintenance_records
+        &id,
+        |r| {
+            Ok(json!({
+                "work_order_id": r.get::<_, i64>(0)?, "status": r.get::<_, String>(1)?, "action": r.get::<_, String>(2)?,
+                "priority": r.get::<_, String>(3)?, "title": r.get::<_, String>(4)?,
+                "proposed_at": Timestamp::from_unix(r.get(5)?),
+            }))
+        },
+    )?;
+    let maintenance = rows_json(
+        ctx,
+        "SELECT performed_on, kind, summary, technician FROM maintenance_records
          WHERE asset_id = ?1 ORDER BY performed_on DESC LIMIT 5",
-        &id, |r| Ok(json!({
-            "date": r.get::<_, String>(0)?, "kind": r.get::<_, String>(1)?,
-            "summary": r.get::<_, String>(2)?, "technician": r.get::<_, String>(3)?,
-        })))?;
+        &id,
+        |r| {
+            Ok(json!({
+                "date": r.get::<_, String>(0)?, "kind": r.get::<_, String>(1)?,
+                "summary": r.get::<_, String>(2)?, "technician": r.get::<_, String>(3)?,
+            }))
+        },
+    )?;
 
     Ok(json!({
         "as_of": ctx.now,

@@ -46,10 +46,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// An asset-id argument, parsed and known to exist.
 pub fn existing_asset(db: &Connection, field: &str, raw: &str) -> Result<AssetId, ToolError> {
     let id = AssetId::parse(raw).map_err(|e| id_error(field, e))?;
-    let found: Option<i64> = db
-        .prepare_cached("SELECT 1 FROM assets WHERE id = ?1")?
-        .query_row([&id], |r| r.get(0))
-        .optional()?;
+    let found: Option<i64> =
+        db.prepare_cached("SELECT 1 FROM assets WHERE id = ?1")?.query_row([&id], |r| r.get(0)).optional()?;
     match found {
         Some(_) => Ok(id),
         None => Err(unknown_asset(db, &id)?),
@@ -60,11 +58,7 @@ fn unknown_asset(db: &Connection, id: &AssetId) -> Result<ToolError, ToolError> 
     let mut stmt = db.prepare_cached("SELECT id FROM assets")?;
     let ids: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
     let near = closest(id.as_str(), ids.iter().map(String::as_str), 5);
-    let hint = if near.is_empty() {
-        String::new()
-    } else {
-        format!(" Closest asset ids: {}.", near.join(", "))
-    };
+    let hint = if near.is_empty() { String::new() } else { format!(" Closest asset ids: {}.", near.join(", ")) };
     Ok(ToolError::NotFound(format!(
         "No asset with id {id}.{hint} Call list_assets (filter by station_id, kind or text) to find asset ids."
     )))
@@ -87,10 +81,8 @@ pub fn existing_sensor(db: &Connection, field: &str, raw: &str) -> Result<(Senso
         }
         Err(e) => return Err(id_error(field, e)),
     };
-    let key: Option<i64> = db
-        .prepare_cached("SELECT key FROM sensors WHERE id = ?1")?
-        .query_row([&id], |r| r.get(0))
-        .optional()?;
+    let key: Option<i64> =
+        db.prepare_cached("SELECT key FROM sensors WHERE id = ?1")?.query_row([&id], |r| r.get(0)).optional()?;
     if let Some(key) = key {
         return Ok((id, key));
     }
@@ -117,9 +109,9 @@ fn sensors_of(db: &Connection, asset: &AssetId) -> Result<Vec<String>, ToolError
 /// Explains an id that did not parse, with the move that fixes it.
 pub fn id_error(field: &str, e: IdError) -> ToolError {
     let next = match &e {
-        IdError::SensorNotAsset { asset, .. } => format!(
-            " Pass {field}=\"{asset}\", or call get_sensor_history for the sensor itself."
-        ),
+        IdError::SensorNotAsset { asset, .. } => {
+            format!(" Pass {field}=\"{asset}\", or call get_sensor_history for the sensor itself.")
+        }
         IdError::BadAsset { .. } => " Call list_assets to find asset ids.".to_string(),
         IdError::BadSensor { .. } | IdError::AssetNotSensor { .. } => {
             " Call get_asset_details with the asset id to list its sensors.".to_string()

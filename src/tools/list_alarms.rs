@@ -94,7 +94,9 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         StateFilter::OutOfService => Some(AlarmState::OutOfService),
     };
     let time = |field: &str, v: &Option<String>| -> Result<Option<Timestamp>, ToolError> {
-        v.as_deref().map(|s| parse_time(s).map_err(|e| ToolError::InvalidArguments(format!("{field}: {e}")))).transpose()
+        v.as_deref()
+            .map(|s| parse_time(s).map_err(|e| ToolError::InvalidArguments(format!("{field}: {e}"))))
+            .transpose()
     };
     let mut since = time("since", &args.since)?;
     let until = time("until", &args.until)?;
@@ -120,9 +122,15 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     }
     match severities.len() {
         0 | 4 => {}
-        1 => { filter.and("severity = ?", severities); }
-        2 => { filter.and("severity IN (?, ?)", severities); }
-        _ => { filter.and("severity IN (?, ?, ?)", severities); }
+        1 => {
+            filter.and("severity = ?", severities);
+        }
+        2 => {
+            filter.and("severity IN (?, ?)", severities);
+        }
+        _ => {
+            filter.and("severity IN (?, ?, ?)", severities);
+        }
     }
     if matches!(args.state, StateFilter::Active) {
         filter.and("cleared_at IS NULL", []);
@@ -137,43 +145,46 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         filter.and("raised_at < ?", [Sql::from(until.unix())]);
     }
     let where_clause = filter.where_clause();
-    let total: i64 = ctx.db.prepare_cached(&["SELECT count(*) FROM alarms", &where_clause].concat())?
+    let total: i64 = ctx
+        .db
+        .prepare_cached(&["SELECT count(*) FROM alarms", &where_clause].concat())?
         .query_row(params_from_iter(filter.params_with([])), |r| r.get(0))?;
-    let mut stmt = ctx.db.prepare_cached(&[
-        "SELECT id, asset_id, sensor_id, code, severity, state, raised_at, acked_at, acked_by, cleared_at,
+    let mut stmt = ctx.db.prepare_cached(
+        &[
+            "SELECT id, asset_id, sensor_id, code, severity, state, raised_at, acked_at, acked_by, cleared_at,
                 value, threshold, reraise_count, message
          FROM alarms",
-        &where_clause,
-        " ORDER BY raised_at DESC, id DESC LIMIT ? OFFSET ?",
-    ].concat())?;
+            &where_clause,
+            " ORDER BY raised_at DESC, id DESC LIMIT ? OFFSET ?",
+        ]
+        .concat(),
+    )?;
     let ts = |v: Option<i64>| v.map(Timestamp::from_unix);
     let alarms: Vec<Value> = stmt
-        .query_map(
-            params_from_iter(filter.params_with([Sql::from(args.limit), Sql::from(args.offset)])),
-            |r| {
-                Ok(json!({
-                    "alarm_id": r.get::<_, i64>(0)?,
-                    "asset_id": r.get::<_, String>(1)?,
-                    "sensor_id": r.get::<_, Option<String>>(2)?,
-                    "code": r.get::<_, String>(3)?,
-                    "severity": r.get::<_, String>(4)?,
-                    "state": r.get::<_, String>(5)?,
-                    "raised_at": Timestamp::from_unix(r.get(6)?),
-                    "acked_at": ts(r.get(7)?),
-                    "acked_by": r.get::<_, Option<String>>(8)?,
-                    "cleared_at": ts(r.get(9)?),
-                    "value": r.get::<_, Option<f64>>(10)?,
-                    "threshold": r.get::<_, Option<f64>>(11)?,
-                    "reraise_count": r.get::<_, i64>(12)?,
-                    "message": r.get::<_, String>(13)?,
-                }))
-            },
-        )?
+        .query_map(params_from_iter(filter.params_with([Sql::from(args.limit), Sql::from(args.offset)])), |r| {
+            Ok(json!({
+                "alarm_id": r.get::<_, i64>(0)?,
+                "asset_id": r.get::<_, String>(1)?,
+                "sensor_id": r.get::<_, Option<String>>(2)?,
+                "code": r.get::<_, String>(3)?,
+                "severity": r.get::<_, String>(4)?,
+                "state": r.get::<_, String>(5)?,
+                "raised_at": Timestamp::from_unix(r.get(6)?),
+                "acked_at": ts(r.get(7)?),
+                "acked_by": r.get::<_, Option<String>>(8)?,
+                "cleared_at": ts(r.get(9)?),
+                "value": r.get::<_, Option<f64>>(10)?,
+                "threshold": r.get::<_, Option<f64>>(11)?,
+                "reraise_count": r.get::<_, i64>(12)?,
+                "message": r.get::<_, String>(13)?,
+            }))
+        })?
         .collect::<Result<_, _>>()?;
     let mut out = page(total, args.offset, "alarms", alarms);
     out["as_of"] = json!(ctx.now);
     if total == 0 {
-        out["hint"] = json!("No alarm matches these filters. Widen the window (last_hours up to 720) or drop a filter.");
+        out["hint"] =
+            json!("No alarm matches these filters. Widen the window (last_hours up to 720) or drop a filter.");
     }
     Ok(out)
 }

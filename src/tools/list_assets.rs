@@ -40,19 +40,27 @@ pub struct Args {
 }
 
 pub fn def() -> ToolDef {
-    define::<Args>(NAME, DESCRIPTION, Access::Read, "Add filters (station_id, kind, status, text) or a smaller limit.", |ctx, args| {
-        run(ctx, parse_args(args)?)
-    })
+    define::<Args>(
+        NAME,
+        DESCRIPTION,
+        Access::Read,
+        "Add filters (station_id, kind, status, text) or a smaller limit.",
+        |ctx, args| run(ctx, parse_args(args)?),
+    )
 }
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     check_page(args.limit, args.offset)?;
     let station = args.station_id.as_deref().map(|s| s.trim().to_ascii_uppercase());
     if let Some(station) = &station {
-        let known: Option<i64> = ctx.db.prepare_cached("SELECT 1 FROM stations WHERE id = ?1")?
-            .query_row([station], |r| r.get(0)).optional()?;
+        let known: Option<i64> = ctx
+            .db
+            .prepare_cached("SELECT 1 FROM stations WHERE id = ?1")?
+            .query_row([station], |r| r.get(0))
+            .optional()?;
         if known.is_none() {
-            let mut stmt = ctx.db.prepare_cached("SELECT id || ' (' || name || ')' FROM stations ORDER BY id LIMIT 20")?;
+            let mut stmt =
+                ctx.db.prepare_cached("SELECT id || ' (' || name || ')' FROM stations ORDER BY id LIMIT 20")?;
             let list: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
             return Err(ToolError::NotFound(format!("No station {station}. Stations: {}.", list.join(", "))));
         }
@@ -76,18 +84,24 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         filter.and("a.status = ?", [Sql::from(status.as_str().to_string())]);
     }
     if let Some(text) = text {
-        filter.and("(a.id LIKE ? ESCAPE '\\' OR a.name LIKE ? ESCAPE '\\')", [Sql::from(text.clone()), Sql::from(text)]);
+        filter
+            .and("(a.id LIKE ? ESCAPE '\\' OR a.name LIKE ? ESCAPE '\\')", [Sql::from(text.clone()), Sql::from(text)]);
     }
     let where_clause = filter.where_clause();
-    let total: i64 = ctx.db.prepare_cached(&["SELECT count(*) FROM assets a", &where_clause].concat())?
+    let total: i64 = ctx
+        .db
+        .prepare_cached(&["SELECT count(*) FROM assets a", &where_clause].concat())?
         .query_row(params_from_iter(filter.params_with([])), |r| r.get(0))?;
-    let mut stmt = ctx.db.prepare_cached(&[
-        "SELECT a.id, a.name, a.kind, a.station_id, a.status, a.criticality,
+    let mut stmt = ctx.db.prepare_cached(
+        &[
+            "SELECT a.id, a.name, a.kind, a.station_id, a.status, a.criticality,
                 (SELECT count(*) FROM alarms al WHERE al.asset_id = a.id AND al.cleared_at IS NULL)
          FROM assets a",
-        &where_clause,
-        " ORDER BY a.id LIMIT ? OFFSET ?",
-    ].concat())?;
+            &where_clause,
+            " ORDER BY a.id LIMIT ? OFFSET ?",
+        ]
+        .concat(),
+    )?;
     let assets: Vec<Value> = stmt
         .query_map(params_from_iter(filter.params_with([Sql::from(args.limit), Sql::from(args.offset)])), |r| {
             Ok(json!({
@@ -103,7 +117,9 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         .collect::<Result<_, _>>()?;
     let mut out = page(total, args.offset, "assets", assets);
     if total == 0 {
-        out["hint"] = json!("No asset matches these filters. Remove a filter, or check spelling; kinds are centrifugal_pump, motor, valve, reservoir.");
+        out["hint"] = json!(
+            "No asset matches these filters. Remove a filter, or check spelling; kinds are centrifugal_pump, motor, valve, reservoir."
+        );
     } else if args.offset >= total {
         out["hint"] = json!(format!("offset {} is past the last row; there are {total} rows in all.", args.offset));
     }

@@ -160,10 +160,7 @@ fn schema_of<A: JsonSchema>() -> Value {
 pub(crate) fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, ToolError> {
     let args = if args.is_null() { json!({}) } else { args };
     if !args.is_object() {
-        return Err(ToolError::InvalidArguments(format!(
-            "arguments must be a JSON object, got {}",
-            kind_of(&args)
-        )));
+        return Err(ToolError::InvalidArguments(format!("arguments must be a JSON object, got {}", kind_of(&args))));
     }
     serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments(e.to_string()))
 }
@@ -260,10 +257,7 @@ pub fn openai_format(tools: &[&ToolDef]) -> Value {
 /// The tool definitions in Anthropic's Messages `tools` format.
 pub fn anthropic_format(tools: &[&ToolDef]) -> Value {
     Value::Array(
-        tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.schema}))
-            .collect(),
+        tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.schema})).collect(),
     )
 }
 
@@ -286,7 +280,9 @@ pub fn fit(mut value: Value, max: usize, narrow_hint: &str) -> String {
         let Some(obj) = value.as_object_mut() else { break };
         let longest = obj
             .iter()
-            .filter_map(|(k, v)| v.as_array().filter(|a| a.len() > 1).map(|a| (k.clone(), v.to_string().len(), a.len())))
+            .filter_map(|(k, v)| {
+                v.as_array().filter(|a| a.len() > 1).map(|a| (k.clone(), v.to_string().len(), a.len()))
+            })
             .max_by_key(|(_, len, _)| *len);
         let Some((field, _, len)) = longest else { break };
         // Drop a proportional share at once, then one by one near the end.

@@ -48,15 +48,22 @@ pub fn def() -> ToolDef {
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let asset = existing_asset(ctx.db, "asset_id", &args.asset_id)?;
     if let Some(alarm) = args.alarm_id {
-        let on: Option<String> = ctx.db.prepare_cached("SELECT asset_id FROM alarms WHERE id = ?1")?
-            .query_row([alarm], |r| r.get(0)).optional()?;
+        let on: Option<String> = ctx
+            .db
+            .prepare_cached("SELECT asset_id FROM alarms WHERE id = ?1")?
+            .query_row([alarm], |r| r.get(0))
+            .optional()?;
         match on {
-            None => return Err(ToolError::NotFound(format!(
-                "No alarm with alarm_id {alarm}. Call list_alarms with asset_id \"{asset}\" to find it, or omit alarm_id."
-            ))),
-            Some(on) if on != asset.as_str() => return Err(ToolError::Rejected(format!(
-                "Alarm {alarm} is on {on}, not {asset}. Propose for {on}, or omit alarm_id."
-            ))),
+            None => {
+                return Err(ToolError::NotFound(format!(
+                    "No alarm with alarm_id {alarm}. Call list_alarms with asset_id \"{asset}\" to find it, or omit alarm_id."
+                )));
+            }
+            Some(on) if on != asset.as_str() => {
+                return Err(ToolError::Rejected(format!(
+                    "Alarm {alarm} is on {on}, not {asset}. Propose for {on}, or omit alarm_id."
+                )));
+            }
             Some(_) => {}
         }
     }
@@ -64,11 +71,13 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let mut unknown = Vec::new();
     for raw in &args.evidence {
         let citation = Citation::parse(raw).map_err(|e| id_error("evidence", e))?;
-        let exists: Option<i64> = ctx.db.prepare_cached(
-            "SELECT 1 FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.path = ?1 AND c.seq = ?2",
-        )?
-        .query_row(params![citation.path(), citation.seq()], |r| r.get(0))
-        .optional()?;
+        let exists: Option<i64> = ctx
+            .db
+            .prepare_cached(
+                "SELECT 1 FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.path = ?1 AND c.seq = ?2",
+            )?
+            .query_row(params![citation.path(), citation.seq()], |r| r.get(0))
+            .optional()?;
         if exists.is_none() {
             unknown.push(citation.as_str().to_string());
         }
@@ -80,13 +89,23 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             unknown.join(", ")
         )));
     }
-    let draft = WorkOrderDraft::new(asset, args.alarm_id, args.action, args.priority, &args.title, &args.justification, evidence)
-        .map_err(ToolError::InvalidArguments)?;
+    let draft = WorkOrderDraft::new(
+        asset,
+        args.alarm_id,
+        args.action,
+        args.priority,
+        &args.title,
+        &args.justification,
+        evidence,
+    )
+    .map_err(ToolError::InvalidArguments)?;
     let proposal = ctx.approvals.propose(draft, ctx.caller.clone(), ctx.now)?;
     let message = match (proposal.created, proposal.status) {
-        (true, _) => "Recorded as a proposal only; nothing has been dispatched. A supervisor must approve it in the HMI. \
+        (true, _) => {
+            "Recorded as a proposal only; nothing has been dispatched. A supervisor must approve it in the HMI. \
                       Tell the operators it awaits approval."
-            .to_string(),
+                .to_string()
+        }
         (false, WorkOrderStatus::PendingApproval) => "A proposal with the same intent (same alarm, asset and action) \
             already awaits approval; no new order was made. Refer to this work_order_id."
             .to_string(),

@@ -23,9 +23,13 @@ pub struct Args {
 }
 
 pub fn def() -> ToolDef {
-    define::<Args>(NAME, DESCRIPTION, Access::Read, "The chunk was cut; read the next chunk for the rest.", |ctx, args| {
-        run(ctx, parse_args(args)?)
-    })
+    define::<Args>(
+        NAME,
+        DESCRIPTION,
+        Access::Read,
+        "The chunk was cut; read the next chunk for the rest.",
+        |ctx, args| run(ctx, parse_args(args)?),
+    )
 }
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
@@ -46,11 +50,11 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         )));
     };
     let seq = citation.seq() as i64;
-    let chunk: Option<(String, String)> = ctx.db.prepare_cached(
-        "SELECT section, body FROM chunks WHERE document_id = ?1 AND seq = ?2",
-    )?
-    .query_row(params![doc_id, seq], |r| Ok((r.get(0)?, r.get(1)?)))
-    .optional()?;
+    let chunk: Option<(String, String)> = ctx
+        .db
+        .prepare_cached("SELECT section, body FROM chunks WHERE document_id = ?1 AND seq = ?2")?
+        .query_row(params![doc_id, seq], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
     let Some((section, text)) = chunk else {
         return Err(ToolError::NotFound(format!(
             "{} has chunks #0 to #{}; there is no #{seq}.",

@@ -63,25 +63,40 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         None => ctx.now,
     };
     let from = to.plus_secs(-3600 * args.hours);
-    let (unit, kind, limits): (String, String, Limits) = ctx.db.prepare_cached(
-        "SELECT unit, kind, limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE key = ?1",
-    )?
-    .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?])))?;
+    let (unit, kind, limits): (String, String, Limits) = ctx
+        .db
+        .prepare_cached("SELECT unit, kind, limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE key = ?1")?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?])))?;
     let sensor = json!({"id": sensor_id, "kind": kind, "unit": unit,
         "limits": {"ll": limits[0], "l": limits[1], "h": limits[2], "hh": limits[3]}});
     let window = json!({"from": from, "to": to, "hours": args.hours});
 
     let edge = |sql: &str| -> Result<Option<(i64, f64)>, ToolError> {
-        Ok(ctx.db.prepare_cached(sql)?.query_row(params![key, from.unix(), to.unix()], |r| Ok((r.get(0)?, r.get(1)?))).optional()?)
+        Ok(ctx
+            .db
+            .prepare_cached(sql)?
+            .query_row(params![key, from.unix(), to.unix()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
     };
-    let first = edge("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts LIMIT 1")?;
-    let last = edge("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts DESC LIMIT 1")?;
+    let first =
+        edge("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts LIMIT 1")?;
+    let last =
+        edge("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts DESC LIMIT 1")?;
     let (Some(first), Some(last)) = (first, last) else {
-        let latest: Option<i64> = ctx.db.prepare_cached("SELECT max(ts) FROM readings WHERE sensor_key = ?1")?
-            .query_row([key], |r| r.get(0)).optional()?.flatten();
+        let latest: Option<i64> = ctx
+            .db
+            .prepare_cached("SELECT max(ts) FROM readings WHERE sensor_key = ?1")?
+            .query_row([key], |r| r.get(0))
+            .optional()?
+            .flatten();
         let hint = match latest {
-            Some(ts) => format!("No readings in this window; the latest reading is at {}. Move the window with until, or widen hours.", Timestamp::from_unix(ts).to_rfc3339()),
-            None => "This sensor has no readings at all: the transmitter may not be connected to the historian.".to_string(),
+            Some(ts) => format!(
+                "No readings in this window; the latest reading is at {}. Move the window with until, or widen hours.",
+                Timestamp::from_unix(ts).to_rfc3339()
+            ),
+            None => {
+                "This sensor has no readings at all: the transmitter may not be connected to the historian.".to_string()
+            }
         };
         return Ok(json!({"sensor": sensor, "window": window, "samples": 0, "hint": hint}));
     };
@@ -91,9 +106,9 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let full_start = (from.unix() + 1 + 3599).div_euclid(3600) * 3600;
     let full_end = (to.unix() + 1).div_euclid(3600) * 3600;
     let mut acc = Accumulator::new(from.unix(), to.unix(), args.points as usize);
-    let mut raw = ctx.db.prepare_cached(
-        "SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts",
-    )?;
+    let mut raw = ctx
+        .db
+        .prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts")?;
     let mut add_raw = |lo: i64, hi: i64, acc: &mut Accumulator| -> Result<(), ToolError> {
         let mut rows = raw.query(params![key, lo, hi])?;
         while let Some(row) = rows.next()? {
@@ -113,8 +128,15 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         let mut rows = stmt.query(params![key, full_start, full_end])?;
         while let Some(r) = rows.next()? {
             acc.push(&Summary {
-                start: r.get(0)?, n: r.get(1)?, sum: r.get(2)?, sum_sq: r.get(3)?, min: r.get(4)?, max: r.get(5)?,
-                sum_t: r.get(6)?, sum_tt: r.get(7)?, sum_tv: r.get(8)?,
+                start: r.get(0)?,
+                n: r.get(1)?,
+                sum: r.get(2)?,
+                sum_sq: r.get(3)?,
+                min: r.get(4)?,
+                max: r.get(5)?,
+                sum_t: r.get(6)?,
+                sum_tt: r.get(7)?,
+                sum_tv: r.get(8)?,
                 beyond: [r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?],
             });
         }
@@ -128,11 +150,18 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         if n == 1 {
             return Ok(start);
         }
-        let ts: Option<i64> = ctx.db.prepare_cached(sql)?.query_row(params![key, start, start + 3600], |r| r.get(0)).optional()?;
+        let ts: Option<i64> =
+            ctx.db.prepare_cached(sql)?.query_row(params![key, start, start + 3600], |r| r.get(0)).optional()?;
         Ok(ts.unwrap_or(start))
     };
-    let min_at = pin(acc.min, "SELECT ts FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value ASC, ts LIMIT 1")?;
-    let max_at = pin(acc.max, "SELECT ts FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value DESC, ts LIMIT 1")?;
+    let min_at = pin(
+        acc.min,
+        "SELECT ts FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value ASC, ts LIMIT 1",
+    )?;
+    let max_at = pin(
+        acc.max,
+        "SELECT ts FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value DESC, ts LIMIT 1",
+    )?;
 
     let n = acc.total.n;
     // The sampling interval, from the data: minutes beyond a limit = samples beyond it
@@ -170,7 +199,8 @@ impl Accumulator {
         let span = (to - from) as f64;
         let width = span / buckets as f64;
         Accumulator {
-            from, span,
+            from,
+            span,
             total: Summary::empty(from),
             min: (f64::INFINITY, 0, 0),
             max: (f64::NEG_INFINITY, 0, 0),

@@ -37,8 +37,10 @@ fn counts(ctx: &ToolContext, sql: &str) -> Result<Map<String, Value>, ToolError>
 }
 
 fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
-    let site: (String, String) = ctx.db.query_row("SELECT id, name FROM sites LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
-        .map_err(|_| ToolError::Rejected("The twin holds no plant yet: run `twinops seed` or connect the SCADA feed.".into()))?;
+    let site: (String, String) =
+        ctx.db.query_row("SELECT id, name FROM sites LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|_| {
+            ToolError::Rejected("The twin holds no plant yet: run `twinops seed` or connect the SCADA feed.".into())
+        })?;
     let by_status = counts(ctx, "SELECT status, count(*) FROM assets GROUP BY status ORDER BY status")?;
     let asset_total: i64 = by_status.values().filter_map(Value::as_i64).sum();
     let by_severity = counts(

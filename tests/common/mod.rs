@@ -68,7 +68,8 @@ impl Plant {
     /// Calls a tool as the agent would, as of the end of the seeded week.
     pub fn call(&self, name: &str, args: Value) -> ToolOutput {
         let db = self.store.read().unwrap();
-        let ctx = ToolContext { db: &db, docs: &self.docs, approvals: &self.approvals, now: end(), caller: Proposer::Run(1) };
+        let ctx =
+            ToolContext { db: &db, docs: &self.docs, approvals: &self.approvals, now: end(), caller: Proposer::Run(1) };
         tools::call(&ctx, name, args)
     }
 

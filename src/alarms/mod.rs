@@ -1,0 +1,320 @@
+//! The alarm lifecycle (ISA-18.2): occurrences, their states and journal, and flood
+//! and chattering detection.
+//!
+//! Architecture Invariant: every state change of an alarm goes through this module and
+//! is journalled in `alarm_events` (append-only) with who and when, in the same
+//! transaction as the change.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::domain::{AlarmState, Severity, Timestamp};
+use crate::ingest::{AlarmEvent, Transition};
+use crate::store::{StoreError, Writer};
+
+/// ISA-18.2: a flood starts above 10 alarms in 10 minutes per operator position and
+/// ends below 5.
+pub const FLOOD_WINDOW_SECS: i64 = 600;
+pub const FLOOD_START: i64 = 10;
+pub const FLOOD_END: i64 = 5;
+/// Chattering: 3 or more activations of one alarm point within 60 seconds.
+pub const CHATTER_WINDOW_SECS: i64 = 60;
+pub const CHATTER_ACTIVATIONS: i64 = 3;
+/// Longest an alarm may be shelved.
+pub const MAX_SHELVE_SECS: i64 = 24 * 3600;
+/// Queued triage jobs beyond which new occurrences are triaged by the rules model.
+pub const TRIAGE_QUEUE_CAPACITY: i64 = 200;
+
+/// What an alarm event did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "effect", rename_all = "snake_case")]
+pub enum Applied {
+    /// A new occurrence, with its triage job.
+    Raised {
+        alarm_id: i64,
+        job_id: i64,
+    },
+    /// A repeat while active: counted on the open occurrence, no new triage.
+    Reraised {
+        alarm_id: i64,
+    },
+    Cleared {
+        alarm_id: i64,
+    },
+    /// This event id was seen before; nothing changed.
+    Duplicate,
+}
+
+/// An event that is valid JSON but cannot apply to the twin.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no asset {0} in the twin")]
+    UnknownAsset(String),
+    #[error("no sensor {0} in the twin")]
+    UnknownSensor(String),
+    #[error("cleared event for {0} with no active occurrence")]
+    UnmatchedClear(String),
+}
+
+impl Refusal {
+    /// The dead-letter reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::UnknownAsset(_) => "unknown_asset",
+            Refusal::UnknownSensor(_) => "unknown_sensor",
+            Refusal::UnmatchedClear(_) => "unmatched_clear",
+        }
+    }
+}
+
+fn severity_rank(s: Severity) -> i64 {
+    match s {
+        Severity::Critical => 0,
+        Severity::High => 1,
+        Severity::Medium => 2,
+        Severity::Low => 3,
+    }
+}
+
+/// Applies one alarm event inside the caller's transaction.
+pub fn apply(conn: &Connection, ev: &AlarmEvent, received: Timestamp) -> Result<Result<Applied, Refusal>, StoreError> {
+    let seen: Option<i64> = conn
+        .prepare_cached("SELECT 1 FROM alarm_events WHERE event_id = ?1")?
+        .query_row([&ev.event_id], |r| r.get(0))
+        .optional()?;
+    if seen.is_some() {
+        return Ok(Ok(Applied::Duplicate));
+    }
+    let asset: Option<i64> = conn
+        .prepare_cached("SELECT 1 FROM assets WHERE id = ?1")?
+        .query_row([&ev.asset_id], |r| r.get(0))
+        .optional()?;
+    if asset.is_none() {
+        return Ok(Err(Refusal::UnknownAsset(ev.asset_id.to_string())));
+    }
+    if let Some(sensor) = &ev.sensor_id {
+        let known: Option<i64> =
+            conn.prepare_cached("SELECT 1 FROM sensors WHERE id = ?1")?.query_row([sensor], |r| r.get(0)).optional()?;
+        if known.is_none() {
+            return Ok(Err(Refusal::UnknownSensor(sensor.to_string())));
+        }
+    }
+    let open: Option<(i64, AlarmState)> = conn
+        .prepare_cached(
+            "SELECT id, state FROM alarms WHERE asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
+             AND cleared_at IS NULL",
+        )?
+        .query_row(params![ev.asset_id, ev.sensor_id, ev.code], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let t = ev.time.unix();
+    let applied = match (ev.transition, open) {
+        (Transition::Raised, Some((alarm_id, _))) => {
+            conn.prepare_cached("UPDATE alarms SET reraise_count = reraise_count + 1, last_raised_at = ?2, value = coalesce(?3, value) WHERE id = ?1")?
+                .execute(params![alarm_id, t, ev.value])?;
+            journal(conn, alarm_id, Some(&ev.event_id), "reraised", t, "scada", &ev.message)?;
+            Applied::Reraised { alarm_id }
+        }
+        (Transition::Raised, None) => {
+            conn.prepare_cached(
+                "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, value, threshold,
+                                     raised_at, last_raised_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'unacknowledged', ?6, ?7, ?8, ?9, ?9)",
+            )?
+            .execute(params![
+                ev.event_id,
+                ev.asset_id,
+                ev.sensor_id,
+                ev.code,
+                ev.severity,
+                ev.message,
+                ev.value,
+                ev.threshold,
+                t
+            ])?;
+            let alarm_id = conn.last_insert_rowid();
+            journal(conn, alarm_id, Some(&ev.event_id), "raised", t, "scada", &ev.message)?;
+            let job_id = enqueue_triage(conn, alarm_id, ev.severity, received)?;
+            Applied::Raised { alarm_id, job_id }
+        }
+        (Transition::Cleared, Some((alarm_id, state))) => {
+            let next = match state {
+                AlarmState::Unacknowledged => AlarmState::RtnUnacknowledged,
+                AlarmState::OutOfService => AlarmState::OutOfService,
+                _ => AlarmState::Cleared,
+            };
+            conn.prepare_cached("UPDATE alarms SET cleared_at = ?2, state = ?3, shelved_until = NULL WHERE id = ?1")?
+                .execute(params![alarm_id, t, next])?;
+            journal(conn, alarm_id, Some(&ev.event_id), "cleared", t, "scada", &ev.message)?;
+            Applied::Cleared { alarm_id }
+        }
+        (Transition::Cleared, None) => {
+            return Ok(Err(Refusal::UnmatchedClear(format!("{} {}", ev.asset_id, ev.code))));
+        }
+    };
+    Ok(Ok(applied))
+}
+
+/// Enqueues the triage job of a new occurrence, in the same transaction. Over capacity,
+/// the job is still enqueued (every occurrence gets a note) but in `rules` mode, which
+/// needs no model and drains fast.
+fn enqueue_triage(conn: &Connection, alarm_id: i64, severity: Severity, now: Timestamp) -> rusqlite::Result<i64> {
+    let queued: i64 =
+        conn.prepare_cached("SELECT count(*) FROM triage_jobs WHERE state = 'queued'")?.query_row([], |r| r.get(0))?;
+    let mode = if queued >= TRIAGE_QUEUE_CAPACITY || severity == Severity::Low { "rules" } else { "agent" };
+    conn.prepare_cached(
+        "INSERT INTO triage_jobs (alarm_id, state, priority, mode, enqueued_at) VALUES (?1, 'queued', ?2, ?3, ?4)",
+    )?
+    .execute(params![alarm_id, severity_rank(severity), mode, now.unix()])?;
+    Ok(conn.last_insert_rowid())
+}
+
+fn journal(
+    conn: &Connection,
+    alarm_id: i64,
+    event_id: Option<&str>,
+    kind: &str,
+    at: i64,
+    actor: &str,
+    detail: &str,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO alarm_events (alarm_id, event_id, kind, at, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![alarm_id, event_id, kind, at, actor, detail])?;
+    Ok(())
+}
+
+/// Why an operator action was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("no alarm {0}; list alarms with `twinops alarms list`")]
+    NotFound(i64),
+    #[error("alarm {id} is {state}; {hint}")]
+    WrongState { id: i64, state: AlarmState, hint: &'static str },
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for ActionError {
+    fn from(e: rusqlite::Error) -> Self {
+        ActionError::Store(e.into())
+    }
+}
+
+fn state_of(conn: &Connection, id: i64) -> Result<(AlarmState, Option<i64>, Option<i64>), ActionError> {
+    conn.prepare_cached("SELECT state, acked_at, cleared_at FROM alarms WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?
+        .ok_or(ActionError::NotFound(id))
+}
+
+/// Acknowledges an alarm: unacknowledged becomes acknowledged; returned-to-normal
+/// unacknowledged becomes cleared. Returns the new state.
+pub fn acknowledge(writer: &Writer, id: i64, user: &str, now: Timestamp) -> Result<AlarmState, ActionError> {
+    let user = user.to_string();
+    writer.call(move |conn| {
+        let (state, _, _) = state_of(conn, id)?;
+        let next = match state {
+            AlarmState::Unacknowledged => AlarmState::Acknowledged,
+            AlarmState::RtnUnacknowledged => AlarmState::Cleared,
+            state => {
+                return Err(ActionError::WrongState {
+                    id,
+                    state,
+                    hint: "only unacknowledged alarms can be acknowledged",
+                });
+            }
+        };
+        conn.prepare_cached("UPDATE alarms SET state = ?2, acked_at = ?3, acked_by = ?4 WHERE id = ?1")?
+            .execute(params![id, next, now.unix(), user])?;
+        journal(conn, id, None, "acknowledged", now.unix(), &user, "")?;
+        Ok(next)
+    })
+}
+
+/// Shelves an active alarm for `secs` (at most 24 hours), with a reason.
+pub fn shelve(
+    writer: &Writer,
+    id: i64,
+    user: &str,
+    secs: i64,
+    reason: &str,
+    now: Timestamp,
+) -> Result<AlarmState, ActionError> {
+    if !(60..=MAX_SHELVE_SECS).contains(&secs) {
+        return Err(ActionError::Invalid(format!("shelve for 1 minute to 24 hours, not {secs} s")));
+    }
+    if reason.trim().is_empty() {
+        return Err(ActionError::Invalid("say why the alarm is shelved (--reason)".into()));
+    }
+    let (user, reason) = (user.to_string(), reason.trim().to_string());
+    writer.call(move |conn| {
+        let (state, _, cleared) = state_of(conn, id)?;
+        if cleared.is_some() || !matches!(state, AlarmState::Unacknowledged | AlarmState::Acknowledged) {
+            return Err(ActionError::WrongState { id, state, hint: "only active alarms can be shelved" });
+        }
+        let until = now.unix() + secs;
+        conn.prepare_cached("UPDATE alarms SET state = 'shelved', shelved_until = ?2 WHERE id = ?1")?
+            .execute(params![id, until])?;
+        journal(
+            conn,
+            id,
+            None,
+            "shelved",
+            now.unix(),
+            &user,
+            &format!("until {}: {reason}", Timestamp::from_unix(until).to_rfc3339()),
+        )?;
+        Ok(AlarmState::Shelved)
+    })
+}
+
+/// Returns shelved alarms whose shelf time is over to their state before shelving.
+pub fn unshelve_expired(writer: &Writer, now: Timestamp) -> Result<usize, StoreError> {
+    writer.call(move |conn| {
+        let mut stmt =
+            conn.prepare_cached("SELECT id, acked_at FROM alarms WHERE state = 'shelved' AND shelved_until <= ?1")?;
+        let due: Vec<(i64, Option<i64>)> =
+            stmt.query_map([now.unix()], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+        for (id, acked) in &due {
+            let state = if acked.is_some() { AlarmState::Acknowledged } else { AlarmState::Unacknowledged };
+            conn.prepare_cached("UPDATE alarms SET state = ?2, shelved_until = NULL WHERE id = ?1")?
+                .execute(params![id, state])?;
+            journal(conn, *id, None, "unshelved", now.unix(), "twinops", "shelf time over")?;
+        }
+        Ok(due.len())
+    })
+}
+
+/// The alarm rate against the ISA-18.2 flood figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FloodState {
+    pub alarms_last_10_min: i64,
+    /// Above 10 in 10 minutes starts a flood; it lasts until the rate is below 5.
+    pub flood: bool,
+}
+
+/// Whether the plant is in an alarm flood, given whether it was in one before
+/// (hysteresis: start above 10, end below 5).
+pub fn flood_state(conn: &Connection, now: Timestamp, was_flood: bool) -> rusqlite::Result<FloodState> {
+    let n: i64 = conn
+        .prepare_cached("SELECT count(*) FROM alarms WHERE raised_at > ?1")?
+        .query_row([now.unix() - FLOOD_WINDOW_SECS], |r| r.get(0))?;
+    let flood = if was_flood { n >= FLOOD_END } else { n > FLOOD_START };
+    Ok(FloodState { alarms_last_10_min: n, flood })
+}
+
+/// Whether an alarm point is chattering: 3 or more activations (raises and re-raises)
+/// in the last 60 seconds.
+pub fn is_chattering(conn: &Connection, alarm_id: i64, now: Timestamp) -> rusqlite::Result<bool> {
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
+             JOIN alarms p ON p.asset_id = a.asset_id AND p.code = a.code AND coalesce(p.sensor_id, '') = coalesce(a.sensor_id, '')
+             WHERE p.id = ?1 AND e.kind IN ('raised', 'reraised') AND e.at > ?2",
+        )?
+        .query_row(params![alarm_id, now.unix() - CHATTER_WINDOW_SECS], |r| r.get(0))?;
+    Ok(n >= CHATTER_ACTIVATIONS)
+}
