@@ -1,0 +1,200 @@
+//! The daemon's core without the transport: messages in (as the MQTT loop hands them
+//! over), the alarm lifecycle, dead letters, and the durable triage queue producing one
+//! note per occurrence.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::Plant;
+use serde_json::json;
+use twinops::agent::Agent;
+use twinops::alarms::{self, Applied};
+use twinops::config::AgentLimits;
+use twinops::domain::{AlarmState, Timestamp};
+use twinops::ingest;
+use twinops::triage::Triage;
+
+fn at(min: i64) -> Timestamp {
+    common::end().plus_secs(60 * min)
+}
+
+fn alarm(event_id: &str, state: &str, min: i64) -> serde_json::Value {
+    json!({
+        "type": "alarm", "event_id": event_id, "asset_id": "PUMP-001", "sensor_id": "PUMP-001.BRG-TEMP-DE",
+        "code": "BRG-TEMP-HI", "severity": "medium", "state": state, "value": 81.2, "threshold": 80.0,
+        "time": at(min).to_rfc3339(), "message": "DE bearing temperature high"
+    })
+}
+
+fn send(p: &Plant, payload: &serde_json::Value) -> ingest::MessageEffect {
+    ingest::apply(p.store.writer(), "scada/alarms", payload.to_string().as_bytes(), at(0)).unwrap()
+}
+
+/// A new activation is an occurrence with a triage job; a redelivery changes nothing;
+/// a repeat while active counts on the occurrence; a clear returns it to normal; a new
+/// activation after the clear is a new occurrence.
+#[test]
+fn occurrences_repeats_duplicates_and_clears() {
+    let p = Plant::new();
+    let jobs_before = p.count("SELECT count(*) FROM triage_jobs");
+    let first = send(&p, &alarm("e1", "raised", 1));
+    let Applied::Raised { alarm_id, .. } = first.alarms[0] else { panic!("{first:?}") };
+    assert_eq!(p.count("SELECT count(*) FROM triage_jobs") - jobs_before, 1, "enqueued with the occurrence");
+    assert_eq!(send(&p, &alarm("e1", "raised", 1)).alarms, [Applied::Duplicate]);
+    assert_eq!(send(&p, &alarm("e2", "raised", 2)).alarms, [Applied::Reraised { alarm_id }]);
+    assert_eq!(p.count(&format!("SELECT reraise_count FROM alarms WHERE id = {alarm_id}")), 1);
+    assert_eq!(p.count("SELECT count(*) FROM triage_jobs") - jobs_before, 1, "a repeat is not triaged again");
+    assert_eq!(send(&p, &alarm("e3", "cleared", 3)).alarms, [Applied::Cleared { alarm_id }]);
+    let state: AlarmState =
+        p.store.read().unwrap().query_row("SELECT state FROM alarms WHERE id = ?1", [alarm_id], |r| r.get(0)).unwrap();
+    assert_eq!(state, AlarmState::RtnUnacknowledged);
+    let again = send(&p, &alarm("e4", "raised", 4));
+    assert!(matches!(again.alarms[0], Applied::Raised { alarm_id: new, .. } if new != alarm_id));
+    let journal = p.count(&format!("SELECT count(*) FROM alarm_events WHERE alarm_id = {alarm_id}"));
+    assert_eq!(journal, 3, "raised, reraised, cleared");
+}
+
+/// Bad input goes to dead letters with its reason; good events in the same batch are
+/// kept; nothing is lost and nothing crashes.
+#[test]
+fn bad_input_is_dead_lettered_and_good_input_kept() {
+    let p = Plant::new();
+    let before = p.count(
+        "SELECT count(*) FROM readings_hourly WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW')",
+    );
+    let batch = json!({"events": [
+        {"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(5).to_rfc3339(), "value": 401.5},
+        {"type": "reading", "sensor_id": "PUMP-001.NOPE", "time": at(5).to_rfc3339(), "value": 1.0},
+        {"type": "alarm", "event_id": "x1", "asset_id": "PUMP-999", "code": "VIB-HI", "severity": "high", "state": "raised", "time": at(5).to_rfc3339()},
+        {"type": "alarm", "event_id": "x2", "asset_id": "PUMP-001", "code": "VIB-HI", "severity": "high", "state": "cleared", "time": at(5).to_rfc3339()},
+        {"type": "alarm", "event_id": "x3", "asset_id": "PUMP-001", "code": "VIB HI", "severity": "high", "state": "raised", "time": at(5).to_rfc3339()},
+        {"type": "alarm", "event_id": "x4", "asset_id": "PUMP-001", "code": "VIB-HI", "severity": "urgent", "state": "raised", "time": at(5).to_rfc3339()},
+    ]});
+    let effect = send(&p, &batch);
+    assert_eq!((effect.readings, effect.dead_letters), (1, 5));
+    let reasons: Vec<String> = {
+        let db = p.store.read().unwrap();
+        let mut stmt = db.prepare("SELECT reason FROM dead_letters ORDER BY id").unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    };
+    assert_eq!(reasons, ["invalid", "malformed", "unknown_sensor", "unknown_asset", "unmatched_clear"]);
+    let detail: String = p
+        .store
+        .read()
+        .unwrap()
+        .query_row("SELECT detail FROM dead_letters WHERE reason = 'malformed'", [], |r| r.get(0))
+        .unwrap();
+    assert!(detail.contains("urgent"), "{detail}");
+    assert!(p.count("SELECT count(*) FROM readings_hourly WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW')") >= before);
+
+    for (payload, reason) in [(&b"{not json"[..], "malformed"), (&vec![b'['; 300_000][..], "oversized")] {
+        let count = || p.count(&format!("SELECT count(*) FROM dead_letters WHERE reason = '{reason}'"));
+        let before = count();
+        let e = ingest::apply(p.store.writer(), "scada/alarms", payload, at(6)).unwrap();
+        assert_eq!(e.dead_letters, 1);
+        assert_eq!(count(), before + 1, "{reason}");
+    }
+    let stored = p.count("SELECT length(payload) FROM dead_letters WHERE reason = 'oversized'");
+    assert_eq!(stored, 300_000, "the whole message is kept for inspection");
+    // A duplicate reading changes nothing.
+    let dup =
+        send(&p, &json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(5).to_rfc3339(), "value": 999.0}));
+    assert_eq!((dup.readings, dup.duplicate_readings), (0, 1));
+}
+
+/// Ack and shelve through the library, every transition journalled with who and when.
+#[test]
+fn acknowledge_and_shelve() {
+    let p = Plant::new();
+    let Applied::Raised { alarm_id, .. } = send(&p, &alarm("a1", "raised", 1)).alarms[0] else { panic!() };
+    let w = p.store.writer();
+    assert_eq!(alarms::acknowledge(w, alarm_id, "operator.kaur", at(2)).unwrap(), AlarmState::Acknowledged);
+    let again = alarms::acknowledge(w, alarm_id, "operator.kaur", at(2)).unwrap_err().to_string();
+    assert!(again.contains("is acknowledged; only unacknowledged alarms can be acknowledged"), "{again}");
+    assert!(
+        alarms::shelve(w, alarm_id, "operator.kaur", 3600, " ", at(3)).unwrap_err().to_string().contains("say why")
+    );
+    assert!(alarms::shelve(w, alarm_id, "operator.kaur", 3 * 86_400, "work", at(3)).is_err());
+    assert_eq!(
+        alarms::shelve(w, alarm_id, "operator.kaur", 3600, "permit 4471 on PUMP-001", at(3)).unwrap(),
+        AlarmState::Shelved
+    );
+    assert_eq!(alarms::unshelve_expired(w, at(30)).unwrap(), 0);
+    assert_eq!(alarms::unshelve_expired(w, at(64)).unwrap(), 1);
+    let state: AlarmState =
+        p.store.read().unwrap().query_row("SELECT state FROM alarms WHERE id = ?1", [alarm_id], |r| r.get(0)).unwrap();
+    assert_eq!(state, AlarmState::Acknowledged, "back to its state before shelving");
+    let actors =
+        p.count(&format!("SELECT count(*) FROM alarm_events WHERE alarm_id = {alarm_id} AND actor = 'operator.kaur'"));
+    assert_eq!(actors, 2, "acknowledged and shelved, by the operator");
+    assert!(alarms::acknowledge(w, 999_999, "x", at(1)).unwrap_err().to_string().contains("no alarm 999999"));
+}
+
+/// Flood: above 10 alarms in 10 minutes starts it, below 5 ends it. Chattering: three
+/// activations of one point within 60 seconds.
+#[test]
+fn flood_and_chattering() {
+    let p = Plant::new();
+    let db = || p.store.read().unwrap();
+    let now = at(100);
+    assert!(!alarms::flood_state(&db(), now, false).unwrap().flood);
+    let codes = ["VIB-HI", "FLOW-LO", "PRESS-DIS-LO", "MTR-CURRENT-HI", "BRG-TEMP-HI", "PRESS-SUC-LO"];
+    for (i, asset) in ["PUMP-001", "PUMP-002"].iter().enumerate() {
+        for (j, code) in codes.iter().enumerate() {
+            let ev = json!({"type": "alarm", "event_id": format!("f{i}{j}"), "asset_id": asset, "code": code, "severity": "high",
+                            "state": "raised", "time": at(95 + j as i64 % 4).to_rfc3339()});
+            send(&p, &ev);
+        }
+    }
+    let f = alarms::flood_state(&db(), now, false).unwrap();
+    assert_eq!((f.alarms_last_10_min, f.flood), (12, true));
+    assert!(alarms::flood_state(&db(), at(104), true).unwrap().flood, "hysteresis: stays in flood until below 5");
+    assert!(!alarms::flood_state(&db(), at(120), true).unwrap().flood);
+
+    let Applied::Raised { alarm_id, .. } = send(&p, &alarm("c1", "raised", 200)).alarms[0] else { panic!() };
+    send(&p, &alarm("c2", "raised", 200));
+    assert!(!alarms::is_chattering(&db(), alarm_id, at(200).plus_secs(10)).unwrap());
+    send(&p, &alarm("c3", "raised", 200));
+    assert!(alarms::is_chattering(&db(), alarm_id, at(200).plus_secs(10)).unwrap());
+}
+
+fn rules_agent(p: &Plant) -> Arc<Agent> {
+    let end = common::end();
+    Arc::new(Agent::new(p.store.clone(), vec![], AgentLimits::default()).with_clock(move || end))
+}
+
+/// Jobs run by severity then age, each storing exactly one note; a job interrupted by
+/// a crash is queued again at start-up and still yields one note.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_triage_queue_yields_one_note_per_occurrence() {
+    let p = Plant::new();
+    p.write("DELETE FROM triage_jobs");
+    let medium = send(&p, &alarm("t1", "raised", 1));
+    let critical = send(
+        &p,
+        &json!({"type": "alarm", "event_id": "t2", "asset_id": "PUMP-004", "sensor_id": "PUMP-004.PRESS-SUC",
+        "code": "PRESS-SUC-LOLO", "severity": "critical", "state": "raised", "value": 0.25, "threshold": 0.3,
+        "time": at(2).to_rfc3339(), "message": "suction low-low"}),
+    );
+    let (Applied::Raised { alarm_id: m, .. }, Applied::Raised { alarm_id: c, .. }) =
+        (&medium.alarms[0], &critical.alarms[0])
+    else {
+        panic!()
+    };
+    let triage = Triage::new(rules_agent(&p), rules_agent(&p), 10);
+    let mut notes = triage.subscribe();
+    let first = triage.run_next().await.unwrap().unwrap();
+    assert_eq!(first.alarm_id, *c, "critical before medium, though raised later");
+    assert_eq!(notes.recv().await.unwrap().note_id, first.note_id);
+    assert!(first.body["summary"].as_str().unwrap().contains("PUMP-004.PRESS-SUC"), "{}", first.body);
+
+    // A crash while the next job runs: it is left `running`.
+    p.write("UPDATE triage_jobs SET state = 'running' WHERE state = 'queued'");
+    assert!(triage.run_next().await.unwrap().is_none(), "a running job is not taken twice");
+    assert_eq!(triage.requeue_interrupted().await.unwrap(), 1);
+    assert_eq!(triage.drain().await.unwrap(), 1);
+    assert_eq!(p.count(&format!("SELECT count(*) FROM notes WHERE kind = 'triage' AND alarm_id = {m}")), 1);
+    assert_eq!(p.count("SELECT count(*) FROM triage_jobs WHERE state = 'done'"), 2);
+    assert_eq!(p.count("SELECT count(*) FROM notes WHERE kind = 'triage'"), 2);
+}
