@@ -8,9 +8,10 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::agent::{self, Agent};
+use crate::alarms;
 use crate::approvals::{Approvals, Proposer};
 use crate::config::Config;
-use crate::domain::{Timestamp, parse_time};
+use crate::domain::{AssetId, Timestamp, parse_time};
 use crate::store::Store;
 use crate::tools::{self, ToolContext};
 use crate::{bench, rag, seed};
@@ -106,9 +107,47 @@ enum Command {
     /// Agent runs: the audit trail.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Alarms: list, acknowledge, shelve (as a local operator).
+    #[command(subcommand)]
+    Alarms(AlarmsCommand),
     /// Print performance figures.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum AlarmsCommand {
+    /// List alarm occurrences, newest first.
+    #[command(
+        after_help = "Examples:\n  twinops alarms list --active\n  twinops alarms list --asset PUMP-007 --limit 50"
+    )]
+    List {
+        /// Only alarms whose condition is still present.
+        #[arg(long)]
+        active: bool,
+        #[arg(long)]
+        asset: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Acknowledge an alarm.
+    #[command(after_help = "Example:\n  twinops alarms ack 46 --user operator.kaur")]
+    Ack {
+        alarm_id: i64,
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
+    /// Shelve an active alarm for a while (at most 24 hours), with a reason.
+    #[command(after_help = "Example:\n  twinops alarms shelve 46 --minutes 120 --reason 'permit 4471: bearing change'")]
+    Shelve {
+        alarm_id: i64,
+        #[arg(long)]
+        minutes: i64,
+        #[arg(long)]
+        reason: String,
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -332,6 +371,46 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 None => println!("{}", report.answer.as_deref().unwrap_or("(no note)")),
             }
             print_summary(&report);
+        }
+        Command::Alarms(AlarmsCommand::List { active, asset, limit }) => {
+            let store = cli.global.open()?;
+            let asset = asset.map(|a| AssetId::parse(&a)).transpose()?;
+            let db = store.read()?;
+            let mut stmt = db.prepare(
+                "SELECT id, asset_id, coalesce(sensor_id, '-'), code, severity, state, raised_at, cleared_at, reraise_count
+                 FROM alarms WHERE (?1 = 0 OR cleared_at IS NULL) AND (?2 IS NULL OR asset_id = ?2)
+                 ORDER BY raised_at DESC, id DESC LIMIT ?3",
+            )?;
+            let mut rows = stmt.query(rusqlite::params![active, asset, limit])?;
+            println!(
+                "{:>6}  {:<9} {:<22} {:<15} {:<8} {:<19} {:<20} {:<20} {:>4}",
+                "id", "asset", "sensor", "code", "severity", "state", "raised", "cleared", "reps"
+            );
+            while let Some(r) = rows.next()? {
+                let cleared: Option<i64> = r.get(7)?;
+                println!(
+                    "{:>6}  {:<9} {:<22} {:<15} {:<8} {:<19} {:<20} {:<20} {:>4}",
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    Timestamp::from_unix(r.get(6)?).to_rfc3339(),
+                    cleared.map_or("-".to_string(), |c| Timestamp::from_unix(c).to_rfc3339()),
+                    r.get::<_, i64>(8)?
+                );
+            }
+        }
+        Command::Alarms(AlarmsCommand::Ack { alarm_id, user }) => {
+            let store = cli.global.open()?;
+            let state = alarms::acknowledge(store.writer(), alarm_id, &user, Timestamp::now())?;
+            println!("alarm {alarm_id} is now {state}");
+        }
+        Command::Alarms(AlarmsCommand::Shelve { alarm_id, minutes, reason, user }) => {
+            let store = cli.global.open()?;
+            alarms::shelve(store.writer(), alarm_id, &user, minutes * 60, &reason, Timestamp::now())?;
+            println!("alarm {alarm_id} is shelved for {minutes} minutes");
         }
         Command::Runs(RunsCommand::Show { run_id }) => {
             let store = cli.global.open()?;
