@@ -73,6 +73,24 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the daemon: MQTT ingest (embedded broker unless mqtt.url is set), alarm
+    /// lifecycle, triage of every new occurrence, notes out.
+    #[command(
+        after_help = "Examples:\n  twinops serve --demo        # seed the demo plant, run the simulator, watch notes arrive\n  TWINOPS_MQTT_URL=mqtt://scada-gw:1883 twinops serve"
+    )]
+    Serve {
+        /// Seed an empty database with the demo plant and run the plant simulator.
+        #[arg(long)]
+        demo: bool,
+        /// Folder holding plant.toml and docs/ (for --demo).
+        #[arg(long, default_value = "seed")]
+        seed_from: PathBuf,
+    },
+    /// Publish simulated alarm events from the seed plant to an MQTT broker.
+    #[command(
+        after_help = "Example:\n  twinops simulate --broker mqtt://127.0.0.1:1883 --count 500 --rate 0 --duplicates 10 --malformed 1"
+    )]
+    Simulate(crate::sim::SimOptions),
     /// Build the demo plant (assets, sensors, a week of readings, alarms, maintenance, docs).
     #[command(
         after_help = "Examples:\n  twinops seed\n  twinops seed --end 2026-11-30T12:00:00Z\n  twinops --db /tmp/big.db seed --scale 100"
@@ -336,6 +354,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if out.is_error {
                 return Ok(ExitCode::from(2));
             }
+        }
+        Command::Serve { demo, seed_from } => {
+            let config = Config::load(&cli.global.config, &|k| std::env::var(k).ok())?;
+            let opts = crate::app::ServeOptions { config, db: cli.global.db_path(), demo, seed_dir: seed_from };
+            runtime()?.block_on(crate::app::serve(opts))?;
+        }
+        Command::Simulate(opts) => {
+            let r = runtime()?.block_on(crate::sim::simulate(&opts))?;
+            println!(
+                "published {} messages to {} on {}: {} events, {} duplicates, {} malformed",
+                r.published, opts.topic, opts.broker, r.events, r.duplicates, r.malformed
+            );
         }
         Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,
         Command::Bench(BenchCommand::Agent(args)) => bench::agent(&args)?,

@@ -122,11 +122,73 @@ pub struct LlmConfig {
     pub limits: AgentLimits,
 }
 
+/// The `[mqtt]` part: the broker to subscribe to, or the embedded one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MqttConfig {
+    /// `mqtt://host:1883` or `mqtts://host:8883`. Empty: start the embedded broker on
+    /// `embedded_listen` and connect to it.
+    pub url: String,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    /// Stable, so the broker keeps our session (and unacked messages) across restarts.
+    pub client_id: String,
+    /// Topic filters for alarm events and telemetry.
+    pub topics: Vec<String>,
+    /// Where the embedded broker listens (loopback by default).
+    pub embedded_listen: String,
+    /// Unacknowledged QoS 1 messages the broker may have in flight to us.
+    pub inflight: u16,
+    /// A batch is committed at this many messages...
+    pub batch_max: usize,
+    /// ...or after this many milliseconds, whichever comes first.
+    pub batch_ms: u64,
+    /// Notes are published on `{notes_topic}/{asset}`.
+    pub notes_topic: String,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            url: String::new(),
+            username: None,
+            password: None,
+            client_id: "twinops".into(),
+            topics: vec!["scada/#".into()],
+            embedded_listen: "127.0.0.1:1883".into(),
+            inflight: 100,
+            batch_max: 200,
+            batch_ms: 20,
+            notes_topic: "twinops/notes".into(),
+        }
+    }
+}
+
+/// The `[triage]` part.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TriageConfig {
+    /// Concurrent triage runs.
+    pub workers: usize,
+    /// Runs with a language model per minute; beyond it, the rules model triages.
+    pub llm_runs_per_minute: u32,
+}
+
+impl Default for TriageConfig {
+    fn default() -> Self {
+        TriageConfig { workers: 2, llm_runs_per_minute: 20 }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
     pub llm: LlmConfig,
+    #[serde(default)]
+    pub mqtt: MqttConfig,
+    #[serde(default)]
+    pub triage: TriageConfig,
 }
 
 impl Config {
@@ -145,6 +207,26 @@ impl Config {
     /// `TWINOPS_LLM_KIND` (with `_BASE_URL`, `_MODEL`, `_API_KEY`, `_API_KEY_FILE`)
     /// replaces the chain with one provider.
     fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+        let m = &mut self.mqtt;
+        if let Some(url) = env("TWINOPS_MQTT_URL") {
+            m.url = url;
+        }
+        if let Some(user) = env("TWINOPS_MQTT_USERNAME") {
+            m.username = Some(user);
+        }
+        if let Some(password) = env("TWINOPS_MQTT_PASSWORD") {
+            m.password = Some(Secret::new(password));
+        }
+        if let Some(topics) = env("TWINOPS_MQTT_TOPICS") {
+            m.topics = topics.split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect();
+        }
+        if let Some(listen) = env("TWINOPS_MQTT_LISTEN") {
+            m.embedded_listen = listen;
+        }
+        self.apply_llm_env(env)
+    }
+
+    fn apply_llm_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         let Some(kind) = env("TWINOPS_LLM_KIND") else {
             for key in ["TWINOPS_LLM_BASE_URL", "TWINOPS_LLM_MODEL", "TWINOPS_LLM_API_KEY"] {
                 if env(key).is_some() {
@@ -193,6 +275,25 @@ impl Config {
             {
                 bail!("{at}.base_url must start with http:// or https://, got '{url}'");
             }
+        }
+        let m = &self.mqtt;
+        if !m.url.is_empty() && !(m.url.starts_with("mqtt://") || m.url.starts_with("mqtts://")) {
+            bail!("mqtt.url must start with mqtt:// or mqtts://, got '{}'", m.url);
+        }
+        if m.topics.is_empty() {
+            bail!("mqtt.topics is empty; twinops would receive nothing (e.g. [\"scada/#\"])");
+        }
+        if m.client_id.trim().is_empty() {
+            bail!("mqtt.client_id must not be empty: the broker keeps the session under it");
+        }
+        if m.embedded_listen.parse::<std::net::SocketAddr>().is_err() {
+            bail!("mqtt.embedded_listen '{}' is not an address like 127.0.0.1:1883", m.embedded_listen);
+        }
+        if m.batch_max == 0 || m.inflight == 0 {
+            bail!("mqtt.batch_max and mqtt.inflight must be at least 1");
+        }
+        if self.triage.workers == 0 {
+            bail!("triage.workers must be at least 1");
         }
         let l = &self.llm.limits;
         for (key, value) in [

@@ -18,8 +18,10 @@
 
 pub mod agent;
 pub mod alarms;
+pub mod app;
 pub mod approvals;
 pub mod bench;
+pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod domain;
@@ -27,6 +29,7 @@ pub mod ingest;
 pub mod rag;
 pub mod scripted;
 pub mod seed;
+pub mod sim;
 pub mod store;
 pub mod tools;
 pub mod triage;

@@ -2,6 +2,7 @@
 //! message's effects, or its dead letters, in one write transaction, so the MQTT
 //! transport can acknowledge the message once `apply` returns.
 
+pub mod mqtt;
 pub mod payload;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -29,6 +30,20 @@ pub fn apply(writer: &Writer, topic: &str, payload: &[u8], received: Timestamp) 
     let topic = topic.to_string();
     let payload = payload.to_vec();
     writer.call(move |conn| apply_in(conn, &topic, &payload, received))
+}
+
+/// Commits several messages in one transaction (the MQTT batch), returning each one's
+/// effect in order.
+pub async fn apply_batch(
+    writer: &Writer,
+    messages: Vec<(String, Vec<u8>)>,
+    received: Timestamp,
+) -> Result<Vec<MessageEffect>, StoreError> {
+    writer
+        .call_async(move |conn| {
+            messages.iter().map(|(topic, payload)| apply_in(conn, topic, payload, received)).collect()
+        })
+        .await
 }
 
 fn apply_in(conn: &Connection, topic: &str, payload: &[u8], received: Timestamp) -> Result<MessageEffect, StoreError> {

@@ -1,0 +1,180 @@
+//! `twinops serve`: builds every component from the configuration, runs them as tokio
+//! tasks, and owns graceful shutdown (one signal, a deadline, then a forced stop).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rumqttc::{AsyncClient, QoS};
+use tokio::sync::{Notify, watch};
+
+use crate::agent::{self, Agent};
+use crate::config::{Config, MqttConfig};
+use crate::domain::Timestamp;
+use crate::ingest;
+use crate::seed::{self, SeedOptions};
+use crate::sim::{self, SimOptions};
+use crate::store::Store;
+use crate::triage::{PublishedNote, Triage};
+
+/// How long shutdown waits for in-flight work before it stops anyway.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
+
+pub struct ServeOptions {
+    pub config: Config,
+    pub db: PathBuf,
+    /// Seed an empty database and run the simulator against the broker.
+    pub demo: bool,
+    /// Folder holding plant.toml and docs/ for --demo.
+    pub seed_dir: PathBuf,
+}
+
+/// A running daemon. Dropping it does not stop it; call [`Daemon::shutdown`].
+pub struct Daemon {
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The demo simulator: stopped outright at shutdown, nothing to finish.
+    simulator: Option<tokio::task::JoinHandle<()>>,
+    pub store: Store,
+    pub triage: Arc<Triage>,
+    pub mqtt_url: String,
+}
+
+impl Daemon {
+    /// Starts the broker (if embedded), ingest, triage workers and the note publisher.
+    pub async fn start(opts: ServeOptions) -> anyhow::Result<Daemon> {
+        let store = Store::open(&opts.db).with_context(|| format!("opening {}", opts.db.display()))?;
+        Daemon::start_on(store, opts).await
+    }
+
+    /// [`Daemon::start`] on a store that is already open (`opts.db` is not used).
+    pub async fn start_on(store: Store, opts: ServeOptions) -> anyhow::Result<Daemon> {
+        if opts.demo {
+            let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
+            if seeded == 0 {
+                let s = SeedOptions { dir: opts.seed_dir.clone(), scale: 1, end: Timestamp::now(), days: 7 };
+                let r = seed::seed(&store, &s)?;
+                tracing::info!(stage = "app", assets = r.assets, readings = r.readings, "seeded the demo plant");
+            }
+        }
+        let mut mqtt = opts.config.mqtt.clone();
+        if mqtt.url.is_empty() {
+            let listen: SocketAddr = mqtt.embedded_listen.parse().context("mqtt.embedded_listen")?;
+            crate::broker::start(listen)?;
+            mqtt.url = format!("mqtt://{listen}");
+            tracing::info!(stage = "app", %listen, "embedded MQTT broker started");
+        }
+
+        let llm = &opts.config.llm;
+        let agent = Arc::new(Agent::new(store.clone(), agent::models_from_config(llm), llm.limits.clone()));
+        let rules = Arc::new(Agent::new(store.clone(), Vec::new(), llm.limits.clone()));
+        let triage = Arc::new(Triage::new(agent, rules, opts.config.triage.llm_runs_per_minute));
+        let requeued = triage.requeue_interrupted().await?;
+        if requeued > 0 {
+            tracing::warn!(stage = "app", jobs = requeued, "triage jobs interrupted by the last stop are queued again");
+        }
+
+        let (stop, stop_rx) = watch::channel(false);
+        let wake = Arc::new(Notify::new());
+        let (client, ingest_task) =
+            ingest::mqtt::start(store.writer().clone(), mqtt.clone(), Arc::clone(&wake), stop_rx.clone())?;
+        let mut tasks = vec![ingest_task];
+        tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
+        tasks.push(tokio::spawn(publish_notes(client, triage.subscribe(), mqtt.clone(), stop_rx.clone())));
+        let mut simulator = None;
+        if opts.demo {
+            let sim = SimOptions {
+                broker: mqtt.url.clone(),
+                topic: "scada/alarms".into(),
+                count: 24,
+                rate: 0.5,
+                duplicates: 5.0,
+                malformed: 0.0,
+                flood: false,
+                run: format!("demo-{}", Timestamp::now().unix()),
+            };
+            simulator = Some(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Err(e) = sim::simulate(&sim).await {
+                    tracing::warn!(stage = "sim", error = %e, "demo simulator stopped");
+                }
+            }));
+        }
+        Ok(Daemon { stop, tasks, simulator, store, triage, mqtt_url: mqtt.url })
+    }
+
+    /// Stops taking messages, commits and acks what is in flight, lets running triage
+    /// jobs finish, within the deadline; a job cut off is requeued at the next start.
+    pub async fn shutdown(self) {
+        if let Some(sim) = &self.simulator {
+            sim.abort();
+        }
+        let _ = self.stop.send(true);
+        let all = async {
+            for t in self.tasks {
+                let _ = t.await;
+            }
+        };
+        if tokio::time::timeout(SHUTDOWN_DEADLINE, all).await.is_err() {
+            tracing::warn!(
+                stage = "app",
+                "shutdown deadline passed; stopping with work in flight (it is requeued at start)"
+            );
+        }
+    }
+}
+
+/// Publishes each stored note as JSON on `{notes_topic}/{asset}` at QoS 1.
+async fn publish_notes(
+    client: AsyncClient,
+    mut notes: tokio::sync::broadcast::Receiver<PublishedNote>,
+    cfg: MqttConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let note = tokio::select! {
+            n = notes.recv() => n,
+            _ = stop.changed() => return,
+        };
+        match note {
+            Ok(note) => {
+                let topic = format!("{}/{}", cfg.notes_topic, note.asset_id);
+                let body = serde_json::to_vec(&note).unwrap_or_default();
+                if let Err(e) = client.publish(topic, QoS::AtLeastOnce, false, body).await {
+                    tracing::warn!(stage = "notify", error = %e, note = note.note_id, "note not published on MQTT (it is stored)");
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(stage = "notify", skipped = n, "note publisher fell behind; skipped notes are stored");
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Runs the daemon until SIGINT or SIGTERM.
+pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    let daemon = Daemon::start(opts).await?;
+    eprintln!(
+        "twinops is serving: MQTT {}, database {}. Ctrl-C stops it.",
+        daemon.mqtt_url,
+        daemon.store.path().display()
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut notes = daemon.triage.subscribe();
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            n = notes.recv() => if let Ok(n) = n {
+                let summary = n.body["summary"].as_str().or(n.body["text"].as_str()).unwrap_or("").to_string();
+                eprintln!("note {} for alarm {} on {} ({}): {summary}", n.note_id, n.alarm_id, n.asset_id, n.outcome.as_str());
+            },
+        }
+    }
+    eprintln!("stopping: committing and acknowledging what is in flight...");
+    daemon.shutdown().await;
+    Ok(())
+}

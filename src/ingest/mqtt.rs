@@ -1,0 +1,201 @@
+//! The MQTT transport (rumqttc): QoS 1, a persistent session, manual acks.
+//!
+//! A message is acknowledged only after its effect (or its dead letter) is committed,
+//! and acks go out in arrival order: messages are batched (up to `batch_max` or
+//! `batch_ms`, whichever first), the batch is committed in one transaction, then acked
+//! in order. rumqttc does not re-subscribe after a reconnect; we do, on every ConnAck.
+//! Messages received on a connection that has since dropped are committed (applying
+//! is idempotent) but not acked: their packet ids belong to the old connection, and
+//! the broker redelivers them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS, Transport};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::{MessageEffect, apply_batch};
+use crate::alarms::Applied;
+use crate::config::MqttConfig;
+use crate::domain::Timestamp;
+use crate::store::Writer;
+
+/// Builds client options from the configuration: `mqtt://host:port` or `mqtts://`.
+pub fn options(cfg: &MqttConfig, client_id: &str) -> anyhow::Result<MqttOptions> {
+    let url = reqwest::Url::parse(&cfg.url).map_err(|e| anyhow::anyhow!("mqtt.url '{}': {e}", cfg.url))?;
+    let (tls, default_port) = match url.scheme() {
+        "mqtt" | "tcp" => (false, 1883),
+        "mqtts" | "ssl" => (true, 8883),
+        other => anyhow::bail!("mqtt.url: scheme '{other}' is not supported; use mqtt:// or mqtts://"),
+    };
+    let host = url.host_str().ok_or_else(|| anyhow::anyhow!("mqtt.url '{}' has no host", cfg.url))?;
+    let mut opts = MqttOptions::new(client_id, host, url.port().unwrap_or(default_port));
+    opts.set_clean_session(false);
+    opts.set_manual_acks(true);
+    opts.set_keep_alive(Duration::from_secs(30));
+    opts.set_max_packet_size(super::payload::MAX_MESSAGE_BYTES + 1024, 1024 * 1024);
+    opts.set_inflight(cfg.inflight);
+    opts.set_request_channel_capacity(4096);
+    if tls {
+        opts.set_transport(Transport::tls_with_default_config());
+    }
+    if let Some(user) = &cfg.username {
+        opts.set_credentials(user, cfg.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default());
+    }
+    Ok(opts)
+}
+
+/// A received message and the connection it came on.
+struct Incoming {
+    publish: Publish,
+    connection: u64,
+}
+
+/// Runs the MQTT ingest until `stop`. `wake` is notified when new occurrences need
+/// triage. Returns the client, for publishing notes on the same connection.
+pub fn start(
+    writer: Writer,
+    cfg: MqttConfig,
+    wake: Arc<Notify>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<(AsyncClient, tokio::task::JoinHandle<()>)> {
+    let opts = options(&cfg, &cfg.client_id)?;
+    let (client, mut eventloop) = AsyncClient::new(opts, 4096);
+    let connection = Arc::new(AtomicU64::new(0));
+    // Unbounded on purpose: the poller must never wait on the ingest loop, or acks
+    // (which need the poller) and messages (which need the ingest loop) deadlock. What
+    // it holds is bounded by the broker's in-flight window for QoS 1: unacked messages.
+    let (tx, rx) = mpsc::unbounded_channel::<Incoming>();
+
+    // The event loop gets a task of its own and is never cancelled mid-poll.
+    let poll_client = client.clone();
+    let topics = cfg.topics.clone();
+    let conn_gen = Arc::clone(&connection);
+    let mut poll_stop = stop.clone();
+    let poller = tokio::spawn(async move {
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            let event = tokio::select! {
+                e = eventloop.poll() => e,
+                _ = poll_stop.changed() => break,
+            };
+            match event {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    let generation = conn_gen.fetch_add(1, Ordering::SeqCst) + 1;
+                    tracing::info!(
+                        stage = "ingest",
+                        connection = generation,
+                        "connected to the MQTT broker; subscribing"
+                    );
+                    for topic in &topics {
+                        if let Err(e) = poll_client.try_subscribe(topic.clone(), QoS::AtLeastOnce) {
+                            tracing::error!(stage = "ingest", topic = %topic, error = %e, "subscribe failed");
+                        }
+                    }
+                    backoff = Duration::from_millis(250);
+                }
+                Ok(Event::Incoming(Packet::Publish(publish))) => {
+                    let incoming = Incoming { publish, connection: conn_gen.load(Ordering::SeqCst) };
+                    if tx.send(incoming).is_err() {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(stage = "ingest", error = %e, retry_in_ms = backoff.as_millis() as u64, "MQTT connection lost; reconnecting");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = poll_stop.changed() => break,
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    });
+
+    let ack_client = client.clone();
+    let handle = tokio::spawn(async move {
+        ingest_loop(writer, ack_client, rx, connection, cfg.batch_max, Duration::from_millis(cfg.batch_ms), wake, stop)
+            .await;
+        poller.abort();
+    });
+    Ok((client, handle))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn ingest_loop(
+    writer: Writer,
+    client: AsyncClient,
+    mut rx: mpsc::UnboundedReceiver<Incoming>,
+    connection: Arc<AtomicU64>,
+    batch_max: usize,
+    batch_wait: Duration,
+    wake: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut batch: Vec<Incoming> = Vec::new();
+    loop {
+        let deadline = tokio::time::sleep(batch_wait);
+        tokio::pin!(deadline);
+        // Collect until the batch is full, its time is up, or we are told to stop.
+        let stopping = loop {
+            tokio::select! {
+                biased;
+                _ = stop.changed() => break true,
+                m = rx.recv() => match m {
+                    Some(m) => {
+                        batch.push(m);
+                        if batch.len() >= batch_max { break false; }
+                    }
+                    None => break true,
+                },
+                _ = &mut deadline, if !batch.is_empty() => break false,
+            }
+        };
+        if !batch.is_empty() {
+            commit_and_ack(&writer, &client, &mut batch, &connection, &wake).await;
+        }
+        if stopping {
+            // Commit and ack what already arrived, then stop taking messages.
+            while let Ok(m) = rx.try_recv() {
+                batch.push(m);
+            }
+            if !batch.is_empty() {
+                commit_and_ack(&writer, &client, &mut batch, &connection, &wake).await;
+            }
+            return;
+        }
+    }
+}
+
+async fn commit_and_ack(
+    writer: &Writer,
+    client: &AsyncClient,
+    batch: &mut Vec<Incoming>,
+    connection: &AtomicU64,
+    wake: &Notify,
+) {
+    let messages: Vec<(String, Vec<u8>)> =
+        batch.iter().map(|m| (m.publish.topic.clone(), m.publish.payload.to_vec())).collect();
+    let effects: Vec<MessageEffect> = match apply_batch(writer, messages, Timestamp::now()).await {
+        Ok(e) => e,
+        Err(e) => {
+            // Nothing committed, nothing acked: the broker redelivers.
+            tracing::error!(stage = "ingest", error = %e, messages = batch.len(), "commit failed; messages left unacked for redelivery");
+            batch.clear();
+            return;
+        }
+    };
+    let current = connection.load(Ordering::SeqCst);
+    for m in batch.drain(..) {
+        if m.connection == current
+            && let Err(e) = client.ack(&m.publish).await
+        {
+            tracing::warn!(stage = "ingest", error = %e, "ack not sent; the broker will redeliver");
+        }
+    }
+    if effects.iter().flat_map(|e| &e.alarms).any(|a| matches!(a, Applied::Raised { .. })) {
+        wake.notify_waiters();
+    }
+}
