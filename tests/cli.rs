@@ -127,3 +127,53 @@ fn triage_without_a_model_uses_the_rules_model_and_runs_show_the_trace() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no agent run 99"));
 }
+
+/// `twinops serve --demo` on a fresh data directory seeds the plant, starts the
+/// embedded broker and the simulator, and prints triage notes within a minute; SIGTERM
+/// stops it cleanly.
+#[test]
+fn serve_demo_produces_notes_within_a_minute() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--config", "/nonexistent/twinops.toml", "serve", "--demo", "--seed-from"])
+        .arg(common::seed_dir())
+        .env("TWINOPS_MQTT_LISTEN", format!("127.0.0.1:{port}"))
+        .env_remove("TWINOPS_LLM_KIND")
+        .env_remove("TWINOPS_MQTT_URL")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut note = None;
+    while started.elapsed() < Duration::from_secs(60) {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(500))
+            && line.starts_with("note ")
+        {
+            note = Some(line);
+            break;
+        }
+    }
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let status = child.wait().unwrap();
+    let note = note.expect("a triage note within 60 s");
+    assert!(note.contains("(final)") || note.contains("(degraded)"), "{note}");
+    assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
+    let db = rusqlite::Connection::open(dir.path().join("twinops.db")).unwrap();
+    let notes: i64 = db.query_row("SELECT count(*) FROM notes", [], |r| r.get(0)).unwrap();
+    assert!(notes >= 1);
+    let running: i64 =
+        db.query_row("SELECT count(*) FROM triage_jobs WHERE state = 'running'", [], |r| r.get(0)).unwrap();
+    assert_eq!(running, 0, "nothing left running after a graceful stop");
+}
