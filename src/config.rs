@@ -223,6 +223,9 @@ impl Config {
         if let Some(listen) = env("TWINOPS_MQTT_LISTEN") {
             m.embedded_listen = listen;
         }
+        if let Some(id) = env("TWINOPS_MQTT_CLIENT_ID") {
+            m.client_id = id;
+        }
         self.apply_llm_env(env)
     }
 

@@ -88,3 +88,61 @@ async fn mosquitto_ingest_loses_nothing() {
     };
     loses_nothing(Some(url), 5_000).await;
 }
+
+/// The daemon process is killed with SIGKILL in the middle of a 20,000-event publish
+/// and started again: every event is stored exactly once. The broker (Mosquitto) keeps
+/// the daemon's session and redelivers what was not acknowledged; the publisher's own
+/// QoS 1 retries cover the rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_mid_publish_loses_and_doubles_nothing() {
+    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
+        println!(
+            "NOT RUN: sigkill_mid_publish_loses_and_doubles_nothing needs TWINOPS_TEST_MQTT_URL (a Mosquitto broker)"
+        );
+        return;
+    };
+    let p = Plant::new();
+    let run = format!("k{}", free_port());
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--db")
+            .arg(p.db_path())
+            .args(["--config", "/nonexistent/twinops.toml", "serve"])
+            .env("TWINOPS_MQTT_URL", &url)
+            .env("TWINOPS_MQTT_TOPICS", format!("{run}/#"))
+            .env("TWINOPS_MQTT_CLIENT_ID", format!("twinops-{run}"))
+            .env_remove("TWINOPS_LLM_KIND")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut daemon = spawn();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let sim = SimOptions {
+        broker: url.clone(),
+        topic: format!("{run}/scada/alarms"),
+        count: 20_000,
+        rate: 0.0,
+        duplicates: 0.0,
+        malformed: 0.0,
+        flood: false,
+        run: run.clone(),
+    };
+    let publisher = tokio::spawn(async move { simulate(&sim).await });
+    let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
+    assert!(eventually(Duration::from_secs(60), || p.count(&journal) >= 3_000).await, "ingest started");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let at_kill = p.count(&journal);
+    assert!(at_kill < 20_000, "killed mid-publish ({at_kill} stored)");
+    let mut daemon = spawn();
+    let report = publisher.await.unwrap().unwrap();
+    let all = eventually(Duration::from_secs(120), || p.count(&journal) as usize >= report.events).await;
+    let _ = std::process::Command::new("kill").args(["-TERM", &daemon.id().to_string()]).status();
+    daemon.wait().unwrap();
+    assert!(all, "stored {} of {} (at the kill: {at_kill})", p.count(&journal), report.events);
+    assert_eq!(p.count(&journal) as usize, report.events, "exactly once");
+    let distinct = p.count(&format!("SELECT count(DISTINCT event_id) FROM alarm_events WHERE event_id LIKE '{run}-%'"));
+    assert_eq!(distinct as usize, report.events);
+    assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 0, "a clear never overtook its raise");
+}
