@@ -15,6 +15,116 @@ use crate::store::Store;
 use crate::tools::{self, ToolContext};
 
 #[derive(clap::Args)]
+pub struct IngestBenchArgs {
+    /// Messages to publish (one reading each) for each of the two measurements.
+    #[arg(long, default_value_t = 20_000)]
+    messages: usize,
+    /// An external broker (e.g. mqtt://127.0.0.1:1883 for Mosquitto); default: the
+    /// embedded one on a free loopback port.
+    #[arg(long)]
+    broker: Option<String>,
+    /// Database to use; seeded with one day of the demo plant if it holds none.
+    #[arg(long, default_value = "data/bench-ingest.db")]
+    bench_db: PathBuf,
+    #[arg(long, default_value = "seed")]
+    from: PathBuf,
+}
+
+/// End-to-end ingest throughput (published, committed and acknowledged) beside what a
+/// bare QoS 1 subscriber gets from the same broker in the same run.
+pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
+    use crate::config::MqttConfig;
+    use crate::sim::{connect, publish_all};
+    use rumqttc::{Event, Packet, QoS};
+
+    let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
+    let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
+    if seeded == 0 {
+        seed::seed(&store, &SeedOptions { dir: args.from.clone(), scale: 1, end: Timestamp::now(), days: 1 })?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let url = match &args.broker {
+            Some(url) => url.clone(),
+            None => {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+                let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
+                crate::broker::start(listen)?;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                format!("mqtt://{listen}")
+            }
+        };
+        let tag = format!("bench{}", Timestamp::now().unix());
+        let n = args.messages;
+        let base_ts = Timestamp::now().unix() + 86_400 * 365;
+        let messages = |_: &str| -> Vec<Vec<u8>> {
+            (0..n)
+                .map(|i| {
+                    let t = Timestamp::from_unix(base_ts + i as i64).to_rfc3339();
+                    json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": t, "value": 400.0 + (i % 50) as f64}).to_string().into_bytes()
+                })
+                .collect()
+        };
+
+        // Baseline: a bare QoS 1 subscriber that acks on receipt and does nothing else.
+        let (sub, mut sub_loop) = connect(&url, &format!("{tag}-bare-sub"))?;
+        sub.subscribe(format!("{tag}/bare"), QoS::AtLeastOnce).await?;
+        loop {
+            if let Event::Incoming(Packet::SubAck(_)) = sub_loop.poll().await? {
+                break;
+            }
+        }
+        let (publisher, mut pub_loop) = connect(&url, &format!("{tag}-bare-pub"))?;
+        let started = Instant::now();
+        let bare_topic = format!("{tag}/bare");
+        let msgs = messages("bare");
+        let publishing = tokio::spawn(async move { publish_all(publisher, &mut pub_loop, &bare_topic, msgs, 0.0).await });
+        let mut received = 0;
+        while received < n {
+            if let Event::Incoming(Packet::Publish(_)) = sub_loop.poll().await? {
+                received += 1;
+            }
+        }
+        let bare = started.elapsed();
+        publishing.await??;
+
+        // twinops: the ingest pipeline, committing in batches and acking after commit.
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let cfg = MqttConfig { url: url.clone(), client_id: format!("{tag}-twinops"), topics: vec![format!("{tag}/ingest/#")], ..MqttConfig::default() };
+        let (_client, handle) = crate::ingest::mqtt::start(store.writer().clone(), cfg, std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (publisher, mut pub_loop) = connect(&url, &format!("{tag}-pub"))?;
+        let topic = format!("{tag}/ingest/telemetry");
+        let msgs = messages("ingest");
+        let started = Instant::now();
+        let publishing = tokio::spawn(async move { publish_all(publisher, &mut pub_loop, &topic, msgs, 0.0).await });
+        let db = store.read()?;
+        let key: i64 = db.query_row("SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW'", [], |r| r.get(0))?;
+        loop {
+            let stored: i64 = db.query_row("SELECT count(*) FROM readings WHERE sensor_key = ?1 AND ts >= ?2", rusqlite::params![key, base_ts], |r| r.get(0))?;
+            if stored as usize >= n {
+                break;
+            }
+            anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "ingest stalled at {stored} of {n}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let ours = started.elapsed();
+        publishing.await??;
+        let _ = stop_tx.send(true);
+        let _ = handle.await;
+        // Leave the database as it was for the next run.
+        store.writer().call(move |c| c.execute("DELETE FROM readings WHERE sensor_key = ?1 AND ts >= ?2", rusqlite::params![key, base_ts]).map_err(crate::store::StoreError::from))?;
+
+        let rate = |d: Duration| n as f64 / d.as_secs_f64();
+        println!("twinops bench ingest: {n} QoS 1 messages (one reading each) through {}", if args.broker.is_some() { url.as_str() } else { "the embedded broker" });
+        println!("{:<52} {:>10.0} msg/s", "bare subscriber (acks on receipt)", rate(bare));
+        println!("{:<52} {:>10.0} msg/s", "twinops ingest (committed, then acked in order)", rate(ours));
+        println!("twinops / bare: {:.0}%", 100.0 * rate(ours) / rate(bare));
+        Ok::<_, anyhow::Error>(())
+    })
+}
+
+#[derive(clap::Args)]
 pub struct AgentBenchArgs {
     /// Agent runs to time (5 steps each: 4 tool calls, then the answer).
     #[arg(long, default_value_t = 300)]

@@ -14,7 +14,7 @@ id = 0
 [router]
 id = 0
 max_connections = 1000
-max_outgoing_packet_count = 200
+max_outgoing_packet_count = 2000
 max_segment_size = 104857600
 max_segment_count = 10
 
@@ -25,7 +25,7 @@ next_connection_delay_ms = 1
     [v4.1.connections]
     connection_timeout_ms = 60000
     max_payload_size = 300000
-    max_inflight_count = 500
+    max_inflight_count = 2000
     dynamic_filters = true
 "#
     );

@@ -239,6 +239,11 @@ enum BenchCommand {
     /// p50/p99 latency of every tool on a scaled plant, and of search_docs over a large corpus.
     #[command(after_help = "Examples:\n  twinops bench tools\n  twinops bench tools --scale 10 --iterations 200")]
     Tools(bench::ToolsBenchArgs),
+    /// Ingest throughput against a bare subscriber on the same broker.
+    #[command(
+        after_help = "Examples:\n  twinops bench ingest\n  twinops bench ingest --broker mqtt://127.0.0.1:1883   # Mosquitto"
+    )]
+    Ingest(bench::IngestBenchArgs),
     /// The agent harness's own overhead per step against an instant scripted model.
     #[command(after_help = "Example:\n  twinops bench agent --runs 300")]
     Agent(bench::AgentBenchArgs),
@@ -369,6 +374,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,
         Command::Bench(BenchCommand::Agent(args)) => bench::agent(&args)?,
+        Command::Bench(BenchCommand::Ingest(args)) => bench::ingest(&args)?,
         Command::Ask { question, user, now } => {
             let agent = cli.global.agent(now.as_deref())?;
             let report = runtime()?.block_on(async {

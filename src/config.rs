@@ -139,9 +139,10 @@ pub struct MqttConfig {
     pub embedded_listen: String,
     /// Unacknowledged QoS 1 messages the broker may have in flight to us.
     pub inflight: u16,
-    /// A batch is committed at this many messages...
+    /// Most messages committed in one transaction. A batch is what arrived while the
+    /// previous one committed (group commit)...
     pub batch_max: usize,
-    /// ...or after this many milliseconds, whichever comes first.
+    /// ...plus what arrives within this many milliseconds, if not 0.
     pub batch_ms: u64,
     /// Notes are published on `{notes_topic}/{asset}`.
     pub notes_topic: String,
@@ -157,8 +158,8 @@ impl Default for MqttConfig {
             topics: vec!["scada/#".into()],
             embedded_listen: "127.0.0.1:1883".into(),
             inflight: 100,
-            batch_max: 200,
-            batch_ms: 20,
+            batch_max: 500,
+            batch_ms: 0,
             notes_topic: "twinops/notes".into(),
         }
     }

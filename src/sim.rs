@@ -81,13 +81,7 @@ pub struct SimReport {
 
 /// Publishes `count` events at QoS 1 and waits until the broker has acknowledged them.
 pub async fn simulate(opts: &SimOptions) -> anyhow::Result<SimReport> {
-    let url = reqwest::Url::parse(&opts.broker)?;
-    let host = url.host_str().unwrap_or("127.0.0.1");
-    let mut mqtt = MqttOptions::new(format!("twinops-sim-{}", opts.run), host, url.port().unwrap_or(1883));
-    mqtt.set_keep_alive(Duration::from_secs(30));
-    mqtt.set_inflight(200);
-    mqtt.set_max_packet_size(1024 * 1024, 1024 * 1024);
-    let (client, mut eventloop) = AsyncClient::new(mqtt, 1024);
+    let (client, mut eventloop) = connect(&opts.broker, &format!("twinops-sim-{}", opts.run))?;
     let mut rng = Rng::from_label(&opts.run);
     let mut messages: Vec<Vec<u8>> = Vec::new();
     let mut report = SimReport { events: opts.count, ..SimReport::default() };
@@ -104,32 +98,54 @@ pub async fn simulate(opts: &SimOptions) -> anyhow::Result<SimReport> {
         }
     }
     report.published = messages.len();
+    publish_all(client.clone(), &mut eventloop, &opts.topic, messages, opts.rate).await?;
+    client.disconnect().await.ok();
+    Ok(report)
+}
+
+/// A publishing client for `broker` (`mqtt://host:port`).
+pub fn connect(broker: &str, client_id: &str) -> anyhow::Result<(AsyncClient, rumqttc::EventLoop)> {
+    let url = reqwest::Url::parse(broker)?;
+    let host = url.host_str().unwrap_or("127.0.0.1");
+    let mut mqtt = MqttOptions::new(client_id, host, url.port().unwrap_or(1883));
+    mqtt.set_keep_alive(Duration::from_secs(30));
+    mqtt.set_inflight(200);
+    mqtt.set_max_packet_size(1024 * 1024, 1024 * 1024);
+    Ok(AsyncClient::new(mqtt, 1024))
+}
+
+/// Publishes `messages` at QoS 1 (at `rate` per second, 0 = as fast as possible) and
+/// returns once the broker has acknowledged every one.
+pub async fn publish_all(
+    client: AsyncClient,
+    eventloop: &mut rumqttc::EventLoop,
+    topic: &str,
+    messages: Vec<Vec<u8>>,
+    rate: f64,
+) -> anyhow::Result<()> {
     let total = messages.len();
-    let publisher = {
-        let (client, topic, rate) = (client.clone(), opts.topic.clone(), opts.rate);
-        tokio::spawn(async move {
-            for m in messages {
-                client.publish(&topic, QoS::AtLeastOnce, false, m).await?;
-                if rate > 0.0 {
-                    tokio::time::sleep(Duration::from_secs_f64(1.0 / rate)).await;
-                }
+    let topic = topic.to_string();
+    let publisher = tokio::spawn(async move {
+        for m in messages {
+            client.publish(&topic, QoS::AtLeastOnce, false, m).await?;
+            if rate > 0.0 {
+                tokio::time::sleep(Duration::from_secs_f64(1.0 / rate)).await;
             }
-            anyhow::Ok(())
-        })
-    };
+        }
+        anyhow::Ok(())
+    });
     let mut acked = 0;
     while acked < total {
         match tokio::time::timeout(Duration::from_secs(30), eventloop.poll()).await {
             Ok(Ok(Event::Incoming(Packet::PubAck(_)))) => acked += 1,
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
-                tracing::warn!(stage = "sim", error = %e, "simulator connection error; retrying");
+                tracing::warn!(stage = "sim", error = %e, "publisher connection error; retrying");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(_) => anyhow::bail!("the broker acknowledged {acked} of {total} messages and then went quiet for 30 s"),
         }
     }
     publisher.await??;
-    client.disconnect().await.ok();
-    Ok(report)
+    Ok(())
 }

@@ -1,9 +1,9 @@
 //! The MQTT transport (rumqttc): QoS 1, a persistent session, manual acks.
 //!
 //! A message is acknowledged only after its effect (or its dead letter) is committed,
-//! and acks go out in arrival order: messages are batched (up to `batch_max` or
-//! `batch_ms`, whichever first), the batch is committed in one transaction, then acked
-//! in order. rumqttc does not re-subscribe after a reconnect; we do, on every ConnAck.
+//! and acks go out in arrival order: messages are batched (group commit: what arrived
+//! during the previous commit, up to `batch_max`, plus what arrives within `batch_ms`),
+//! the batch is committed in one transaction, then acked in order. rumqttc does not re-subscribe after a reconnect; we do, on every ConnAck.
 //! Messages received on a connection that has since dropped are committed (applying
 //! is idempotent) but not acked: their packet ids belong to the old connection, and
 //! the broker redelivers them.
@@ -136,28 +136,13 @@ async fn ingest_loop(
 ) {
     let mut batch: Vec<Incoming> = Vec::new();
     loop {
-        let deadline = tokio::time::sleep(batch_wait);
-        tokio::pin!(deadline);
-        // Collect until the batch is full, its time is up, or we are told to stop.
-        let stopping = loop {
-            tokio::select! {
-                biased;
-                _ = stop.changed() => break true,
-                m = rx.recv() => match m {
-                    Some(m) => {
-                        batch.push(m);
-                        if batch.len() >= batch_max { break false; }
-                    }
-                    None => break true,
-                },
-                _ = &mut deadline, if !batch.is_empty() => break false,
-            }
+        let first = tokio::select! {
+            biased;
+            _ = stop.changed() => None,
+            m = rx.recv() => m,
         };
-        if !batch.is_empty() {
-            commit_and_ack(&writer, &client, &mut batch, &connection, &wake).await;
-        }
-        if stopping {
-            // Commit and ack what already arrived, then stop taking messages.
+        let Some(first) = first else {
+            // Stopping: commit and ack what already arrived, then take no more.
             while let Ok(m) = rx.try_recv() {
                 batch.push(m);
             }
@@ -165,7 +150,24 @@ async fn ingest_loop(
                 commit_and_ack(&writer, &client, &mut batch, &connection, &wake).await;
             }
             return;
+        };
+        batch.push(first);
+        // Group commit: take what is already waiting (it piled up during the last
+        // commit), and wait up to `batch_wait` for more only if configured to. Waiting
+        // for a full batch would cap throughput at the broker's in-flight window per
+        // `batch_wait`.
+        let deadline = tokio::time::Instant::now() + batch_wait;
+        while batch.len() < batch_max {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) if batch_wait.is_zero() => break,
+                Err(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(m)) => batch.push(m),
+                    _ => break,
+                },
+            }
         }
+        commit_and_ack(&writer, &client, &mut batch, &connection, &wake).await;
     }
 }
 
