@@ -37,11 +37,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
     use crate::sim::{connect, publish_all};
     use rumqttc::{Event, Packet, QoS};
 
-    let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
-    let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
-    if seeded == 0 {
-        seed::seed(&store, &SeedOptions { dir: args.from.clone(), scale: 1, end: Timestamp::now(), days: 1 })?;
-    }
+    let store = seeded_store(&args.bench_db, &args.from, 1)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let url = match &args.broker {
@@ -147,11 +143,7 @@ pub fn agent(args: &AgentBenchArgs) -> anyhow::Result<()> {
     use crate::scripted::{Reply, ScriptedServer};
     use std::sync::Arc;
 
-    let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
-    let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
-    if seeded == 0 {
-        seed::seed(&store, &SeedOptions { dir: args.from.clone(), scale: 1, end: Timestamp::now(), days: 7 })?;
-    }
+    let store = seeded_store(&args.bench_db, &args.from, 7)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let script = vec![
@@ -247,6 +239,17 @@ impl Percentiles {
         let total: Duration = samples.iter().sum();
         Percentiles { p50: at(0.50), p99: at(0.99), max: at(1.0), mean: total / samples.len() as u32, n: samples.len() }
     }
+}
+
+/// The benchmark's database, seeded with the demo plant (one copy, `days` of readings)
+/// the first time.
+fn seeded_store(path: &std::path::Path, seed_dir: &std::path::Path, days: u32) -> anyhow::Result<Store> {
+    let store = Store::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
+    if seeded == 0 {
+        seed::seed(&store, &SeedOptions { dir: seed_dir.to_path_buf(), scale: 1, end: Timestamp::now(), days })?;
+    }
+    Ok(store)
 }
 
 fn ms(d: Duration) -> String {
