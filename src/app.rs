@@ -162,6 +162,15 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         daemon.mqtt_url,
         daemon.store.path().display()
     );
+    crate::sdnotify::notify("READY=1");
+    let watchdog = crate::sdnotify::watchdog_interval().map(|every| {
+        tokio::spawn(async move {
+            loop {
+                crate::sdnotify::notify("WATCHDOG=1");
+                tokio::time::sleep(every).await;
+            }
+        })
+    });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut notes = daemon.triage.subscribe();
     loop {
@@ -175,6 +184,10 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         }
     }
     eprintln!("stopping: committing and acknowledging what is in flight...");
+    crate::sdnotify::notify("STOPPING=1");
+    if let Some(w) = watchdog {
+        w.abort();
+    }
     daemon.shutdown().await;
     Ok(())
 }

@@ -28,6 +28,7 @@ pub mod domain;
 pub mod ingest;
 pub mod rag;
 pub mod scripted;
+pub mod sdnotify;
 pub mod seed;
 pub mod sim;
 pub mod store;
