@@ -83,6 +83,9 @@ impl Daemon {
         let mut tasks = vec![ingest_task];
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
         tasks.push(tokio::spawn(publish_notes(client, triage.subscribe(), mqtt.clone(), stop_rx.clone())));
+        if let Some(url) = opts.config.notify.webhook_url.clone() {
+            tasks.push(tokio::spawn(crate::notify::webhook_loop(url, triage.subscribe(), stop_rx.clone())));
+        }
         let mut simulator = None;
         if opts.demo {
             let sim = SimOptions {

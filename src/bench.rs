@@ -167,7 +167,7 @@ pub fn agent(args: &AgentBenchArgs) -> anyhow::Result<()> {
         let replay = server.requests().get(3).cloned().context("the warm-up recorded requests")?;
         let baseline_server = ScriptedServer::cycling(vec![Reply::text("ok")]).await;
         let baseline_url = format!("{}/chat/completions", baseline_server.openai_url());
-        let client = reqwest::Client::new();
+        let client = crate::agent::http::Http::new().client().clone();
         let mut bare = Vec::new();
         for _ in 0..args.runs * steps_per_run {
             let started = Instant::now();

@@ -181,6 +181,14 @@ impl Default for TriageConfig {
     }
 }
 
+/// The `[notify]` part.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    /// POST each note here (Slack-compatible body). A secret: it usually holds a token.
+    pub webhook_url: Option<Secret>,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -190,6 +198,8 @@ pub struct Config {
     pub mqtt: MqttConfig,
     #[serde(default)]
     pub triage: TriageConfig,
+    #[serde(default)]
+    pub notify: NotifyConfig,
 }
 
 impl Config {
@@ -226,6 +236,9 @@ impl Config {
         }
         if let Some(id) = env("TWINOPS_MQTT_CLIENT_ID") {
             m.client_id = id;
+        }
+        if let Some(url) = env("TWINOPS_WEBHOOK_URL") {
+            self.notify.webhook_url = Some(Secret::new(url));
         }
         self.apply_llm_env(env)
     }
@@ -295,6 +308,11 @@ impl Config {
         }
         if m.batch_max == 0 || m.inflight == 0 {
             bail!("mqtt.batch_max and mqtt.inflight must be at least 1");
+        }
+        if let Some(url) = &self.notify.webhook_url
+            && !(url.expose().starts_with("http://") || url.expose().starts_with("https://"))
+        {
+            bail!("notify.webhook_url must start with http:// or https://");
         }
         if self.triage.workers == 0 {
             bail!("triage.workers must be at least 1");

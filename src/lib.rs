@@ -26,6 +26,7 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod ingest;
+pub mod notify;
 pub mod rag;
 pub mod scripted;
 pub mod sdnotify;

@@ -198,3 +198,57 @@ async fn the_triage_queue_yields_one_note_per_occurrence() {
     assert_eq!(p.count("SELECT count(*) FROM triage_jobs WHERE state = 'done'"), 2);
     assert_eq!(p.count("SELECT count(*) FROM notes WHERE kind = 'triage'"), 2);
 }
+
+/// A note goes to the webhook as a Slack-compatible body, retried after a server
+/// error; a client error is not retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn notes_reach_the_webhook_with_retries() {
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use twinops::agent::reliability::RetryPolicy;
+    use twinops::config::Secret;
+
+    let received: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let statuses = Arc::new(Mutex::new(vec![503u16, 200, 400]));
+    let app = {
+        let (received, statuses) = (Arc::clone(&received), Arc::clone(&statuses));
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: axum::Json<serde_json::Value>| {
+                let (received, statuses) = (Arc::clone(&received), Arc::clone(&statuses));
+                async move {
+                    received.lock().unwrap().push(body.0);
+                    axum::http::StatusCode::from_u16(statuses.lock().unwrap().remove(0)).unwrap()
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = Secret::new(format!("http://{}/hook", listener.local_addr().unwrap()));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let note = twinops::triage::PublishedNote {
+        note_id: 7,
+        alarm_id: 46,
+        asset_id: "PUMP-007".into(),
+        run_id: 3,
+        outcome: twinops::agent::Outcome::Final,
+        provider: Some("rules".into()),
+        flags: vec![],
+        created_at: common::end(),
+        body: json!({"summary": "VIB-HI on PUMP-007: 6.256 mm/s.", "urgency": "urgent"}),
+    };
+    let policy = RetryPolicy { max_retries: 2, base: Duration::from_millis(10), cap: Duration::from_millis(50) };
+    let client = twinops::agent::http::Http::new().client().clone();
+    assert_eq!(twinops::notify::post(&client, &url, &note, policy).await, Ok(2), "retried once after the 503");
+    let text = received.lock().unwrap()[0]["text"].as_str().unwrap().to_string();
+    assert!(
+        text.contains("*PUMP-007* alarm 46: urgency urgent")
+            && text.contains("VIB-HI on PUMP-007: 6.256 mm/s.")
+            && text.contains("AI advisory"),
+        "{text}"
+    );
+    let err = twinops::notify::post(&client, &url, &note, policy).await.unwrap_err();
+    assert!(err.contains("HTTP 400"), "{err}");
+    assert_eq!(received.lock().unwrap().len(), 3, "a 400 is not retried");
+}

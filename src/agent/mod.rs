@@ -14,7 +14,7 @@
 pub mod anthropic;
 pub mod audit;
 pub mod guard;
-mod http;
+pub mod http;
 pub mod model;
 pub mod note;
 pub mod openai;
