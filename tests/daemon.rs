@@ -252,3 +252,52 @@ async fn notes_reach_the_webhook_with_retries() {
     assert!(err.contains("HTTP 400"), "{err}");
     assert_eq!(received.lock().unwrap().len(), 3, "a 400 is not retried");
 }
+
+/// The model is kept for alarms that need judgement: during a flood, medium alarms
+/// get a rules note while high ones still get the model; a chattering point's repeat
+/// occurrences get rules notes.
+#[test]
+fn floods_and_chattering_route_triage_to_the_rules_model() {
+    let p = Plant::new();
+    let mode = |alarm: i64| -> String {
+        p.store
+            .read()
+            .unwrap()
+            .query_row("SELECT mode FROM triage_jobs WHERE alarm_id = ?1", [alarm], |r| r.get(0))
+            .unwrap()
+    };
+    let raise = |id: String, asset: &str, code: &str, severity: &str, min: i64| -> i64 {
+        let ev = json!({"type": "alarm", "event_id": id, "asset_id": asset, "code": code, "severity": severity,
+                        "state": "raised", "time": at(min).to_rfc3339()});
+        match send(&p, &ev).alarms[0] {
+            Applied::Raised { alarm_id, .. } => alarm_id,
+            ref other => panic!("{other:?}"),
+        }
+    };
+    let assets = ["PUMP-001", "PUMP-002", "PUMP-003", "PUMP-005", "PUMP-006", "MTR-001"];
+    let mut ids = Vec::new();
+    for (i, asset) in assets.iter().enumerate() {
+        for code in ["FLOW-LO", "PRESS-DIS-LO"] {
+            ids.push(raise(format!("fl{i}{code}"), asset, code, "medium", 300 + i as i64));
+        }
+    }
+    assert_eq!(mode(ids[0]), "agent", "before the flood");
+    assert_eq!(mode(*ids.last().unwrap()), "rules", "the 12th alarm in 10 minutes is in a flood");
+    let high = raise("fl-high".into(), "PUMP-004", "PRESS-SUC-LOLO", "high", 306);
+    assert_eq!(mode(high), "agent", "high alarms keep the model in a flood");
+
+    let point = |i: usize, state: &str| {
+        json!({"type": "alarm", "event_id": format!("ch{i}"), "asset_id": "VLV-001", "code": "VLV-POS-DEV", "severity": "medium",
+               "state": state, "time": at(600).plus_secs(i as i64 * 5).to_rfc3339()})
+    };
+    let mut occurrences = Vec::new();
+    for i in 0..5 {
+        let effect = send(&p, &point(i, if i % 2 == 0 { "raised" } else { "cleared" }));
+        if let Applied::Raised { alarm_id, .. } = effect.alarms[0] {
+            occurrences.push(alarm_id);
+        }
+    }
+    assert_eq!(occurrences.len(), 3);
+    assert_eq!(mode(occurrences[0]), "agent");
+    assert_eq!(mode(occurrences[2]), "rules", "the third activation within 60 s is chatter");
+}

@@ -133,7 +133,7 @@ pub fn apply(conn: &Connection, ev: &AlarmEvent, received: Timestamp) -> Result<
             ])?;
             let alarm_id = conn.last_insert_rowid();
             journal(conn, alarm_id, Some(&ev.event_id), "raised", t, "scada", &ev.message)?;
-            let job_id = enqueue_triage(conn, alarm_id, ev.severity, received)?;
+            let job_id = enqueue_triage(conn, alarm_id, ev.severity, ev.time, received)?;
             Applied::Raised { alarm_id, job_id }
         }
         (Transition::Cleared, Some((alarm_id, state))) => {
@@ -154,13 +154,25 @@ pub fn apply(conn: &Connection, ev: &AlarmEvent, received: Timestamp) -> Result<
     Ok(Ok(applied))
 }
 
-/// Enqueues the triage job of a new occurrence, in the same transaction. Over capacity,
-/// the job is still enqueued (every occurrence gets a note) but in `rules` mode, which
-/// needs no model and drains fast.
-fn enqueue_triage(conn: &Connection, alarm_id: i64, severity: Severity, now: Timestamp) -> rusqlite::Result<i64> {
+/// Enqueues the triage job of a new occurrence, in the same transaction. Every
+/// occurrence gets a note; the model is kept for the ones that need judgement. The job
+/// runs in `rules` mode (no model, fast) when the occurrence is low severity, when its
+/// point is chattering, during a flood unless it is high or critical, or when the queue
+/// is over capacity.
+fn enqueue_triage(
+    conn: &Connection,
+    alarm_id: i64,
+    severity: Severity,
+    at: Timestamp,
+    now: Timestamp,
+) -> rusqlite::Result<i64> {
     let queued: i64 =
         conn.prepare_cached("SELECT count(*) FROM triage_jobs WHERE state = 'queued'")?.query_row([], |r| r.get(0))?;
-    let mode = if queued >= TRIAGE_QUEUE_CAPACITY || severity == Severity::Low { "rules" } else { "agent" };
+    let routine = severity == Severity::Low
+        || queued >= TRIAGE_QUEUE_CAPACITY
+        || is_chattering(conn, alarm_id, at.plus_secs(1))?
+        || (severity <= Severity::Medium && flood_state(conn, at.plus_secs(1), false)?.flood);
+    let mode = if routine { "rules" } else { "agent" };
     conn.prepare_cached(
         "INSERT INTO triage_jobs (alarm_id, state, priority, mode, enqueued_at) VALUES (?1, 'queued', ?2, ?3, ?4)",
     )?
