@@ -7,17 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use rumqttc::{AsyncClient, QoS};
 use tokio::sync::{Notify, watch};
 
 use crate::agent::{self, Agent};
-use crate::config::{Config, MqttConfig};
+use crate::config::Config;
 use crate::domain::Timestamp;
 use crate::ingest;
 use crate::seed::{self, SeedOptions};
 use crate::sim::{self, SimOptions};
 use crate::store::Store;
-use crate::triage::{PublishedNote, Triage};
+use crate::triage::Triage;
 
 /// How long shutdown waits for in-flight work before it stops anyway.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
@@ -82,7 +81,12 @@ impl Daemon {
             ingest::mqtt::start(store.writer().clone(), mqtt.clone(), Arc::clone(&wake), stop_rx.clone())?;
         let mut tasks = vec![ingest_task];
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
-        tasks.push(tokio::spawn(publish_notes(client, triage.subscribe(), mqtt.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(crate::notify::mqtt_loop(
+            client,
+            mqtt.notes_topic.clone(),
+            triage.subscribe(),
+            stop_rx.clone(),
+        )));
         if let Some(url) = opts.config.notify.webhook_url.clone() {
             tasks.push(tokio::spawn(crate::notify::webhook_loop(url, triage.subscribe(), stop_rx.clone())));
         }
@@ -125,34 +129,6 @@ impl Daemon {
                 stage = "app",
                 "shutdown deadline passed; stopping with work in flight (it is requeued at start)"
             );
-        }
-    }
-}
-
-/// Publishes each stored note as JSON on `{notes_topic}/{asset}` at QoS 1.
-async fn publish_notes(
-    client: AsyncClient,
-    mut notes: tokio::sync::broadcast::Receiver<PublishedNote>,
-    cfg: MqttConfig,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        let note = tokio::select! {
-            n = notes.recv() => n,
-            _ = stop.changed() => return,
-        };
-        match note {
-            Ok(note) => {
-                let topic = format!("{}/{}", cfg.notes_topic, note.asset_id);
-                let body = serde_json::to_vec(&note).unwrap_or_default();
-                if let Err(e) = client.publish(topic, QoS::AtLeastOnce, false, body).await {
-                    tracing::warn!(stage = "notify", error = %e, note = note.note_id, "note not published on MQTT (it is stored)");
-                }
-            }
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!(stage = "notify", skipped = n, "note publisher fell behind; skipped notes are stored");
-            }
-            Err(_) => return,
         }
     }
 }

@@ -1,9 +1,11 @@
-//! Notes out, beyond MQTT: a webhook with a Slack-compatible body, retried.
+//! Notes out: on MQTT (`{notes_topic}/{asset}`, QoS 1) and to a webhook with a
+//! Slack-compatible body, retried.
 //!
 //! The webhook URL usually carries its token, so it is a [`Secret`] and never logged.
 
 use std::time::Duration;
 
+use rumqttc::{AsyncClient, QoS};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
@@ -53,25 +55,62 @@ pub async fn post(
     Err(format!("webhook failed after {} attempts: {last}", policy.max_retries + 1))
 }
 
-/// Posts every published note to the webhook until `stop`.
-pub async fn webhook_loop(url: Secret, mut notes: broadcast::Receiver<PublishedNote>, mut stop: watch::Receiver<bool>) {
-    let client = Http::new().client().clone();
-    let policy = RetryPolicy { max_retries: 4, base: Duration::from_millis(500), cap: Duration::from_secs(30) };
+/// Calls `deliver` for every published note until `stop`. A consumer that falls
+/// behind skips notes (they are stored) and says so under `what`.
+async fn each_note<F, Fut>(
+    mut notes: broadcast::Receiver<PublishedNote>,
+    mut stop: watch::Receiver<bool>,
+    what: &str,
+    mut deliver: F,
+) where
+    F: FnMut(PublishedNote) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     loop {
         let note = tokio::select! {
             n = notes.recv() => n,
             _ = stop.changed() => return,
         };
         match note {
-            Ok(note) => {
-                if let Err(e) = post(&client, &url, &note, policy).await {
-                    tracing::warn!(stage = "notify", note = note.note_id, error = %e, "note not delivered to the webhook (it is stored)");
-                }
-            }
+            Ok(note) => deliver(note).await,
             Err(broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!(stage = "notify", skipped = n, "webhook fell behind; skipped notes are stored");
+                tracing::warn!(stage = "notify", skipped = n, consumer = what, "fell behind; skipped notes are stored");
             }
             Err(_) => return,
         }
     }
+}
+
+/// Publishes each note as JSON on `{topic}/{asset}` at QoS 1.
+pub async fn mqtt_loop(
+    client: AsyncClient,
+    topic: String,
+    notes: broadcast::Receiver<PublishedNote>,
+    stop: watch::Receiver<bool>,
+) {
+    each_note(notes, stop, "mqtt", |note| {
+        let (client, topic) = (client.clone(), format!("{topic}/{}", note.asset_id));
+        async move {
+            let body = serde_json::to_vec(&note).unwrap_or_default();
+            if let Err(e) = client.publish(topic, QoS::AtLeastOnce, false, body).await {
+                tracing::warn!(stage = "notify", error = %e, note = note.note_id, "note not published on MQTT (it is stored)");
+            }
+        }
+    })
+    .await
+}
+
+/// Posts every published note to the webhook until `stop`.
+pub async fn webhook_loop(url: Secret, notes: broadcast::Receiver<PublishedNote>, stop: watch::Receiver<bool>) {
+    let client = Http::new().client().clone();
+    let policy = RetryPolicy { max_retries: 4, base: Duration::from_millis(500), cap: Duration::from_secs(30) };
+    each_note(notes, stop, "webhook", |note| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            if let Err(e) = post(&client, &url, &note, policy).await {
+                tracing::warn!(stage = "notify", note = note.note_id, error = %e, "note not delivered to the webhook (it is stored)");
+            }
+        }
+    })
+    .await
 }
