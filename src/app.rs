@@ -92,11 +92,15 @@ impl Daemon {
         }
         let mut simulator = None;
         if opts.demo {
+            // Live telemetry every 5 s and an alarm event every 10 s or so, until stopped.
             let sim = SimOptions {
                 broker: mqtt.url.clone(),
                 topic: "scada/alarms".into(),
-                count: 24,
-                rate: 0.5,
+                telemetry_topic: "scada/telemetry".into(),
+                seed_dir: opts.seed_dir.clone(),
+                count: 0,
+                rate: 0.1,
+                interval: 5.0,
                 duplicates: 5.0,
                 malformed: 0.0,
                 flood: false,

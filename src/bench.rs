@@ -70,11 +70,10 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
                 break;
             }
         }
-        let (publisher, mut pub_loop) = connect(&url, &format!("{tag}-bare-pub"))?;
         let started = Instant::now();
-        let bare_topic = format!("{tag}/bare");
+        let (bare_topic, bare_id, bare_url) = (format!("{tag}/bare"), format!("{tag}-bare-pub"), url.clone());
         let msgs = messages("bare");
-        let publishing = tokio::spawn(async move { publish_all(publisher, &mut pub_loop, &bare_topic, msgs, 0.0).await });
+        let publishing = tokio::spawn(async move { publish_all(&bare_url, &bare_id, &bare_topic, msgs).await });
         let mut received = 0;
         while received < n {
             if let Event::Incoming(Packet::Publish(_)) = sub_loop.poll().await? {
@@ -89,11 +88,10 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         let cfg = MqttConfig { url: url.clone(), client_id: format!("{tag}-twinops"), topics: vec![format!("{tag}/ingest/#")], ..MqttConfig::default() };
         let (_client, handle) = crate::ingest::mqtt::start(store.writer().clone(), cfg, std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let (publisher, mut pub_loop) = connect(&url, &format!("{tag}-pub"))?;
-        let topic = format!("{tag}/ingest/telemetry");
+        let (topic, pub_id, pub_url) = (format!("{tag}/ingest/telemetry"), format!("{tag}-pub"), url.clone());
         let msgs = messages("ingest");
         let started = Instant::now();
-        let publishing = tokio::spawn(async move { publish_all(publisher, &mut pub_loop, &topic, msgs, 0.0).await });
+        let publishing = tokio::spawn(async move { publish_all(&pub_url, &pub_id, &topic, msgs).await });
         let db = store.read()?;
         let key: i64 = db.query_row("SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW'", [], |r| r.get(0))?;
         loop {

@@ -368,8 +368,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Simulate(opts) => {
             let r = runtime()?.block_on(crate::sim::simulate(&opts))?;
             println!(
-                "published {} messages to {} on {}: {} events, {} duplicates, {} malformed",
-                r.published, opts.topic, opts.broker, r.events, r.duplicates, r.malformed
+                "published {} messages on {}: {} alarm events ({} raises) on {}, {} duplicates, {} malformed; {} telemetry batches on {}",
+                r.published,
+                opts.broker,
+                r.events,
+                r.raises,
+                opts.topic,
+                r.duplicates,
+                r.malformed,
+                r.telemetry,
+                opts.telemetry_topic
             );
         }
         Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,

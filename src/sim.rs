@@ -1,35 +1,54 @@
-//! A plant simulator that publishes alarm events and telemetry over MQTT, from the
-//! seeded plant, for demos, tests and benchmarks.
+//! The plant simulator: telemetry from the seed plant's signal models and the alarm
+//! events a SCADA system would send when those readings cross their limits, published
+//! over MQTT at QoS 1, for demos, tests and benchmarks.
+//!
+//! Each sensor replays the last hours of the seeded week (so the developing faults
+//! show), and disturbances drive a sensor past one of its set points for a few samples;
+//! alarms raise and clear from the readings alone, by set point and deadband.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
 
 use crate::domain::Timestamp;
-use crate::seed::Rng;
+use crate::seed::{self, PlantSpec, Point, Rng, SensorPlan};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimOptions {
     /// Broker to publish to.
     #[arg(long, default_value = "mqtt://127.0.0.1:1883")]
     pub broker: String,
-    /// Topic for the events.
+    /// Topic for alarm events.
     #[arg(long, default_value = "scada/alarms")]
     pub topic: String,
-    /// Alarm events to publish (raises and clears over the seed plant's alarm points).
+    /// Topic for telemetry (one batch of readings per sample).
+    #[arg(long, default_value = "scada/telemetry")]
+    pub telemetry_topic: String,
+    /// Folder holding plant.toml (the plant the daemon was seeded with).
+    #[arg(long = "from", default_value = "seed")]
+    pub seed_dir: PathBuf,
+    /// Alarm events to publish; 0 = until stopped.
     #[arg(long, default_value_t = 100)]
     pub count: usize,
-    /// Events per second; 0 = as fast as the broker takes them.
-    #[arg(long, default_value_t = 10.0)]
+    /// Alarm events per second, on average; 0 = as fast as the broker takes them
+    /// (alarm events only, no telemetry).
+    #[arg(long, default_value_t = 0.5)]
     pub rate: f64,
-    /// Percentage of events sent twice (redelivery as SCADA gateways do).
+    /// Seconds between telemetry samples when --rate is above 0.
+    #[arg(long, default_value_t = 5.0)]
+    pub interval: f64,
+    /// Percentage of alarm events sent twice (redelivery as SCADA gateways do).
     #[arg(long, default_value_t = 0.0)]
     pub duplicates: f64,
     /// Percentage of messages that are malformed.
     #[arg(long, default_value_t = 0.0)]
     pub malformed: f64,
-    /// Raise everything at once (an alarm flood), no clears.
+    /// An alarm flood: many sensors driven past their limits at once and held there.
     #[arg(long)]
     pub flood: bool,
     /// A prefix for event ids, so separate runs do not collide.
@@ -37,33 +56,24 @@ pub struct SimOptions {
     pub run: String,
 }
 
-/// Alarm points of the seed plant that the simulator raises and clears.
-const POINTS: &[(&str, &str, &str, f64)] = &[
-    ("PUMP-007", "VIB-DE", "VIB-HI", 4.5),
-    ("PUMP-004", "PRESS-SUC", "PRESS-SUC-LO", 0.5),
-    ("PUMP-001", "BRG-TEMP-DE", "BRG-TEMP-HI", 80.0),
-    ("PUMP-002", "FLOW", "FLOW-LO", 150.0),
-    ("PUMP-006", "PRESS-DIS", "PRESS-DIS-HI", 6.5),
-    ("MTR-004", "CURRENT", "MTR-CURRENT-HI", 240.0),
-    ("MTR-007", "WDG-TEMP", "MTR-TEMP-HI", 130.0),
-    ("RES-001", "LEVEL", "LEVEL-LO", 1.5),
-];
-
-/// The `i`th simulated event: raises and clears alternate per point, so each raise
-/// after a clear is a new occurrence.
-pub fn event(run: &str, i: usize, flood: bool, now: Timestamp) -> Value {
-    let (asset, tag, code, threshold) = POINTS[i % POINTS.len()];
-    let raised = flood || (i / POINTS.len()) % 2 == 0;
-    let high = code.ends_with("HI");
-    let value = if raised == high { threshold * 1.08 } else { threshold * 0.92 };
-    json!({
-        "type": "alarm", "event_id": format!("{run}-{i}"), "asset_id": asset, "sensor_id": format!("{asset}.{tag}"),
-        "code": code, "severity": "medium",
-        "state": if raised { "raised" } else { "cleared" },
-        "value": (value * 1000.0).round() / 1000.0, "threshold": threshold,
-        "time": now.to_rfc3339(),
-        "message": format!("{asset} {tag} {}", if raised { "beyond limit" } else { "back to normal" }),
-    })
+impl SimOptions {
+    /// `count` alarm events as fast as the broker takes them, on `{run}/scada/alarms`,
+    /// with no telemetry: what the tests and benchmarks publish.
+    pub fn burst(broker: &str, run: &str, count: usize) -> SimOptions {
+        SimOptions {
+            broker: broker.to_string(),
+            topic: format!("{run}/scada/alarms"),
+            telemetry_topic: format!("{run}/scada/telemetry"),
+            seed_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seed"),
+            count,
+            rate: 0.0,
+            interval: 5.0,
+            duplicates: 0.0,
+            malformed: 0.0,
+            flood: false,
+            run: run.to_string(),
+        }
+    }
 }
 
 /// What a simulation sent.
@@ -71,41 +81,188 @@ pub fn event(run: &str, i: usize, flood: bool, now: Timestamp) -> Value {
 pub struct SimReport {
     /// MQTT messages published (and acknowledged by the broker).
     pub published: usize,
-    /// Distinct events (each `event_id` once).
+    /// Distinct alarm events (each `event_id` once).
     pub events: usize,
-    /// Events sent a second time.
+    /// Of those, raises (new occurrences unless the point was already active).
+    pub raises: usize,
+    /// Alarm events sent a second time.
     pub duplicates: usize,
     /// Malformed messages.
     pub malformed: usize,
+    /// Telemetry messages (a batch of readings each).
+    pub telemetry: usize,
 }
 
-/// Publishes `count` events at QoS 1 and waits until the broker has acknowledged them.
-pub async fn simulate(opts: &SimOptions) -> anyhow::Result<SimReport> {
-    let (client, mut eventloop) = connect(&opts.broker, &format!("twinops-sim-{}", opts.run))?;
-    let mut rng = Rng::from_label(&opts.run);
-    let mut messages: Vec<Vec<u8>> = Vec::new();
-    let mut report = SimReport { events: opts.count, ..SimReport::default() };
-    for i in 0..opts.count {
-        let body = event(&opts.run, i, opts.flood, Timestamp::now()).to_string().into_bytes();
-        if rng.uniform() * 100.0 < opts.malformed {
-            messages.push(b"{\"type\": \"alarm\", \"event_id\": ".to_vec());
-            report.malformed += 1;
+struct SimSensor<'a> {
+    plan: SensorPlan<'a>,
+    prefix: Option<String>,
+    /// The last hours of the seeded week, replayed in a loop.
+    replay: Vec<f64>,
+    points: Vec<Point>,
+    /// A value forced by a disturbance, and for how many more samples.
+    disturbance: Option<(f64, u32)>,
+}
+
+/// Samples the plant and derives the alarm events, one step at a time.
+pub struct Generator<'a> {
+    sensors: Vec<SimSensor<'a>>,
+    rng: Rng,
+    tick: usize,
+    seq: usize,
+    run: String,
+}
+
+/// Samples replayed per sensor: the last 6 hours of the seeded week.
+const REPLAY: usize = 360;
+
+impl<'a> Generator<'a> {
+    pub fn new(spec: &'a PlantSpec, run: &str, now: Timestamp) -> Generator<'a> {
+        let week = 7 * 24 * 60;
+        let start = now.floor_minute().unix() - 60 * (week as i64 - 1);
+        let sensors = seed::sensor_plans(spec, 0)
+            .into_iter()
+            .map(|plan| {
+                let mut rng = Rng::from_label(&format!("{}/0", plan.sensor_id));
+                let replay = plan.signal.generate(start, week, &mut rng).split_off(week - REPLAY);
+                let t = plan.signal.template;
+                let prefix = plan.alarm_prefix().map(str::to_string);
+                let points = match prefix {
+                    Some(_) => seed::set_points(&t.limits)
+                        .into_iter()
+                        .map(|(l, sp)| Point::new(l, sp, t.deadband, 1))
+                        .collect(),
+                    None => Vec::new(),
+                };
+                SimSensor { plan, prefix, replay, points, disturbance: None }
+            })
+            .collect();
+        Generator { sensors, rng: Rng::from_label(run), tick: 0, seq: 0, run: run.to_string() }
+    }
+
+    /// Drives one undisturbed alarming sensor past one of its set points for `ticks`
+    /// samples (an outer limit also crosses the inner one, as on a real plant).
+    pub fn disturb(&mut self, ticks: u32) {
+        let free: Vec<usize> = (0..self.sensors.len())
+            .filter(|&i| !self.sensors[i].points.is_empty() && self.sensors[i].disturbance.is_none())
+            .collect();
+        if free.is_empty() {
+            return;
         }
-        messages.push(body.clone());
-        if rng.uniform() * 100.0 < opts.duplicates {
-            messages.push(body);
-            report.duplicates += 1;
+        let s = &mut self.sensors[free[self.rng.below(free.len() as u64) as usize]];
+        let p = s.points[self.rng.below(s.points.len() as u64) as usize];
+        let margin = (0.04 * p.set_point.abs()).max(2.0 * s.plan.signal.template.deadband) * (1.0 + self.rng.uniform());
+        let value = if p.level.is_high() { p.set_point + margin } else { p.set_point - margin };
+        s.disturbance = Some((round3(value), ticks.max(1)));
+    }
+
+    /// One sample of every sensor at `now`: the readings, and the alarm events their
+    /// limit crossings imply.
+    pub fn step(&mut self, now: Timestamp) -> (Vec<Value>, Vec<Value>) {
+        let (mut readings, mut events) = (Vec::new(), Vec::new());
+        let time = now.to_rfc3339();
+        for s in &mut self.sensors {
+            let value = match &mut s.disturbance {
+                Some((v, left)) => {
+                    let v = *v;
+                    *left -= 1;
+                    if *left == 0 {
+                        s.disturbance = None;
+                    }
+                    v
+                }
+                None => s.replay[self.tick % REPLAY],
+            };
+            readings.push(json!({"type": "reading", "sensor_id": s.plan.sensor_id, "time": time, "value": value}));
+            let Some(prefix) = &s.prefix else { continue };
+            for p in &mut s.points {
+                let Some(raised) = p.sample(value) else { continue };
+                let unit = &s.plan.signal.template.unit;
+                let message = if raised {
+                    s.plan.alarm_message(p.level, value, p.set_point)
+                } else {
+                    format!("{}: returned to normal at {value:.2} {unit}", s.plan.asset_name)
+                };
+                events.push(json!({
+                    "type": "alarm", "event_id": format!("{}-{}", self.run, self.seq),
+                    "asset_id": s.plan.asset_id, "sensor_id": s.plan.sensor_id,
+                    "code": seed::alarm_code(prefix, p.level),
+                    "severity": seed::alarm_severity(p.level, s.plan.criticality),
+                    "state": if raised { "raised" } else { "cleared" },
+                    "value": value, "threshold": p.set_point, "time": time, "message": message,
+                }));
+                self.seq += 1;
+            }
+        }
+        self.tick += 1;
+        (readings, events)
+    }
+
+    /// Alarm points currently active.
+    pub fn active(&self) -> usize {
+        self.sensors.iter().flat_map(|s| &s.points).filter(|p| p.active()).count()
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// Runs the simulation until `count` alarm events are published (or forever when 0),
+/// and waits until the broker has acknowledged every message.
+pub async fn simulate(opts: &SimOptions) -> anyhow::Result<SimReport> {
+    let spec = seed::load_spec(&opts.seed_dir)?;
+    let mut sim = Generator::new(&spec, &opts.run, Timestamp::now());
+    let mut publisher = Publisher::connect(&opts.broker, &format!("twinops-sim-{}", opts.run))?;
+    let mut rng = Rng::from_label(&format!("{}/faults", opts.run));
+    let mut report = SimReport::default();
+    let live = opts.rate > 0.0;
+    // A disturbance yields about two events (raise, clear), more when it crosses an outer limit.
+    let per_tick = if live { opts.rate * opts.interval / 2.3 } else { 1.0 };
+    let mut tick = 0usize;
+    while opts.count == 0 || report.events < opts.count {
+        let starts = if opts.flood {
+            4
+        } else {
+            let whole = per_tick.floor();
+            whole as usize + usize::from(rng.uniform() < per_tick - whole) + usize::from(tick == 0 && live)
+        };
+        for _ in 0..starts {
+            let ticks = if opts.flood { 20 + rng.below(40) } else { 2 + rng.below(4) };
+            sim.disturb(ticks as u32);
+        }
+        let now = Timestamp::now();
+        let (readings, events) = sim.step(now);
+        if live {
+            publisher.publish(&opts.telemetry_topic, json!({"events": readings}).to_string().into_bytes()).await?;
+            report.telemetry += 1;
+        }
+        for e in events.into_iter().take(if opts.count == 0 { usize::MAX } else { opts.count - report.events }) {
+            let body = e.to_string().into_bytes();
+            if rng.uniform() * 100.0 < opts.malformed {
+                publisher.publish(&opts.topic, b"{\"type\": \"alarm\", \"event_id\": ".to_vec()).await?;
+                report.malformed += 1;
+            }
+            report.raises += usize::from(e["state"] == "raised");
+            publisher.publish(&opts.topic, body.clone()).await?;
+            report.events += 1;
+            if rng.uniform() * 100.0 < opts.duplicates {
+                publisher.publish(&opts.topic, body).await?;
+                report.duplicates += 1;
+            }
+        }
+        tick += 1;
+        if live {
+            tokio::time::sleep(Duration::from_secs_f64(opts.interval.max(1.0))).await;
         }
     }
-    report.published = messages.len();
-    publish_all(client.clone(), &mut eventloop, &opts.topic, messages, opts.rate).await?;
-    client.disconnect().await.ok();
+    report.published = publisher.sent();
+    publisher.finish().await?;
     Ok(report)
 }
 
 /// A publishing client for `broker` (`mqtt://host:port`).
 pub fn connect(broker: &str, client_id: &str) -> anyhow::Result<(AsyncClient, rumqttc::EventLoop)> {
-    let url = reqwest::Url::parse(broker)?;
+    let url = reqwest::Url::parse(broker).with_context(|| format!("broker URL {broker:?}"))?;
     let host = url.host_str().unwrap_or("127.0.0.1");
     let mut mqtt = MqttOptions::new(client_id, host, url.port().unwrap_or(1883));
     mqtt.set_keep_alive(Duration::from_secs(30));
@@ -114,38 +271,119 @@ pub fn connect(broker: &str, client_id: &str) -> anyhow::Result<(AsyncClient, ru
     Ok(AsyncClient::new(mqtt, 1024))
 }
 
-/// Publishes `messages` at QoS 1 (at `rate` per second, 0 = as fast as possible) and
-/// returns once the broker has acknowledged every one.
-pub async fn publish_all(
+/// A QoS 1 publisher that counts the broker's acknowledgements; rumqttc resends what
+/// was not acknowledged when the connection comes back.
+pub struct Publisher {
     client: AsyncClient,
-    eventloop: &mut rumqttc::EventLoop,
-    topic: &str,
-    messages: Vec<Vec<u8>>,
-    rate: f64,
-) -> anyhow::Result<()> {
-    let total = messages.len();
-    let topic = topic.to_string();
-    let publisher = tokio::spawn(async move {
-        for m in messages {
-            client.publish(&topic, QoS::AtLeastOnce, false, m).await?;
-            if rate > 0.0 {
-                tokio::time::sleep(Duration::from_secs_f64(1.0 / rate)).await;
+    sent: usize,
+    acked: Arc<AtomicUsize>,
+    poller: tokio::task::JoinHandle<()>,
+}
+
+impl Publisher {
+    pub fn connect(broker: &str, client_id: &str) -> anyhow::Result<Publisher> {
+        let (client, mut eventloop) = connect(broker, client_id)?;
+        let acked = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&acked);
+        let poller = tokio::spawn(async move {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::PubAck(_))) => {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(stage = "sim", error = %e, "publisher connection error; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
             }
-        }
-        anyhow::Ok(())
-    });
-    let mut acked = 0;
-    while acked < total {
-        match tokio::time::timeout(Duration::from_secs(30), eventloop.poll()).await {
-            Ok(Ok(Event::Incoming(Packet::PubAck(_)))) => acked += 1,
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(stage = "sim", error = %e, "publisher connection error; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(_) => anyhow::bail!("the broker acknowledged {acked} of {total} messages and then went quiet for 30 s"),
-        }
+        });
+        Ok(Publisher { client, sent: 0, acked, poller })
     }
-    publisher.await??;
-    Ok(())
+
+    pub async fn publish(&mut self, topic: &str, payload: Vec<u8>) -> anyhow::Result<()> {
+        self.client.publish(topic, QoS::AtLeastOnce, false, payload).await?;
+        self.sent += 1;
+        Ok(())
+    }
+
+    pub fn sent(&self) -> usize {
+        self.sent
+    }
+
+    /// Waits until the broker has acknowledged every message, then disconnects.
+    pub async fn finish(self) -> anyhow::Result<()> {
+        let mut last = (self.acked.load(Ordering::Relaxed), std::time::Instant::now());
+        loop {
+            let acked = self.acked.load(Ordering::Relaxed);
+            if acked >= self.sent {
+                break;
+            }
+            if acked != last.0 {
+                last = (acked, std::time::Instant::now());
+            } else if last.1.elapsed() > Duration::from_secs(30) {
+                self.poller.abort();
+                anyhow::bail!("the broker acknowledged {acked} of {} messages and then went quiet for 30 s", self.sent);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.client.disconnect().await.ok();
+        // Let the DISCONNECT go out before the event loop is dropped.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.poller.abort();
+        Ok(())
+    }
+}
+
+/// Publishes `messages` at QoS 1 as fast as the broker takes them and returns once the
+/// broker has acknowledged every one.
+pub async fn publish_all(broker: &str, client_id: &str, topic: &str, messages: Vec<Vec<u8>>) -> anyhow::Result<()> {
+    let mut p = Publisher::connect(broker, client_id)?;
+    for m in messages {
+        p.publish(topic, m).await?;
+    }
+    p.finish().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> PlantSpec {
+        seed::load_spec(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seed")).unwrap()
+    }
+
+    /// Alarms come from the readings: every raise carries a value past its threshold
+    /// in the direction of its code, every clear follows a raise of the same point.
+    #[test]
+    fn alarms_follow_the_readings_across_limits() {
+        let spec = spec();
+        let mut g = Generator::new(&spec, "t", Timestamp::from_unix(1_800_000_000));
+        let mut open = std::collections::HashSet::new();
+        let (mut raises, mut clears) = (0, 0);
+        for i in 0..300 {
+            g.disturb(3);
+            let (readings, events) = g.step(Timestamp::from_unix(1_800_000_000 + i));
+            assert_eq!(readings.len(), 60, "every sensor sampled");
+            for e in events {
+                let reading = readings.iter().find(|r| r["sensor_id"] == e["sensor_id"]).unwrap();
+                assert_eq!(reading["value"], e["value"], "the event carries the reading");
+                let (v, sp) = (e["value"].as_f64().unwrap(), e["threshold"].as_f64().unwrap());
+                let code = e["code"].as_str().unwrap();
+                let high = code.ends_with("HI") || code.ends_with("HIHI");
+                let point = (e["sensor_id"].to_string(), code.to_string());
+                if e["state"] == "raised" {
+                    assert!(if high { v > sp } else { v < sp }, "{e}");
+                    assert!(open.insert(point), "raised twice without a clear: {e}");
+                    raises += 1;
+                } else {
+                    assert!(open.remove(&point), "a clear without its raise: {e}");
+                    clears += 1;
+                }
+            }
+        }
+        assert!(raises > 100 && clears > 100, "{raises} raises, {clears} clears");
+        assert_eq!(g.active(), open.len());
+    }
 }

@@ -43,16 +43,7 @@ async fn loses_nothing(broker_url: Option<String>, events: usize) {
     config.triage.workers = 1;
     let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
-    let sim = SimOptions {
-        broker: daemon.mqtt_url.clone(),
-        topic: format!("{run}/scada/alarms"),
-        count: events,
-        rate: 0.0,
-        duplicates: 10.0,
-        malformed: 1.0,
-        flood: false,
-        run: run.clone(),
-    };
+    let sim = SimOptions { duplicates: 10.0, malformed: 1.0, ..SimOptions::burst(&daemon.mqtt_url, &run, events) };
     // The daemon subscribes on connect; give it a moment before publishing.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let report = simulate(&sim).await.unwrap();
@@ -68,7 +59,7 @@ async fn loses_nothing(broker_url: Option<String>, events: usize) {
     assert_eq!(malformed as usize, report.malformed);
 
     // Still up: one more event goes through.
-    let more = SimOptions { count: 1, duplicates: 0.0, malformed: 0.0, run: format!("{run}x"), ..sim };
+    let more = SimOptions { topic: sim.topic.clone(), ..SimOptions::burst(&daemon.mqtt_url, &format!("{run}x"), 1) };
     simulate(&more).await.unwrap();
     let one = format!("SELECT count(*) FROM alarm_events WHERE event_id = '{run}x-0'");
     assert!(eventually(Duration::from_secs(20), || p.count(&one) == 1).await);
@@ -77,7 +68,7 @@ async fn loses_nothing(broker_url: Option<String>, events: usize) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn embedded_broker_ingest_loses_nothing() {
-    loses_nothing(None, 1_000).await;
+    loses_nothing(None, 5_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -118,16 +109,7 @@ async fn sigkill_mid_publish_loses_and_doubles_nothing() {
     };
     let mut daemon = spawn();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let sim = SimOptions {
-        broker: url.clone(),
-        topic: format!("{run}/scada/alarms"),
-        count: 20_000,
-        rate: 0.0,
-        duplicates: 0.0,
-        malformed: 0.0,
-        flood: false,
-        run: run.clone(),
-    };
+    let sim = SimOptions::burst(&url, &run, 20_000);
     let publisher = tokio::spawn(async move { simulate(&sim).await });
     let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
     assert!(eventually(Duration::from_secs(60), || p.count(&journal) >= 3_000).await, "ingest started");

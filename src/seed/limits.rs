@@ -2,6 +2,7 @@
 //! `on_delay` consecutive samples raises; coming back past the deadband clears.
 
 use super::spec::Limits;
+use crate::domain::{Criticality, Severity};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
@@ -59,29 +60,70 @@ pub struct Transition {
     pub value: f64,
 }
 
+/// One alarm point of a sensor as samples arrive: raises after `on_delay` samples
+/// beyond the set point, clears when the value comes back past the deadband.
+#[derive(Debug, Clone, Copy)]
+pub struct Point {
+    pub level: Level,
+    pub set_point: f64,
+    deadband: f64,
+    on_delay: usize,
+    active: bool,
+    beyond_for: usize,
+}
+
+impl Point {
+    pub fn new(level: Level, set_point: f64, deadband: f64, on_delay: usize) -> Point {
+        Point { level, set_point, deadband, on_delay: on_delay.max(1), active: false, beyond_for: 0 }
+    }
+
+    pub fn active(&self) -> bool {
+        self.active
+    }
+
+    /// Feeds one sample: `Some(true)` when the alarm raises, `Some(false)` when it clears.
+    pub fn sample(&mut self, value: f64) -> Option<bool> {
+        let high = self.level.is_high();
+        if !self.active {
+            let beyond = if high { value > self.set_point } else { value < self.set_point };
+            self.beyond_for = if beyond { self.beyond_for + 1 } else { 0 };
+            self.active = self.beyond_for >= self.on_delay;
+            return self.active.then_some(true);
+        }
+        let back = if high { value < self.set_point - self.deadband } else { value > self.set_point + self.deadband };
+        if back {
+            self.active = false;
+            self.beyond_for = 0;
+        }
+        back.then_some(false)
+    }
+}
+
 /// Scans a series for alarm transitions of one set point.
 pub fn scan(values: &[f64], level: Level, set_point: f64, deadband: f64, on_delay: usize) -> Vec<Transition> {
-    let mut out = Vec::new();
-    let mut active = false;
-    let mut beyond_for = 0;
-    for (index, &value) in values.iter().enumerate() {
-        let beyond = if level.is_high() { value > set_point } else { value < set_point };
-        if !active {
-            beyond_for = if beyond { beyond_for + 1 } else { 0 };
-            if beyond_for >= on_delay.max(1) {
-                active = true;
-                out.push(Transition { level, set_point, raised: true, index, value });
-            }
-        } else {
-            let back = if level.is_high() { value < set_point - deadband } else { value > set_point + deadband };
-            if back {
-                active = false;
-                beyond_for = 0;
-                out.push(Transition { level, set_point, raised: false, index, value });
-            }
-        }
+    let mut point = Point::new(level, set_point, deadband, on_delay);
+    values
+        .iter()
+        .enumerate()
+        .filter_map(|(index, &value)| {
+            point.sample(value).map(|raised| Transition { level, set_point, raised, index, value })
+        })
+        .collect()
+}
+
+/// The alarm code of a point: `VIB` + high -> `VIB-HI`.
+pub fn code(prefix: &str, level: Level) -> String {
+    format!("{prefix}-{}", level.suffix())
+}
+
+/// Outer limits (LL, HH) are high priority, critical on criticality-A equipment; inner
+/// limits are medium.
+pub fn severity(level: Level, criticality: Criticality) -> Severity {
+    match (level.is_outer(), criticality) {
+        (true, Criticality::A) => Severity::Critical,
+        (true, _) => Severity::High,
+        (false, _) => Severity::Medium,
     }
-    out
 }
 
 #[cfg(test)]

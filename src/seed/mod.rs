@@ -13,11 +13,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail, ensure};
 use rusqlite::{Connection, params};
 
-pub use limits::{Level, Transition, scan, set_points};
+pub use limits::{Level, Point, Transition, scan, set_points};
+pub use limits::{code as alarm_code, severity as alarm_severity};
 pub use rng::Rng;
+pub use signals::Signal;
 pub use spec::{Fault, Limits, PlantSpec};
 
-use crate::domain::{AssetId, AssetStatus, Criticality, Severity, Timestamp};
+use crate::domain::{AssetId, AssetStatus, Criticality, Timestamp};
 use crate::rag::{IndexReport, index_dir};
 use crate::store::{Store, StoreError, insert_readings};
 
@@ -142,18 +144,16 @@ fn insert_copy(
             params![copy_station_id(&s.id, copy), spec.site.id, name],
         )?;
     }
-    let by_id: HashMap<&str, &spec::AssetSpec> = spec.assets.iter().map(|a| (a.id.as_str(), a)).collect();
     let mut next_key: i64 = conn.query_row("SELECT coalesce(max(key), 0) + 1 FROM sensors", [], |r| r.get(0))?;
     for a in &spec.assets {
         let (kind, status, criticality) = a.parsed().expect("validated");
-        let id = copy_asset_id(&a.id, copy);
         conn.prepare_cached(
             "INSERT INTO assets (id, station_id, kind, name, status, criticality, manufacturer, model,
                                  machine_class, rated_power_kw, installed_on, drives)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )?
         .execute(params![
-            id,
+            copy_asset_id(&a.id, copy),
             copy_station_id(&a.station, copy),
             kind,
             a.name,
@@ -167,62 +167,44 @@ fn insert_copy(
             a.drives.as_deref().map(|p| copy_asset_id(p, copy))
         ])?;
         report.assets += 1;
+    }
+    for s in sensor_plans(spec, copy) {
+        let t = s.signal.template;
+        let key = next_key;
+        next_key += 1;
+        conn.prepare_cached(
+            "INSERT INTO sensors (key, id, asset_id, kind, description, unit, limit_ll, limit_l,
+                                  limit_h, limit_hh, deadband, alarm_prefix)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )?
+        .execute(params![
+            key,
+            s.sensor_id,
+            s.asset_id,
+            s.signal.kind,
+            t.description,
+            t.unit,
+            t.limits.ll,
+            t.limits.l,
+            t.limits.h,
+            t.limits.hh,
+            t.deadband,
+            t.alarm_prefix
+        ])?;
+        report.sensors += 1;
 
-        // A motor inherits the fault of the pump it drives.
-        let driven = a.drives.as_deref().and_then(|p| by_id.get(p));
-        let fault = a.fault.or(driven.and_then(|p| p.fault));
-        let running = matches!(status, AssetStatus::Running);
-        for t in &spec.templates[kind.as_str()] {
-            let sensor_kind = t.sensor_kind().expect("validated");
-            let sensor_id = format!("{id}.{}", t.tag);
-            let key = next_key;
-            next_key += 1;
-            conn.prepare_cached(
-                "INSERT INTO sensors (key, id, asset_id, kind, description, unit, limit_ll, limit_l,
-                                      limit_h, limit_hh, deadband, alarm_prefix)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?
-            .execute(params![
-                key,
-                sensor_id,
-                id,
-                sensor_kind,
-                t.description,
-                t.unit,
-                t.limits.ll,
-                t.limits.l,
-                t.limits.h,
-                t.limits.hh,
-                t.deadband,
-                t.alarm_prefix
-            ])?;
-            report.sensors += 1;
+        let mut rng = Rng::from_label(&format!("{}/{copy}", s.sensor_id));
+        let values = s.signal.generate(start, n, &mut rng);
+        let rows: Vec<(i64, f64)> = values.iter().enumerate().map(|(i, v)| (start + 60 * i as i64, *v)).collect();
+        let limits = [t.limits.ll, t.limits.l, t.limits.h, t.limits.hh];
+        report.readings += insert_readings(conn, key, &limits, &rows)?;
 
-            let mut rng = Rng::from_label(&format!("{sensor_id}/{copy}"));
-            let signal =
-                signals::Signal { template: t, kind: sensor_kind, running, fault, via_motor: driven.is_some() };
-            let values = signal.generate(start, n, &mut rng);
-            let rows: Vec<(i64, f64)> = values.iter().enumerate().map(|(i, v)| (start + 60 * i as i64, *v)).collect();
-            let limits = [t.limits.ll, t.limits.l, t.limits.h, t.limits.hh];
-            report.readings += insert_readings(conn, key, &limits, &rows)?;
-
-            // Alarming is suppressed by design on machines that are not running.
-            let Some(prefix) = t.alarm_prefix.as_deref().filter(|_| running) else { continue };
-            let point = AlarmPoint {
-                asset_id: &id,
-                asset_name: &a.name,
-                sensor_id: &sensor_id,
-                prefix,
-                unit: &t.unit,
-                description: &t.description,
-                criticality,
-            };
-            for (level, set_point) in set_points(&t.limits) {
-                let transitions = scan(&values, level, set_point, t.deadband, ON_DELAY_SAMPLES);
-                let (alarms, active) = insert_alarm_history(conn, &point, &transitions, start, end, &mut rng)?;
-                report.alarms += alarms;
-                report.active_alarms += active;
-            }
+        let Some(prefix) = s.alarm_prefix() else { continue };
+        for (level, set_point) in set_points(&t.limits) {
+            let transitions = scan(&values, level, set_point, t.deadband, ON_DELAY_SAMPLES);
+            let (alarms, active) = insert_alarm_history(conn, &s, prefix, &transitions, start, end, &mut rng)?;
+            report.alarms += alarms;
+            report.active_alarms += active;
         }
     }
     for m in &spec.maintenance {
@@ -242,21 +224,68 @@ fn insert_copy(
     Ok(report)
 }
 
-struct AlarmPoint<'a> {
-    asset_id: &'a str,
-    asset_name: &'a str,
-    sensor_id: &'a str,
-    prefix: &'a str,
-    unit: &'a str,
-    description: &'a str,
-    criticality: Criticality,
+/// One sensor of the plant with what shapes its signal (shared by the seed and the
+/// simulator, so live telemetry continues the seeded week).
+pub struct SensorPlan<'a> {
+    pub asset_id: String,
+    pub asset_name: &'a str,
+    pub criticality: Criticality,
+    pub sensor_id: String,
+    pub signal: signals::Signal<'a>,
+}
+
+impl SensorPlan<'_> {
+    /// The alarm code prefix, if this sensor alarms: alarming is suppressed by design
+    /// on machines that are not running.
+    pub fn alarm_prefix(&self) -> Option<&str> {
+        self.signal.template.alarm_prefix.as_deref().filter(|_| self.signal.running)
+    }
+
+    /// The alarm message SCADA sends when `level` raises at `value`.
+    pub fn alarm_message(&self, level: Level, value: f64, set_point: f64) -> String {
+        let t = self.signal.template;
+        format!(
+            "{}: {} {} at {value:.2} {} (set point {set_point} {})",
+            self.asset_name,
+            t.description,
+            level.word(),
+            t.unit,
+            t.unit
+        )
+    }
+}
+
+/// Every sensor of copy `copy` of the plant, asset by asset.
+pub fn sensor_plans(spec: &PlantSpec, copy: u32) -> Vec<SensorPlan<'_>> {
+    let by_id: HashMap<&str, &spec::AssetSpec> = spec.assets.iter().map(|a| (a.id.as_str(), a)).collect();
+    let mut out = Vec::new();
+    for a in &spec.assets {
+        let (kind, status, criticality) = a.parsed().expect("validated");
+        let id = copy_asset_id(&a.id, copy);
+        // A motor inherits the fault of the pump it drives.
+        let driven = a.drives.as_deref().and_then(|p| by_id.get(p));
+        let fault = a.fault.or(driven.and_then(|p| p.fault));
+        let running = matches!(status, AssetStatus::Running);
+        for t in &spec.templates[kind.as_str()] {
+            let kind = t.sensor_kind().expect("validated");
+            out.push(SensorPlan {
+                sensor_id: format!("{id}.{}", t.tag),
+                asset_id: id.clone(),
+                asset_name: &a.name,
+                criticality,
+                signal: signals::Signal { template: t, kind, running, fault, via_motor: driven.is_some() },
+            });
+        }
+    }
+    out
 }
 
 /// Writes the occurrences one set point's transitions imply, with their journal, and
 /// acknowledgements by the shift's operators. Returns (occurrences, still active).
 fn insert_alarm_history(
     conn: &Connection,
-    p: &AlarmPoint,
+    p: &SensorPlan,
+    prefix: &str,
     transitions: &[Transition],
     start: i64,
     end: Timestamp,
@@ -270,12 +299,8 @@ fn insert_alarm_history(
         i += if clear.is_some() { 2 } else { 1 };
 
         let level = raise.level;
-        let code = format!("{}-{}", p.prefix, level.suffix());
-        let severity = match (level.is_outer(), p.criticality) {
-            (true, Criticality::A) => Severity::Critical,
-            (true, _) => Severity::High,
-            (false, _) => Severity::Medium,
-        };
+        let code = limits::code(prefix, level);
+        let severity = limits::severity(level, p.criticality);
         let raised_at = start + 60 * raise.index as i64;
         let cleared_at = clear.map(|c| start + 60 * c.index as i64);
         let ack_at = Some(raised_at + 60 * (2 + rng.below(18) as i64))
@@ -287,16 +312,7 @@ fn insert_alarm_history(
             (false, true) => "acknowledged",
             (false, false) => "unacknowledged",
         };
-        let message = format!(
-            "{}: {} {} at {:.2} {} (set point {} {})",
-            p.asset_name,
-            p.description,
-            level.word(),
-            raise.value,
-            p.unit,
-            raise.set_point,
-            p.unit
-        );
+        let message = p.alarm_message(level, raise.value, raise.set_point);
         let event_id = format!("seed:{}:{code}:{raised_at}", p.sensor_id);
         conn.prepare_cached(
             "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, value,
@@ -327,7 +343,7 @@ fn insert_alarm_history(
                 "cleared",
                 Some(format!("{event_id}:clear")),
                 "scada",
-                format!("returned to normal at {value:.2} {}", p.unit),
+                format!("returned to normal at {value:.2} {}", p.signal.template.unit),
             ));
         }
         if let (Some(at), Some(by)) = (ack_at, acked_by) {
