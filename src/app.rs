@@ -10,6 +10,7 @@ use anyhow::Context;
 use tokio::sync::{Notify, watch};
 
 use crate::agent::{self, Agent};
+use crate::alarms::QueuePolicy;
 use crate::config::Config;
 use crate::domain::Timestamp;
 use crate::ingest;
@@ -77,18 +78,24 @@ impl Daemon {
 
         let (stop, stop_rx) = watch::channel(false);
         let wake = Arc::new(Notify::new());
-        let (client, ingest_task) =
-            ingest::mqtt::start(store.writer().clone(), mqtt.clone(), Arc::clone(&wake), stop_rx.clone())?;
+        let policy = QueuePolicy { capacity: opts.config.triage.queue_capacity };
+        let (_client, ingest_task) =
+            ingest::mqtt::start(store.writer().clone(), mqtt.clone(), policy, Arc::clone(&wake), stop_rx.clone())?;
         let mut tasks = vec![ingest_task];
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
         tasks.push(tokio::spawn(crate::notify::mqtt_loop(
-            client,
-            mqtt.notes_topic.clone(),
+            store.clone(),
+            mqtt.clone(),
             triage.subscribe(),
             stop_rx.clone(),
         )));
         if let Some(url) = opts.config.notify.webhook_url.clone() {
-            tasks.push(tokio::spawn(crate::notify::webhook_loop(url, triage.subscribe(), stop_rx.clone())));
+            tasks.push(tokio::spawn(crate::notify::webhook_loop(
+                store.clone(),
+                url,
+                triage.subscribe(),
+                stop_rx.clone(),
+            )));
         }
         let mut simulator = None;
         if opts.demo {

@@ -173,11 +173,14 @@ pub struct TriageConfig {
     pub workers: usize,
     /// Runs with a language model per minute; beyond it, the rules model triages.
     pub llm_runs_per_minute: u32,
+    /// Most triage jobs queued at once; past it, new occurrences join one overflow job
+    /// that the rules model triages. Nothing is dropped.
+    pub queue_capacity: i64,
 }
 
 impl Default for TriageConfig {
     fn default() -> Self {
-        TriageConfig { workers: 2, llm_runs_per_minute: 20 }
+        TriageConfig { workers: 2, llm_runs_per_minute: 20, queue_capacity: crate::alarms::TRIAGE_QUEUE_CAPACITY }
     }
 }
 
@@ -316,6 +319,9 @@ impl Config {
         }
         if self.triage.workers == 0 {
             bail!("triage.workers must be at least 1");
+        }
+        if self.triage.queue_capacity < 2 {
+            bail!("triage.queue_capacity must be at least 2 (one job plus the overflow job)");
         }
         let l = &self.llm.limits;
         for (key, value) in [

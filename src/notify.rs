@@ -11,9 +11,10 @@ use tokio::sync::{broadcast, watch};
 
 use crate::agent::http::Http;
 use crate::agent::reliability::RetryPolicy;
-use crate::config::Secret;
+use crate::config::{MqttConfig, Secret};
 use crate::seed::Rng;
-use crate::triage::PublishedNote;
+use crate::store::{Store, StoreError};
+use crate::triage::{PublishedNote, notes_after};
 
 /// The Slack-compatible body of a note: `text` for any webhook, marked AI advisory.
 pub fn webhook_body(note: &PublishedNote) -> Value {
@@ -56,8 +57,10 @@ pub async fn post(
 }
 
 /// Calls `deliver` for every published note until `stop`. A consumer that falls
-/// behind skips notes (they are stored) and says so under `what`.
+/// behind the channel (a flood's worth of notes at once) catches up from the notes
+/// table, so nothing stored goes undelivered.
 async fn each_note<F, Fut>(
+    store: Store,
     mut notes: broadcast::Receiver<PublishedNote>,
     mut stop: watch::Receiver<bool>,
     what: &str,
@@ -66,29 +69,73 @@ async fn each_note<F, Fut>(
     F: FnMut(PublishedNote) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    // Notes up to here came from the table while catching up; the channel may repeat them.
+    let mut caught_up_to = 0;
+    let mut last = 0;
     loop {
         let note = tokio::select! {
             n = notes.recv() => n,
             _ = stop.changed() => return,
         };
         match note {
-            Ok(note) => deliver(note).await,
+            Ok(note) if note.note_id <= caught_up_to => {}
+            Ok(note) => {
+                last = last.max(note.note_id);
+                deliver(note).await;
+            }
             Err(broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!(stage = "notify", skipped = n, consumer = what, "fell behind; skipped notes are stored");
+                tracing::info!(
+                    stage = "notify",
+                    skipped = n,
+                    consumer = what,
+                    "fell behind; catching up from the notes table"
+                );
+                let missed = match store.read().map_err(StoreError::from).and_then(|db| notes_after(&db, last)) {
+                    Ok(missed) => missed,
+                    Err(e) => {
+                        tracing::warn!(stage = "notify", consumer = what, error = %e, "cannot read the notes missed (they are stored)");
+                        continue;
+                    }
+                };
+                for note in missed {
+                    last = last.max(note.note_id);
+                    caught_up_to = last;
+                    deliver(note).await;
+                }
             }
             Err(_) => return,
         }
     }
 }
 
-/// Publishes each note as JSON on `{topic}/{asset}` at QoS 1.
+/// Publishes each note as JSON on `{notes_topic}/{asset}` at QoS 1, on a connection of
+/// its own (client id `{client_id}-notes`): outbound notes never queue in front of
+/// the ingest connection's acknowledgements.
 pub async fn mqtt_loop(
-    client: AsyncClient,
-    topic: String,
+    store: Store,
+    cfg: MqttConfig,
     notes: broadcast::Receiver<PublishedNote>,
     stop: watch::Receiver<bool>,
 ) {
-    each_note(notes, stop, "mqtt", |note| {
+    let mut opts = match crate::ingest::mqtt::options(&cfg, &format!("{}-notes", cfg.client_id)) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(stage = "notify", error = %e, "notes are not published on MQTT");
+            return;
+        }
+    };
+    opts.set_manual_acks(false);
+    let (client, mut eventloop) = AsyncClient::new(opts, 1024);
+    let poller = tokio::spawn(async move {
+        loop {
+            if let Err(e) = eventloop.poll().await {
+                tracing::warn!(stage = "notify", error = %e, "notes connection to the MQTT broker lost; reconnecting");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    });
+    let topic = cfg.notes_topic.clone();
+    each_note(store, notes, stop, "mqtt", |note| {
         let (client, topic) = (client.clone(), format!("{topic}/{}", note.asset_id));
         async move {
             let body = serde_json::to_vec(&note).unwrap_or_default();
@@ -97,14 +144,22 @@ pub async fn mqtt_loop(
             }
         }
     })
-    .await
+    .await;
+    let _ = client.disconnect().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    poller.abort();
 }
 
 /// Posts every published note to the webhook until `stop`.
-pub async fn webhook_loop(url: Secret, notes: broadcast::Receiver<PublishedNote>, stop: watch::Receiver<bool>) {
+pub async fn webhook_loop(
+    store: Store,
+    url: Secret,
+    notes: broadcast::Receiver<PublishedNote>,
+    stop: watch::Receiver<bool>,
+) {
     let client = Http::new().client().clone();
     let policy = RetryPolicy { max_retries: 4, base: Duration::from_millis(500), cap: Duration::from_secs(30) };
-    each_note(notes, stop, "webhook", |note| {
+    each_note(store, notes, stop, "webhook", |note| {
         let (client, url) = (client.clone(), url.clone());
         async move {
             if let Err(e) = post(&client, &url, &note, policy).await {

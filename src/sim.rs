@@ -291,6 +291,7 @@ impl Publisher {
                     Ok(Event::Incoming(Packet::PubAck(_))) => {
                         counter.fetch_add(1, Ordering::Relaxed);
                     }
+                    Ok(Event::Outgoing(rumqttc::Outgoing::Disconnect)) => break,
                     Ok(_) => {}
                     Err(e) => {
                         tracing::warn!(stage = "sim", error = %e, "publisher connection error; retrying");

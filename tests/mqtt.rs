@@ -7,8 +7,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Plant;
+use serde_json::json;
 use twinops::app::{Daemon, ServeOptions};
 use twinops::config::Config;
+use twinops::scripted::{Reply, ScriptedServer};
 use twinops::sim::{SimOptions, simulate};
 
 fn free_port() -> u16 {
@@ -31,6 +33,7 @@ async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 /// the embedded broker when None) and checks that every valid event is stored exactly
 /// once, every malformed one is a dead letter, and the daemon is still up.
 async fn loses_nothing(broker_url: Option<String>, events: usize) {
+    common::logs();
     let p = Plant::new();
     let run = format!("t{}", free_port());
     let mut config = Config::default();
@@ -127,4 +130,105 @@ async fn sigkill_mid_publish_loses_and_doubles_nothing() {
     let distinct = p.count(&format!("SELECT count(DISTINCT event_id) FROM alarm_events WHERE event_id LIKE '{run}-%'"));
     assert_eq!(distinct as usize, report.events);
     assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 0, "a clear never overtook its raise");
+}
+
+/// A daemon on `broker_url` (or the embedded broker) whose triage model is the
+/// scripted server; `extra` is appended to its twinops.toml.
+async fn daemon_with_model(p: &Plant, run: &str, broker_url: Option<&str>, model_url: &str, extra: &str) -> Daemon {
+    let mqtt = match broker_url {
+        Some(url) => format!("url = \"{url}\""),
+        None => format!("embedded_listen = \"127.0.0.1:{}\"", free_port()),
+    };
+    let toml = format!(
+        "[mqtt]\n{mqtt}\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\n\
+         [[llm.chain]]\nkind = \"openai\"\nbase_url = \"{model_url}\"\nmodel = \"scripted\"\n\n{extra}"
+    );
+    let path = p.dir.path().join("twinops.toml");
+    std::fs::write(&path, toml).unwrap();
+    let config = Config::load(&path, &|_| None).unwrap();
+    let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
+    let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    // The daemon subscribes on connect; give it a moment before publishing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemon
+}
+
+/// A triage note with no figures, so any run of the scripted model is grounded.
+fn plain_note() -> Reply {
+    Reply::Text(
+        json!({"summary": "Several alarms at once on this asset; treat them as one event.", "urgency": "urgent",
+               "likely_causes": ["a common upstream cause"], "recommended_actions": ["Check the station overview"],
+               "proposed_work_order": null, "evidence": []})
+        .to_string(),
+    )
+}
+
+/// A flood of 2,000 and more occurrences: the triage queue never holds more than its
+/// capacity, every occurrence gets a note (one asset's waiting alarms share one run;
+/// past capacity, the overflow job's rules runs), and the model is called no more
+/// often than the per-minute budget allows.
+async fn flood_is_triaged_within_budget(broker_url: Option<String>) {
+    let p = Plant::new();
+    let run = format!("f{}", free_port());
+    let server = ScriptedServer::cycling(vec![plain_note()]).await;
+    let extra = "[triage]\nworkers = 2\nllm_runs_per_minute = 6\nqueue_capacity = 8\n";
+    let started = Instant::now();
+    let daemon = daemon_with_model(&p, &run, broker_url.as_deref(), &server.openai_url(), extra).await;
+
+    let sim = SimOptions { flood: true, ..SimOptions::burst(&daemon.mqtt_url, &run, 5_000) };
+    let publisher = tokio::spawn(async move { simulate(&sim).await });
+    let mut max_queued = 0;
+    while !publisher.is_finished() {
+        max_queued = max_queued.max(p.count("SELECT count(*) FROM triage_jobs WHERE state = 'queued'"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let report = publisher.await.unwrap().unwrap();
+    assert!(report.raises >= 2_000, "{report:?}");
+
+    let ours = format!("FROM alarms WHERE event_id LIKE '{run}-%'");
+    let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
+    let stored = eventually(Duration::from_secs(60), || p.count(&journal) as usize == report.events).await;
+    assert!(stored, "stored {} of {} events", p.count(&journal), report.events);
+    let occurrences = p.count(&format!("SELECT count(*) {ours}"));
+    assert!(occurrences >= 2_000, "{occurrences} occurrences");
+    let noted = format!("SELECT count(*) {ours} AND id IN (SELECT alarm_id FROM notes WHERE kind = 'triage')");
+    let all_noted = eventually(Duration::from_secs(300), || {
+        max_queued = max_queued.max(p.count("SELECT count(*) FROM triage_jobs WHERE state = 'queued'"));
+        p.count(&noted) == occurrences
+    })
+    .await;
+    let elapsed = started.elapsed();
+    daemon.shutdown().await;
+    assert!(all_noted, "{} of {occurrences} occurrences have a note", p.count(&noted));
+    assert!(max_queued <= 8, "the queue held {max_queued} jobs; capacity 8");
+
+    let runs = p.count(&format!("SELECT count(DISTINCT run_id) FROM notes WHERE alarm_id IN (SELECT id {ours})"));
+    assert!(runs < occurrences / 2, "{runs} runs for {occurrences} occurrences: grouped");
+    let model_runs = p.count("SELECT count(*) FROM agent_runs WHERE model LIKE 'openai%'");
+    let allowed = 6 + (6.0 * elapsed.as_secs_f64() / 60.0).ceil() as i64;
+    assert!(model_runs >= 1, "the model triaged the first alarms");
+    assert!(model_runs <= allowed, "{model_runs} model runs in {elapsed:?}; the budget allows {allowed}");
+    let overflow = p.count(&format!(
+        "SELECT count(*) {ours} AND triage_job IN (SELECT id FROM triage_jobs WHERE asset_id IS NULL)"
+    ));
+    assert!(overflow > 0, "past capacity, occurrences joined the overflow job");
+    println!(
+        "flood: {} events, {occurrences} occurrences, {runs} runs ({model_runs} with the model, {allowed} allowed), \
+         at most {max_queued} jobs queued, {overflow} occurrences through the overflow job, {elapsed:?}",
+        report.events
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_flood_is_triaged_within_budget() {
+    flood_is_triaged_within_budget(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_flood_is_triaged_within_budget() {
+    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
+        println!("NOT RUN: mosquitto_flood_is_triaged_within_budget needs TWINOPS_TEST_MQTT_URL");
+        return;
+    };
+    flood_is_triaged_within_budget(Some(url)).await;
 }

@@ -110,6 +110,12 @@ impl Outcome {
             Outcome::Failed => "failed",
         }
     }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        [Outcome::Final, Outcome::BudgetExceeded, Outcome::Degraded, Outcome::Failed]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -196,33 +202,50 @@ impl Agent {
 
     /// Builds the triage task for an alarm occurrence and runs it.
     pub async fn triage(&self, alarm_id: i64) -> anyhow::Result<RunReport> {
-        let task = self.triage_task(alarm_id)?;
+        self.triage_group(&[alarm_id]).await
+    }
+
+    /// Triages occurrences on one asset in one run (a flood's worth of one machine's
+    /// alarms); the first is the most severe and leads.
+    pub async fn triage_group(&self, alarm_ids: &[i64]) -> anyhow::Result<RunReport> {
+        let task = self.triage_task(alarm_ids)?;
         Ok(self.run(task, None).await?)
     }
 
-    pub fn triage_task(&self, alarm_id: i64) -> anyhow::Result<Task> {
+    pub fn triage_task(&self, alarm_ids: &[i64]) -> anyhow::Result<Task> {
+        let &[alarm_id, ref others @ ..] = alarm_ids else { anyhow::bail!("no alarm to triage") };
         let db = self.store.read()?;
-        let row: Option<(Value, String, Option<String>, String)> = db
-            .query_row(
-                "SELECT json_object('alarm_id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code,
-                        'severity', severity, 'state', state, 'value', value, 'threshold', threshold,
-                        'raised_at', strftime('%Y-%m-%dT%H:%M:%SZ', raised_at, 'unixepoch'),
-                        'reraise_count', reraise_count, 'message', message),
-                        asset_id, sensor_id, code
-                 FROM alarms WHERE id = ?1",
-                [alarm_id],
-                |r| {
-                    Ok((
-                        serde_json::from_str(&r.get::<_, String>(0)?).unwrap_or(Value::Null),
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                    ))
-                },
-            )
-            .optional()?;
-        let (record, asset, sensor, code) =
-            row.with_context(|| format!("no alarm {alarm_id}; list alarms with `twinops tools call list_alarms`"))?;
+        let mut stmt = db.prepare_cached(
+            "SELECT json_object('alarm_id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code,
+                    'severity', severity, 'state', state, 'value', value, 'threshold', threshold,
+                    'raised_at', strftime('%Y-%m-%dT%H:%M:%SZ', raised_at, 'unixepoch'),
+                    'reraise_count', reraise_count, 'message', message),
+                    asset_id, sensor_id, code
+             FROM alarms WHERE id = ?1",
+        )?;
+        let mut records = Vec::new();
+        let mut lead = None;
+        for &id in alarm_ids {
+            let row: Option<(String, String, Option<String>, String)> =
+                stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).optional()?;
+            let (record, asset, sensor, code) =
+                row.with_context(|| format!("no alarm {id}; list alarms with `twinops tools call list_alarms`"))?;
+            records.push(serde_json::from_str::<Value>(&record).unwrap_or(Value::Null));
+            lead.get_or_insert((asset, sensor, code));
+        }
+        let (asset, sensor, code) = lead.expect("at least one alarm");
+        let record = |r: &Value| serde_json::to_string_pretty(r).unwrap_or_default();
+        let mut user_message = format!(
+            "Triage alarm {alarm_id}. The alarm record, as the SCADA system sent it:\n{}",
+            as_data("alarm", &record(&records[0]))
+        );
+        if !others.is_empty() {
+            user_message.push_str(&format!(
+                "\n\nDuring an alarm flood, {} more alarms on {asset} are triaged in this same run; your one note covers them all (lead with the alarm above, name the others where they matter):\n{}",
+                others.len(),
+                as_data("alarm", &serde_json::to_string_pretty(&records[1..]).unwrap_or_default())
+            ));
+        }
         Ok(Task {
             profile: Profile::triage(),
             trigger: format!("alarm:{alarm_id}"),
@@ -233,10 +256,7 @@ impl Agent {
                 code: Some(code),
                 question: None,
             },
-            user_message: format!(
-                "Triage alarm {alarm_id}. The alarm record, as the SCADA system sent it:\n{}",
-                as_data("alarm", &serde_json::to_string_pretty(&record).unwrap_or_default())
-            ),
+            user_message,
         })
     }
 

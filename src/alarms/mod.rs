@@ -22,8 +22,22 @@ pub const CHATTER_WINDOW_SECS: i64 = 60;
 pub const CHATTER_ACTIVATIONS: i64 = 3;
 /// Longest an alarm may be shelved.
 pub const MAX_SHELVE_SECS: i64 = 24 * 3600;
-/// Queued triage jobs beyond which new occurrences are triaged by the rules model.
+/// Most triage jobs queued at once, by default (`triage.queue_capacity`).
 pub const TRIAGE_QUEUE_CAPACITY: i64 = 200;
+
+/// How new occurrences are queued for triage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuePolicy {
+    /// Most jobs queued at once. Occurrences are never dropped: past capacity they join
+    /// the one overflow job, which the rules model triages (see [`enqueue_triage`]).
+    pub capacity: i64,
+}
+
+impl Default for QueuePolicy {
+    fn default() -> Self {
+        QueuePolicy { capacity: TRIAGE_QUEUE_CAPACITY }
+    }
+}
 
 /// What an alarm event did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -77,7 +91,12 @@ fn severity_rank(s: Severity) -> i64 {
 }
 
 /// Applies one alarm event inside the caller's transaction.
-pub fn apply(conn: &Connection, ev: &AlarmEvent, received: Timestamp) -> Result<Result<Applied, Refusal>, StoreError> {
+pub fn apply(
+    conn: &Connection,
+    ev: &AlarmEvent,
+    received: Timestamp,
+    policy: QueuePolicy,
+) -> Result<Result<Applied, Refusal>, StoreError> {
     let seen: Option<i64> = conn
         .prepare_cached("SELECT 1 FROM alarm_events WHERE event_id = ?1")?
         .query_row([&ev.event_id], |r| r.get(0))
@@ -133,7 +152,7 @@ pub fn apply(conn: &Connection, ev: &AlarmEvent, received: Timestamp) -> Result<
             ])?;
             let alarm_id = conn.last_insert_rowid();
             journal(conn, alarm_id, Some(&ev.event_id), "raised", t, "scada", &ev.message)?;
-            let job_id = enqueue_triage(conn, alarm_id, ev.severity, ev.time, received)?;
+            let job_id = enqueue_triage(conn, alarm_id, ev.asset_id.as_str(), ev.severity, ev.time, received, policy)?;
             Applied::Raised { alarm_id, job_id }
         }
         (Transition::Cleared, Some((alarm_id, state))) => {
@@ -154,30 +173,68 @@ pub fn apply(conn: &Connection, ev: &AlarmEvent, received: Timestamp) -> Result<
     Ok(Ok(applied))
 }
 
-/// Enqueues the triage job of a new occurrence, in the same transaction. Every
-/// occurrence gets a note; the model is kept for the ones that need judgement. The job
-/// runs in `rules` mode (no model, fast) when the occurrence is low severity, when its
-/// point is chattering, during a flood unless it is high or critical, or when the queue
-/// is over capacity.
+/// Gives a new occurrence its triage job, in the same transaction. Every occurrence
+/// gets a note; the model is kept for the ones that need judgement.
+///
+/// - An occurrence on an asset that already has a job waiting joins it: one run
+///   triages the asset's alarms together (in a flood, one run instead of dozens).
+/// - Otherwise it gets a job of its own, in `rules` mode (no model) when it is low
+///   severity, when its point is chattering, or during a flood unless it is high or
+///   critical.
+/// - With the queue at capacity, it joins the overflow job instead (`asset_id` NULL,
+///   `rules` mode), so the queue never holds more than the policy's capacity and no
+///   occurrence goes without a note.
 fn enqueue_triage(
     conn: &Connection,
     alarm_id: i64,
+    asset_id: &str,
     severity: Severity,
     at: Timestamp,
     now: Timestamp,
+    policy: QueuePolicy,
 ) -> rusqlite::Result<i64> {
-    let queued: i64 =
-        conn.prepare_cached("SELECT count(*) FROM triage_jobs WHERE state = 'queued'")?.query_row([], |r| r.get(0))?;
     let routine = severity == Severity::Low
-        || queued >= TRIAGE_QUEUE_CAPACITY
         || is_chattering(conn, alarm_id, at.plus_secs(1))?
         || (severity <= Severity::Medium && flood_state(conn, at.plus_secs(1), false)?.flood);
-    let mode = if routine { "rules" } else { "agent" };
-    conn.prepare_cached(
-        "INSERT INTO triage_jobs (alarm_id, state, priority, mode, enqueued_at) VALUES (?1, 'queued', ?2, ?3, ?4)",
-    )?
-    .execute(params![alarm_id, severity_rank(severity), mode, now.unix()])?;
-    Ok(conn.last_insert_rowid())
+    let rank = severity_rank(severity);
+    let waiting = |asset: Option<&str>| -> rusqlite::Result<Option<i64>> {
+        conn.prepare_cached("SELECT id FROM triage_jobs WHERE state = 'queued' AND asset_id IS ?1 LIMIT 1")?
+            .query_row([asset], |r| r.get(0))
+            .optional()
+    };
+    let join = |job: i64, routine: bool| -> rusqlite::Result<i64> {
+        conn.prepare_cached(
+            "UPDATE triage_jobs SET priority = min(priority, ?2), mode = CASE WHEN ?3 THEN mode ELSE 'agent' END
+             WHERE id = ?1",
+        )?
+        .execute(params![job, rank, routine])?;
+        Ok(job)
+    };
+    let create = |asset: Option<&str>, routine: bool| -> rusqlite::Result<i64> {
+        conn.prepare_cached(
+            "INSERT INTO triage_jobs (alarm_id, asset_id, state, priority, mode, enqueued_at)
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5)",
+        )?
+        .execute(params![alarm_id, asset, rank, if routine { "rules" } else { "agent" }, now.unix()])?;
+        Ok(conn.last_insert_rowid())
+    };
+    let job = if let Some(job) = waiting(Some(asset_id))? {
+        join(job, routine)?
+    } else {
+        let queued: i64 = conn
+            .prepare_cached("SELECT count(*) FROM triage_jobs WHERE state = 'queued'")?
+            .query_row([], |r| r.get(0))?;
+        // One slot is kept for the overflow job.
+        if queued < policy.capacity - 1 {
+            create(Some(asset_id), routine)?
+        } else if let Some(overflow) = waiting(None)? {
+            join(overflow, true)?
+        } else {
+            create(None, true)?
+        }
+    };
+    conn.prepare_cached("UPDATE alarms SET triage_job = ?2 WHERE id = ?1")?.execute(params![alarm_id, job])?;
+    Ok(job)
 }
 
 fn journal(

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 pub use payload::{AlarmEvent, Event, Reading, Rejected, Transition, parse};
 
-use crate::alarms::{self, Applied};
+use crate::alarms::{self, Applied, QueuePolicy};
 
 use crate::domain::Timestamp;
 use crate::store::{Limits, StoreError, Writer, insert_readings};
@@ -26,10 +26,16 @@ pub struct MessageEffect {
 /// Commits the effects of one MQTT message: alarm transitions (enqueueing triage for
 /// new occurrences), readings, and a dead letter for everything refused. Returns once
 /// committed; nothing in the message is lost either way.
-pub fn apply(writer: &Writer, topic: &str, payload: &[u8], received: Timestamp) -> Result<MessageEffect, StoreError> {
+pub fn apply(
+    writer: &Writer,
+    topic: &str,
+    payload: &[u8],
+    received: Timestamp,
+    policy: QueuePolicy,
+) -> Result<MessageEffect, StoreError> {
     let topic = topic.to_string();
     let payload = payload.to_vec();
-    writer.call(move |conn| apply_in(conn, &topic, &payload, received))
+    writer.call(move |conn| apply_in(conn, &topic, &payload, received, policy))
 }
 
 /// Commits several messages in one transaction (the MQTT batch), returning each one's
@@ -38,15 +44,22 @@ pub async fn apply_batch(
     writer: &Writer,
     messages: Vec<(String, Vec<u8>)>,
     received: Timestamp,
+    policy: QueuePolicy,
 ) -> Result<Vec<MessageEffect>, StoreError> {
     writer
         .call_async(move |conn| {
-            messages.iter().map(|(topic, payload)| apply_in(conn, topic, payload, received)).collect()
+            messages.iter().map(|(topic, payload)| apply_in(conn, topic, payload, received, policy)).collect()
         })
         .await
 }
 
-fn apply_in(conn: &Connection, topic: &str, payload: &[u8], received: Timestamp) -> Result<MessageEffect, StoreError> {
+fn apply_in(
+    conn: &Connection,
+    topic: &str,
+    payload: &[u8],
+    received: Timestamp,
+    policy: QueuePolicy,
+) -> Result<MessageEffect, StoreError> {
     let mut effect = MessageEffect::default();
     let (events, rejected) = match parse(payload) {
         Ok(parsed) => parsed,
@@ -62,7 +75,7 @@ fn apply_in(conn: &Connection, topic: &str, payload: &[u8], received: Timestamp)
     }
     for (event, raw) in events {
         match event {
-            Event::Alarm(a) => match alarms::apply(conn, &a, received)? {
+            Event::Alarm(a) => match alarms::apply(conn, &a, received, policy)? {
                 Err(refusal) => {
                     let r = Rejected { reason: refusal.reason(), detail: refusal.to_string(), event: String::new() };
                     dead_letter(conn, topic, raw.as_bytes(), &r, received)?;

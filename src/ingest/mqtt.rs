@@ -17,6 +17,7 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use super::{MessageEffect, apply_batch};
 use crate::alarms::Applied;
+use crate::alarms::QueuePolicy;
 use crate::config::MqttConfig;
 use crate::domain::Timestamp;
 use crate::store::Writer;
@@ -57,6 +58,7 @@ struct Incoming {
 pub fn start(
     writer: Writer,
     cfg: MqttConfig,
+    policy: QueuePolicy,
     wake: Arc<Notify>,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<(AsyncClient, tokio::task::JoinHandle<()>)> {
@@ -114,24 +116,30 @@ pub fn start(
         }
     });
 
-    let ack_client = client.clone();
+    let committer = Committer { writer, client: client.clone(), connection, wake, policy };
     let handle = tokio::spawn(async move {
-        ingest_loop(writer, ack_client, rx, connection, cfg.batch_max, Duration::from_millis(cfg.batch_ms), wake, stop)
-            .await;
+        ingest_loop(committer, rx, cfg.batch_max, Duration::from_millis(cfg.batch_ms), stop).await;
         poller.abort();
     });
     Ok((client, handle))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn ingest_loop(
+/// Commits batches and acknowledges their messages.
+struct Committer {
     writer: Writer,
     client: AsyncClient,
-    mut rx: mpsc::UnboundedReceiver<Incoming>,
+    /// The broker connection's generation: acks for messages of an older one are void.
     connection: Arc<AtomicU64>,
+    /// Told when new occurrences need triage.
+    wake: Arc<Notify>,
+    policy: QueuePolicy,
+}
+
+async fn ingest_loop(
+    c: Committer,
+    mut rx: mpsc::UnboundedReceiver<Incoming>,
     batch_max: usize,
     batch_wait: Duration,
-    wake: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut batch: Vec<Incoming> = Vec::new();
@@ -147,7 +155,7 @@ async fn ingest_loop(
                 batch.push(m);
             }
             if !batch.is_empty() {
-                commit_and_ack(&writer, &client, &mut batch, &connection, &wake).await;
+                c.commit_and_ack(&mut batch).await;
             }
             return;
         };
@@ -167,37 +175,34 @@ async fn ingest_loop(
                 },
             }
         }
-        commit_and_ack(&writer, &client, &mut batch, &connection, &wake).await;
+        c.commit_and_ack(&mut batch).await;
     }
 }
 
-async fn commit_and_ack(
-    writer: &Writer,
-    client: &AsyncClient,
-    batch: &mut Vec<Incoming>,
-    connection: &AtomicU64,
-    wake: &Notify,
-) {
-    let messages: Vec<(String, Vec<u8>)> =
-        batch.iter().map(|m| (m.publish.topic.clone(), m.publish.payload.to_vec())).collect();
-    let effects: Vec<MessageEffect> = match apply_batch(writer, messages, Timestamp::now()).await {
-        Ok(e) => e,
-        Err(e) => {
-            // Nothing committed, nothing acked: the broker redelivers.
-            tracing::error!(stage = "ingest", error = %e, messages = batch.len(), "commit failed; messages left unacked for redelivery");
-            batch.clear();
-            return;
-        }
-    };
-    let current = connection.load(Ordering::SeqCst);
-    for m in batch.drain(..) {
-        if m.connection == current
-            && let Err(e) = client.ack(&m.publish).await
+impl Committer {
+    async fn commit_and_ack(&self, batch: &mut Vec<Incoming>) {
+        let messages: Vec<(String, Vec<u8>)> =
+            batch.iter().map(|m| (m.publish.topic.clone(), m.publish.payload.to_vec())).collect();
+        let effects: Vec<MessageEffect> = match apply_batch(&self.writer, messages, Timestamp::now(), self.policy).await
         {
-            tracing::warn!(stage = "ingest", error = %e, "ack not sent; the broker will redeliver");
+            Ok(e) => e,
+            Err(e) => {
+                // Nothing committed, nothing acked: the broker redelivers.
+                tracing::error!(stage = "ingest", error = %e, messages = batch.len(), "commit failed; messages left unacked for redelivery");
+                batch.clear();
+                return;
+            }
+        };
+        let current = self.connection.load(Ordering::SeqCst);
+        for m in batch.drain(..) {
+            if m.connection == current
+                && let Err(e) = self.client.ack(&m.publish).await
+            {
+                tracing::warn!(stage = "ingest", error = %e, "ack not sent; the broker will redeliver");
+            }
         }
-    }
-    if effects.iter().flat_map(|e| &e.alarms).any(|a| matches!(a, Applied::Raised { .. })) {
-        wake.notify_waiters();
+        if effects.iter().flat_map(|e| &e.alarms).any(|a| matches!(a, Applied::Raised { .. })) {
+            self.wake.notify_waiters();
+        }
     }
 }

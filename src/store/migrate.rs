@@ -10,6 +10,13 @@ use super::StoreError;
 const MIGRATIONS: &[&str] = &[
     // 1: the baseline data model.
     include_str!("../../schema.sql"),
+    // 2: a triage job covers a group of occurrences (one asset's alarms, or the overflow).
+    "ALTER TABLE alarms ADD COLUMN triage_job INTEGER REFERENCES triage_jobs(id);
+     CREATE INDEX alarms_triage_job ON alarms(triage_job) WHERE triage_job IS NOT NULL;
+     ALTER TABLE triage_jobs ADD COLUMN asset_id TEXT;
+     CREATE INDEX triage_jobs_queued_asset ON triage_jobs(asset_id) WHERE state = 'queued';
+     UPDATE alarms SET triage_job = (SELECT id FROM triage_jobs j WHERE j.alarm_id = alarms.id);
+     UPDATE triage_jobs SET asset_id = (SELECT asset_id FROM alarms a WHERE a.id = triage_jobs.alarm_id);",
 ];
 
 /// The schema version this build writes.

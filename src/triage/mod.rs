@@ -1,9 +1,12 @@
-//! Durable triage: a job per new alarm occurrence, enqueued in the transaction that
-//! created the occurrence (see `alarms`); workers take jobs by severity, then age; each
-//! finished job stores exactly one note, in the same transaction that marks it done.
+//! Durable triage: every new alarm occurrence belongs to a job, given in the
+//! transaction that created the occurrence (see `alarms::enqueue_triage`: one asset's
+//! waiting alarms share a job; past capacity they share the overflow job). Workers take
+//! jobs by severity, then age, and run the agent once per asset in the job; every
+//! occurrence gets exactly one note, stored in one transaction with the run's end.
 //!
 //! A job running when the process died is found `running` at start-up and queued
-//! again; the proposal idempotency key keeps its work order single.
+//! again; occurrences that already have a note are skipped, and the proposal
+//! idempotency key keeps a work order single.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,8 +70,9 @@ pub struct Triage {
 
 struct Job {
     id: i64,
-    alarm_id: i64,
     mode: String,
+    /// Occurrences still without a note, grouped by asset, most severe first.
+    groups: Vec<Vec<i64>>,
 }
 
 impl Triage {
@@ -100,32 +104,65 @@ impl Triage {
     async fn claim(&self) -> Result<Option<Job>, StoreError> {
         let w = self.writer.clone();
         w.call_async(|c| {
-                Ok(c.prepare_cached(
+            let Some((id, mode)) = c
+                .prepare_cached(
                     "UPDATE triage_jobs SET state = 'running', started_at = ?1, attempts = attempts + 1
                      WHERE id = (SELECT id FROM triage_jobs WHERE state = 'queued' ORDER BY priority, enqueued_at, id LIMIT 1)
-                     RETURNING id, alarm_id, mode",
+                     RETURNING id, mode",
                 )?
-                .query_row([Timestamp::now().unix()], |r| Ok(Job { id: r.get(0)?, alarm_id: r.get(1)?, mode: r.get(2)? }))
-                .optional()?)
-            })
+                .query_row([Timestamp::now().unix()], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            let mut stmt = c.prepare_cached(
+                "SELECT a.id, a.asset_id FROM alarms a
+                 WHERE a.triage_job = ?1 AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = 'triage' AND n.alarm_id = a.id)
+                 ORDER BY a.asset_id, CASE a.severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END,
+                          a.raised_at, a.id",
+            )?;
+            let mut groups: Vec<(String, Vec<i64>)> = Vec::new();
+            for row in stmt.query_map([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))? {
+                let (alarm, asset) = row?;
+                match groups.last_mut() {
+                    Some((a, ids)) if *a == asset => ids.push(alarm),
+                    _ => groups.push((asset, vec![alarm])),
+                }
+            }
+            Ok(Some(Job { id, mode, groups: groups.into_iter().map(|(_, ids)| ids).collect() }))
+        })
         .await
     }
 
-    /// Takes the next job and triages it. `None` when the queue is empty.
-    pub async fn run_next(&self) -> Result<Option<PublishedNote>, StoreError> {
+    /// Takes the next job and triages its occurrences, one run per asset. `None` when
+    /// the queue is empty; otherwise the notes stored (none if the job failed and was
+    /// queued again).
+    pub async fn run_next(&self) -> Result<Option<Vec<PublishedNote>>, StoreError> {
         let Some(job) = self.claim().await? else { return Ok(None) };
-        let use_model = job.mode == "agent" && self.budget.lock().expect("budget lock").take();
-        let agent = if use_model { &self.agent } else { &self.rules };
-        let report = match agent.triage(job.alarm_id).await {
-            Ok(r) if r.outcome != Outcome::Failed => r,
-            Ok(r) => return self.fail(&job, format!("run {} failed", r.run_id)).await.map(|_| None),
-            Err(e) => return self.fail(&job, format!("{e:#}")).await.map(|_| None),
-        };
-        let note = self.store(&job, report).await?;
-        if let Some(n) = &note {
-            let _ = self.notes.send(n.clone());
+        let mut stored = Vec::new();
+        for group in &job.groups {
+            let use_model = job.mode == "agent" && self.budget.lock().expect("budget lock").take();
+            let agent = if use_model { &self.agent } else { &self.rules };
+            let report = match agent.triage_group(group).await {
+                Ok(r) if r.outcome != Outcome::Failed => r,
+                Ok(r) => return self.fail(&job, format!("run {} failed", r.run_id)).await.map(|_| Some(stored)),
+                Err(e) => return self.fail(&job, format!("{e:#}")).await.map(|_| Some(stored)),
+            };
+            for note in self.store(group, report).await? {
+                let _ = self.notes.send(note.clone());
+                stored.push(note);
+            }
         }
-        Ok(note)
+        let (id, w) = (job.id, self.writer.clone());
+        w.call_async(move |c| {
+            c.prepare_cached(
+                "UPDATE triage_jobs SET state = 'done', finished_at = ?2, last_error = NULL WHERE id = ?1",
+            )?
+            .execute(params![id, Timestamp::now().unix()])?;
+            Ok::<_, StoreError>(())
+        })
+        .await?;
+        Ok(Some(stored))
     }
 
     /// Runs jobs until the queue is empty; returns how many notes were stored.
@@ -180,7 +217,7 @@ impl Triage {
     }
 
     async fn fail(&self, job: &Job, error: String) -> Result<(), StoreError> {
-        tracing::warn!(stage = "triage", job = job.id, alarm = job.alarm_id, error = %error, "triage job failed");
+        tracing::warn!(stage = "triage", job = job.id, error = %error, "triage job failed");
         let (id, w) = (job.id, self.writer.clone());
         w.call_async(move |c| {
                 c.execute(
@@ -192,9 +229,10 @@ impl Triage {
         .await
     }
 
-    /// Stores the note and finishes the job in one transaction. A note that already
-    /// exists for the occurrence (a job redone after a crash) is kept, not doubled.
-    async fn store(&self, job: &Job, report: RunReport) -> Result<Option<PublishedNote>, StoreError> {
+    /// Stores one note per occurrence of the group, all from the same run, in one
+    /// transaction. An occurrence that already has a note (a job redone after a
+    /// crash) keeps it; nothing is doubled.
+    async fn store(&self, group: &[i64], report: RunReport) -> Result<Vec<PublishedNote>, StoreError> {
         let body = match &report.note {
             Some(note) => serde_json::to_value(note).unwrap_or(Value::Null),
             None => json!({"text": report.answer}),
@@ -203,36 +241,72 @@ impl Triage {
         if report.outcome != Outcome::Final {
             flags.push(report.outcome.as_str().to_string());
         }
-        let (job_id, alarm_id, run_id) = (job.id, job.alarm_id, report.run_id);
+        if group.len() > 1 {
+            flags.push("grouped".to_string());
+        }
+        let (ids, run_id) = (group.to_vec(), report.run_id);
         let (body_text, flags_text) = (body.to_string(), serde_json::to_string(&flags).unwrap_or_default());
         let now = Timestamp::now();
         let w = self.writer.clone();
-        let stored: Option<(i64, String)> = w.call_async(move |c| {
-                let inserted = c.prepare_cached(
-                    "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at) VALUES ('triage', ?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (alarm_id) WHERE kind = 'triage' DO NOTHING",
-                )?
-                .execute(params![alarm_id, run_id, body_text, flags_text, now.unix()])?;
-                c.prepare_cached("UPDATE triage_jobs SET state = 'done', finished_at = ?2, last_error = NULL WHERE id = ?1")?
-                    .execute(params![job_id, now.unix()])?;
-                if inserted == 0 {
-                    return Ok(None);
+        let stored: Vec<(i64, i64, String)> = w
+            .call_async(move |c| {
+                let mut out = Vec::new();
+                for alarm_id in ids {
+                    let inserted = c
+                        .prepare_cached(
+                            "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at) VALUES ('triage', ?1, ?2, ?3, ?4, ?5)
+                             ON CONFLICT (alarm_id) WHERE kind = 'triage' DO NOTHING",
+                        )?
+                        .execute(params![alarm_id, run_id, body_text, flags_text, now.unix()])?;
+                    if inserted == 1 {
+                        let note_id = c.last_insert_rowid();
+                        let asset: String = c
+                            .prepare_cached("SELECT asset_id FROM alarms WHERE id = ?1")?
+                            .query_row([alarm_id], |r| r.get(0))?;
+                        out.push((note_id, alarm_id, asset));
+                    }
                 }
-                let note_id = c.last_insert_rowid();
-                let asset: String = c.prepare_cached("SELECT asset_id FROM alarms WHERE id = ?1")?.query_row([alarm_id], |r| r.get(0))?;
-                Ok::<_, StoreError>(Some((note_id, asset)))
+                Ok::<_, StoreError>(out)
             })
-        .await?;
-        Ok(stored.map(|(note_id, asset_id)| PublishedNote {
-            note_id,
-            alarm_id,
-            asset_id,
-            run_id,
-            outcome: report.outcome,
-            provider: report.provider,
-            flags,
-            body,
-            created_at: now,
-        }))
+            .await?;
+        Ok(stored
+            .into_iter()
+            .map(|(note_id, alarm_id, asset_id)| PublishedNote {
+                note_id,
+                alarm_id,
+                asset_id,
+                run_id,
+                outcome: report.outcome,
+                provider: report.provider.clone(),
+                flags: flags.clone(),
+                body: body.clone(),
+                created_at: now,
+            })
+            .collect())
     }
+}
+
+/// Stored triage notes after `after` (a note id), oldest first, at most 1,000: what a
+/// consumer that fell behind the broadcast channel missed.
+pub fn notes_after(conn: &rusqlite::Connection, after: i64) -> Result<Vec<PublishedNote>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT n.id, n.alarm_id, a.asset_id, n.run_id, r.outcome, r.model, n.flags, n.body, n.created_at
+         FROM notes n JOIN alarms a ON a.id = n.alarm_id JOIN agent_runs r ON r.id = n.run_id
+         WHERE n.kind = 'triage' AND n.id > ?1 ORDER BY n.id LIMIT 1000",
+    )?;
+    let rows = stmt.query_map([after], |r| {
+        let outcome: Option<String> = r.get(4)?;
+        Ok(PublishedNote {
+            note_id: r.get(0)?,
+            alarm_id: r.get(1)?,
+            asset_id: r.get(2)?,
+            run_id: r.get(3)?,
+            outcome: outcome.as_deref().and_then(Outcome::parse).unwrap_or(Outcome::Failed),
+            provider: r.get(5)?,
+            flags: serde_json::from_str(&r.get::<_, String>(6)?).unwrap_or_default(),
+            body: serde_json::from_str(&r.get::<_, String>(7)?).unwrap_or(Value::Null),
+            created_at: Timestamp::from_unix(r.get(8)?),
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }

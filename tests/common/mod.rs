@@ -96,3 +96,13 @@ impl Plant {
         self.store.read().unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
     }
 }
+
+/// Logs to the test's output when `RUST_LOG` is set (e.g. `RUST_LOG=twinops=debug`).
+pub fn logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
+    }
+}
