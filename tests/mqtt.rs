@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Plant;
@@ -231,4 +232,226 @@ async fn mosquitto_flood_is_triaged_within_budget() {
         return;
     };
     flood_is_triaged_within_budget(Some(url)).await;
+}
+
+/// Packet ids seen by a recording TCP proxy between the daemon and the broker: QoS 1
+/// PUBLISH packets the broker sent, and PUBACK packets the daemon sent back, in order.
+#[derive(Default)]
+struct Wire {
+    delivered: Vec<u16>,
+    acked: Vec<u16>,
+}
+
+/// Splits complete MQTT packets off the front of `buf`: (type, flags, body).
+fn packets(buf: &mut Vec<u8>) -> Vec<(u8, u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    loop {
+        let (mut len, mut shift, mut i) = (0usize, 0, 1);
+        loop {
+            let Some(&b) = buf.get(i) else { return out };
+            len |= ((b & 0x7f) as usize) << shift;
+            shift += 7;
+            i += 1;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        if buf.len() < i + len {
+            return out;
+        }
+        let body = buf[i..i + len].to_vec();
+        out.push((buf[0] >> 4, buf[0] & 0x0f, body));
+        buf.drain(..i + len);
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    wire: Arc<Mutex<Wire>>,
+    upstream: bool,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut chunk, mut buf) = (vec![0u8; 65536], Vec::new());
+    while let Ok(n) = from.read(&mut chunk).await {
+        if n == 0 || to.write_all(&chunk[..n]).await.is_err() {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut w = wire.lock().unwrap();
+        for (kind, flags, body) in packets(&mut buf) {
+            match (kind, upstream) {
+                // PUBLISH at QoS 1 from the broker: topic, then the packet id.
+                (3, false) if (flags >> 1) & 3 == 1 => {
+                    let topic_len = u16::from_be_bytes([body[0], body[1]]) as usize;
+                    w.delivered.push(u16::from_be_bytes([body[2 + topic_len], body[3 + topic_len]]));
+                }
+                (4, true) => w.acked.push(u16::from_be_bytes([body[0], body[1]])),
+                _ => {}
+            }
+        }
+    }
+}
+
+async fn recording_proxy(upstream: String) -> (String, Arc<Mutex<Wire>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let wire = Arc::new(Mutex::new(Wire::default()));
+    let w = Arc::clone(&wire);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            let ((cr, cw), (sr, sw)) = (client.into_split(), server.into_split());
+            tokio::spawn(pump(cr, sw, Arc::clone(&w), true));
+            tokio::spawn(pump(sr, cw, Arc::clone(&w), false));
+        }
+    });
+    (format!("mqtt://{addr}"), wire)
+}
+
+/// What the broker receives: the daemon's PUBACKs come in the order the broker sent
+/// the messages, one for each (that they wait for the commit is what the SIGKILL test
+/// shows).
+async fn acks_follow_arrival_order(broker_url: Option<String>) {
+    let p = Plant::new();
+    let run = format!("o{}", free_port());
+    let broker = match broker_url {
+        Some(url) => url,
+        None => {
+            let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            twinops::broker::start(listen).unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            format!("mqtt://{listen}")
+        }
+    };
+    let (proxy, wire) = recording_proxy(broker.trim_start_matches("mqtt://").to_string()).await;
+    let server = ScriptedServer::cycling(vec![plain_note()]).await;
+    let daemon = daemon_with_model(&p, &run, Some(&proxy), &server.openai_url(), "").await;
+    let report = simulate(&SimOptions { duplicates: 5.0, ..SimOptions::burst(&broker, &run, 3_000) }).await.unwrap();
+    let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
+    assert!(eventually(Duration::from_secs(60), || p.count(&journal) as usize == report.events).await);
+    let acked_all = eventually(Duration::from_secs(20), || wire.lock().unwrap().acked.len() >= report.published).await;
+    daemon.shutdown().await;
+    let w = wire.lock().unwrap();
+    assert!(acked_all, "{} acks for {} messages", w.acked.len(), report.published);
+    assert_eq!(w.delivered.len(), report.published, "each message delivered once");
+    assert_eq!(w.acked, w.delivered, "acks in arrival order");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_acks_follow_arrival_order() {
+    acks_follow_arrival_order(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_acks_follow_arrival_order() {
+    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
+        println!("NOT RUN: mosquitto_acks_follow_arrival_order needs TWINOPS_TEST_MQTT_URL");
+        return;
+    };
+    acks_follow_arrival_order(Some(url)).await;
+}
+
+/// The daemon process is killed with SIGKILL while a triage run waits on the model,
+/// after the run proposed a work order. Started again, it redoes the job: one note for
+/// the occurrence, and still one pending work order (the proposal's idempotency key).
+async fn killed_triage_is_redone(broker_url: Option<String>) {
+    let p = Plant::new();
+    let run = format!("j{}", free_port());
+    let proposal = json!({
+        "asset_id": "PUMP-007", "action": "replace_bearing", "priority": "urgent",
+        "title": "Replace PUMP-007 drive-end bearing", "justification": "Drive-end vibration high and rising.",
+        "evidence": ["arp-vibration.md#1"],
+    });
+    let server = ScriptedServer::start(vec![
+        Reply::call("p1", "propose_work_order", proposal.clone()),
+        Reply::Delay(Duration::from_secs(120), Box::new(plain_note())),
+    ])
+    .await;
+    let (broker, listen) = match broker_url {
+        Some(url) => (url, None),
+        None => {
+            let port = free_port();
+            (format!("mqtt://127.0.0.1:{port}"), Some(format!("127.0.0.1:{port}")))
+        }
+    };
+    let config = p.dir.path().join("twinops.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[llm.chain]]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\n\n[llm.limits]\ndeadline_secs = 300\nmodel_timeout_secs = 200\n",
+            server.openai_url()
+        ),
+    )
+    .unwrap();
+    let spawn = || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"));
+        cmd.arg("--db").arg(p.db_path()).arg("--config").arg(&config).arg("serve");
+        match &listen {
+            Some(addr) => cmd.env("TWINOPS_MQTT_LISTEN", addr).env_remove("TWINOPS_MQTT_URL"),
+            None => cmd.env("TWINOPS_MQTT_URL", &broker),
+        };
+        cmd.env("TWINOPS_MQTT_TOPICS", format!("{run}/#"))
+            .env("TWINOPS_MQTT_CLIENT_ID", format!("twinops-{run}"))
+            .env_remove("TWINOPS_LLM_KIND")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut daemon = spawn();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let event = json!({"type": "alarm", "event_id": format!("{run}-1"), "asset_id": "PUMP-007", "code": "KILL-TEST",
+                       "severity": "high", "state": "raised", "time": twinops::domain::Timestamp::now().to_rfc3339(),
+                       "message": "drive-end vibration high"});
+    let topic = format!("{run}/scada/alarms");
+    twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, vec![event.to_string().into_bytes()])
+        .await
+        .unwrap();
+    let alarm = format!("(SELECT id FROM alarms WHERE event_id = '{run}-1')");
+    let waiting = eventually(Duration::from_secs(30), || {
+        p.count("SELECT count(*) FROM work_orders WHERE asset_id = 'PUMP-007' AND status = 'pending_approval'") == 1
+            && server.requests().len() == 2
+    })
+    .await;
+    assert!(waiting, "the run proposed and is waiting on the model ({} requests)", server.requests().len());
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    assert_eq!(p.count(&format!("SELECT count(*) FROM triage_jobs WHERE alarm_id = {alarm} AND state = 'running'")), 1);
+    assert_eq!(p.count(&format!("SELECT count(*) FROM notes WHERE alarm_id = {alarm}")), 0);
+
+    server.push(vec![Reply::call("p2", "propose_work_order", proposal), plain_note()]);
+    let mut daemon = spawn();
+    let noted = eventually(Duration::from_secs(60), || {
+        p.count(&format!("SELECT count(*) FROM triage_jobs WHERE alarm_id = {alarm} AND state = 'done'")) == 1
+    })
+    .await;
+    let _ = std::process::Command::new("kill").args(["-TERM", &daemon.id().to_string()]).status();
+    daemon.wait().unwrap();
+    assert!(noted, "the job was redone after the restart");
+    assert_eq!(p.count(&format!("SELECT count(*) FROM notes WHERE alarm_id = {alarm}")), 1, "one note");
+    assert_eq!(
+        p.count("SELECT count(*) FROM work_orders WHERE asset_id = 'PUMP-007' AND status = 'pending_approval'"),
+        1,
+        "one pending work order"
+    );
+    assert_eq!(
+        p.count(&format!("SELECT count(*) FROM agent_runs WHERE alarm_id = {alarm}")),
+        2,
+        "the run, and its redo"
+    );
+    assert_eq!(server.requests().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_killed_triage_is_redone() {
+    killed_triage_is_redone(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_killed_triage_is_redone() {
+    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
+        println!("NOT RUN: mosquitto_killed_triage_is_redone needs TWINOPS_TEST_MQTT_URL");
+        return;
+    };
+    killed_triage_is_redone(Some(url)).await;
 }
