@@ -37,6 +37,7 @@ pub struct Daemon {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// The demo simulator: stopped outright at shutdown, nothing to finish.
     simulator: Option<tokio::task::JoinHandle<()>>,
+    scheduler: tokio_cron_scheduler::JobScheduler,
     pub store: Store,
     pub triage: Arc<Triage>,
     pub mqtt_url: String,
@@ -70,7 +71,7 @@ impl Daemon {
         let llm = &opts.config.llm;
         let agent = Arc::new(Agent::new(store.clone(), agent::models_from_config(llm), llm.limits.clone()));
         let rules = Arc::new(Agent::new(store.clone(), Vec::new(), llm.limits.clone()));
-        let triage = Arc::new(Triage::new(agent, rules, opts.config.triage.llm_runs_per_minute));
+        let triage = Arc::new(Triage::new(Arc::clone(&agent), rules, opts.config.triage.llm_runs_per_minute));
         let requeued = triage.requeue_interrupted().await?;
         if requeued > 0 {
             tracing::warn!(stage = "app", jobs = requeued, "triage jobs interrupted by the last stop are queued again");
@@ -97,6 +98,11 @@ impl Daemon {
                 stop_rx.clone(),
             )));
         }
+        let mut schedule = opts.config.schedule.clone();
+        if opts.demo && schedule.docs_dir.is_none() {
+            schedule.docs_dir = Some(opts.seed_dir.join("docs"));
+        }
+        let scheduler = crate::schedule::start(&schedule, store.clone(), agent).await?;
         let mut simulator = None;
         if opts.demo {
             // Live telemetry every 5 s and an alarm event every 10 s or so, until stopped.
@@ -120,15 +126,16 @@ impl Daemon {
                 }
             }));
         }
-        Ok(Daemon { stop, tasks, simulator, store, triage, mqtt_url: mqtt.url })
+        Ok(Daemon { stop, tasks, simulator, scheduler, store, triage, mqtt_url: mqtt.url })
     }
 
     /// Stops taking messages, commits and acks what is in flight, lets running triage
     /// jobs finish, within the deadline; a job cut off is requeued at the next start.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         if let Some(sim) = &self.simulator {
             sim.abort();
         }
+        let _ = self.scheduler.shutdown().await;
         let _ = self.stop.send(true);
         let all = async {
             for t in self.tasks {

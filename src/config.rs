@@ -192,6 +192,36 @@ pub struct NotifyConfig {
     pub webhook_url: Option<Secret>,
 }
 
+/// The `[schedule]` part. Cron expressions have six fields, seconds first, in UTC.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleConfig {
+    /// Expire stale proposals, unshelve alarms whose shelf time is over, re-index
+    /// changed documents.
+    pub housekeeping: String,
+    /// The shift handover note (an agent run), at each shift change.
+    pub handover: String,
+    /// Readings retention.
+    pub retention: String,
+    /// Raw readings older than this are deleted (hourly rollups stay); 0 keeps all.
+    pub readings_retention_days: u32,
+    /// Markdown documents re-indexed at housekeeping when they change; none if unset
+    /// (`serve --demo` uses the seed's docs/).
+    pub docs_dir: Option<PathBuf>,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        ScheduleConfig {
+            housekeeping: "0 * * * * *".into(),
+            handover: "0 0 6,14,22 * * *".into(),
+            retention: "0 17 * * * *".into(),
+            readings_retention_days: 90,
+            docs_dir: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -203,6 +233,8 @@ pub struct Config {
     pub triage: TriageConfig,
     #[serde(default)]
     pub notify: NotifyConfig,
+    #[serde(default)]
+    pub schedule: ScheduleConfig,
 }
 
 impl Config {
@@ -320,6 +352,13 @@ impl Config {
         if self.triage.workers == 0 {
             bail!("triage.workers must be at least 1");
         }
+        for (key, expr) in [
+            ("housekeeping", &self.schedule.housekeeping),
+            ("handover", &self.schedule.handover),
+            ("retention", &self.schedule.retention),
+        ] {
+            crate::schedule::check_cron(expr).with_context(|| format!("schedule.{key}"))?;
+        }
         if self.triage.queue_capacity < 2 {
             bail!("triage.queue_capacity must be at least 2 (one job plus the overflow job)");
         }
@@ -370,5 +409,20 @@ mod tests {
         std::fs::write(&path, "[llm]\nchain = [{ kind = \"openai\", model = \"m\", temprature = 0.2 }]\n").unwrap();
         let err = format!("{:#}", Config::load(&path, &|_| None).unwrap_err());
         assert!(err.contains("temprature"), "{err}");
+    }
+
+    #[test]
+    fn schedules_and_capacity_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("twinops.toml");
+        for (text, says) in [
+            ("[schedule]\nhandover = \"0 6 * * *\"\n", "schedule.handover: '0 6 * * *' needs six fields"),
+            ("[schedule]\nretention = \"0 99 * * * *\"\n", "schedule.retention: '0 99 * * * *' is not a cron expression"),
+            ("[triage]\nqueue_capacity = 1\n", "triage.queue_capacity must be at least 2"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = format!("{:#}", Config::load(&path, &|_| None).unwrap_err());
+            assert!(err.contains(says), "{err}");
+        }
     }
 }

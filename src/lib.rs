@@ -28,6 +28,7 @@ pub mod domain;
 pub mod ingest;
 pub mod notify;
 pub mod rag;
+pub mod schedule;
 pub mod scripted;
 pub mod sdnotify;
 pub mod seed;

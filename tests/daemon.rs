@@ -307,3 +307,130 @@ fn floods_and_chattering_route_triage_to_the_rules_model() {
     assert_eq!(mode(occurrences[0]), "agent");
     assert_eq!(mode(occurrences[2]), "rules", "the third activation within 60 s is chatter");
 }
+
+fn draft(asset: &str, title: &str) -> twinops::domain::WorkOrderDraft {
+    use twinops::domain::{AssetId, WorkAction, WorkPriority};
+    twinops::domain::WorkOrderDraft::new(
+        AssetId::parse(asset).unwrap(),
+        None,
+        WorkAction::Inspect,
+        WorkPriority::Normal,
+        title,
+        "Vibration on the drive end is above the zone B limit and rising.",
+        vec![],
+    )
+    .unwrap()
+}
+
+/// Housekeeping expires proposals nobody decided on, unshelves alarms whose shelf
+/// time is over, and re-indexes documents that changed; retention deletes old raw
+/// readings in batches and keeps the hourly rollups.
+#[tokio::test(flavor = "multi_thread")]
+async fn housekeeping_and_retention() {
+    use twinops::approvals::{Approvals, DEFAULT_TTL_SECS, Proposer};
+    use twinops::schedule::housekeeping;
+
+    let p = Plant::new();
+    let approvals = Approvals::new(p.store.writer().clone());
+    let now = common::end();
+    let stale = approvals
+        .propose(
+            draft("PUMP-003", "Inspect PUMP-003"),
+            Proposer::User("kaur".into()),
+            now.plus_secs(-DEFAULT_TTL_SECS - 60),
+        )
+        .unwrap();
+    let fresh = approvals.propose(draft("PUMP-005", "Inspect PUMP-005"), Proposer::User("kaur".into()), now).unwrap();
+    let Applied::Raised { alarm_id, .. } = send(&p, &alarm("s1", "raised", -30)).alarms[0] else { panic!() };
+    alarms::shelve(p.store.writer(), alarm_id, "operator.kaur", 600, "permit 12 on PUMP-001", now.plus_secs(-1200))
+        .unwrap();
+
+    let docs = tempfile::TempDir::new().unwrap();
+    for entry in std::fs::read_dir(common::seed_dir().join("docs")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), docs.path().join(entry.file_name())).unwrap();
+    }
+    let h = housekeeping(&p.store, Some(docs.path().to_path_buf()), now).await.unwrap();
+    assert_eq!(h.expired_work_orders, [stale.work_order_id]);
+    assert_eq!((h.unshelved, h.docs_changed), (1, 0), "same files as the seed indexed: nothing to do");
+    let status = |id: i64| p.count(&format!("SELECT status = 'pending_approval' FROM work_orders WHERE id = {id}"));
+    assert_eq!((status(stale.work_order_id), status(fresh.work_order_id)), (0, 1));
+    let state: AlarmState =
+        p.store.read().unwrap().query_row("SELECT state FROM alarms WHERE id = ?1", [alarm_id], |r| r.get(0)).unwrap();
+    assert_eq!(state, AlarmState::Unacknowledged);
+
+    let path = docs.path().join("arp-vibration.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{text}\n\n## Addendum\n\nQuarantine procedure zebracorn applies from December.\n"))
+        .unwrap();
+    let h = housekeeping(&p.store, Some(docs.path().to_path_buf()), now.plus_secs(60)).await.unwrap();
+    assert_eq!(h, twinops::schedule::Housekeeping { docs_changed: 1, ..Default::default() });
+    let hits = p.docs.search(&p.store.read().unwrap(), "zebracorn", 3).unwrap();
+    assert!(hits[0].citation.to_string().starts_with("arp-vibration.md#"), "the change is searchable");
+
+    let before = now.plus_secs(-3 * 86_400);
+    let old = format!("SELECT count(*) FROM readings WHERE ts < {}", before.unix());
+    let (old_rows, rollups) = (p.count(&old), p.count("SELECT count(*) FROM readings_hourly"));
+    assert!(old_rows > 300_000, "{old_rows}");
+    let deleted = twinops::store::prune_readings(p.store.writer(), before, 5_000).await.unwrap();
+    assert_eq!((deleted as i64, p.count(&old)), (old_rows, 0));
+    assert_eq!(p.count("SELECT count(*) FROM readings_hourly"), rollups, "rollups kept");
+    assert!(p.count("SELECT count(*) FROM readings") > 0, "recent readings kept");
+}
+
+/// The shift handover is an agent run stored as a `handover` note.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shift_handover_is_a_stored_note() {
+    let p = Plant::new();
+    let agent = rules_agent(&p);
+    let note = twinops::schedule::handover(&agent).await.unwrap();
+    let (body, run): (String, i64) = p
+        .store
+        .read()
+        .unwrap()
+        .query_row("SELECT body, run_id FROM notes WHERE id = ?1 AND kind = 'handover'", [note], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let text = body["text"].as_str().unwrap();
+    assert!(text.starts_with("Shift handover:") && text.contains("PUMP-007"), "{text}");
+    assert_eq!(p.count(&format!("SELECT count(*) FROM agent_runs WHERE id = {run} AND profile = 'handover'")), 1);
+    let tools =
+        p.count(&format!("SELECT count(*) FROM agent_steps WHERE run_id = {run} AND name = 'propose_work_order'"));
+    assert_eq!(tools, 0);
+}
+
+/// The daemon runs housekeeping on its schedule.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_runs_its_schedules() {
+    use twinops::app::{Daemon, ServeOptions};
+    use twinops::approvals::{Approvals, DEFAULT_TTL_SECS, Proposer};
+
+    let p = Plant::new();
+    let stale = Approvals::new(p.store.writer().clone())
+        .propose(
+            draft("PUMP-003", "Inspect PUMP-003"),
+            Proposer::User("kaur".into()),
+            Timestamp::now().plus_secs(-DEFAULT_TTL_SECS - 5),
+        )
+        .unwrap();
+    let mut config = twinops::config::Config::default();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    config.mqtt.embedded_listen = format!("127.0.0.1:{port}");
+    config.mqtt.client_id = format!("twinops-sched-{port}");
+    config.schedule.housekeeping = "* * * * * *".into();
+    let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
+    let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    let expired = format!("SELECT count(*) FROM work_orders WHERE id = {} AND status = 'expired'", stale.work_order_id);
+    let mut done = false;
+    for _ in 0..50 {
+        if p.count(&expired) == 1 {
+            done = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    daemon.shutdown().await;
+    assert!(done, "housekeeping ran within 5 s");
+}

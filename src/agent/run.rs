@@ -35,6 +35,7 @@ use crate::tools::{self, ToolContext, ToolDef, ToolOutput};
 
 const TRIAGE_PROMPT: &str = include_str!("../../prompts/triage.md");
 const CHAT_PROMPT: &str = include_str!("../../prompts/chat.md");
+const HANDOVER_PROMPT: &str = include_str!("../../prompts/handover.md");
 
 /// What a run may do: its system prompt, the tools it is offered, and the shape of its
 /// final answer.
@@ -64,6 +65,17 @@ impl Profile {
             tools: names(tools::all().iter().collect()),
             structured_note: false,
         }
+    }
+
+    /// The shift handover: read-only, plain text.
+    pub fn handover() -> Profile {
+        Profile {
+            name: "handover",
+            system_prompt: HANDOVER_PROMPT,
+            tools: names(tools::all().iter().collect()),
+            structured_note: false,
+        }
+        .read_only()
     }
 
     /// Read-only: the same tools less `propose_work_order`.
@@ -258,6 +270,21 @@ impl Agent {
             },
             user_message,
         })
+    }
+
+    /// The shift handover summary, as of now.
+    pub async fn handover(&self) -> anyhow::Result<RunReport> {
+        let now = (self.clock)();
+        let task = Task {
+            profile: Profile::handover(),
+            trigger: "schedule:handover".to_string(),
+            facts: TaskFacts::default(),
+            user_message: format!(
+                "Write the shift handover for the shift starting {}. Cover the last 8 hours.",
+                now.to_rfc3339()
+            ),
+        };
+        Ok(self.run(task, None).await?)
     }
 
     /// One chat turn for an operator.

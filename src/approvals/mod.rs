@@ -1,8 +1,9 @@
 //! The only code that writes `work_orders`.
 //!
 //! Architecture Invariant: the agent can reach [`Approvals::propose`] and nothing else
-//! here. Moving a work order out of `pending_approval` takes an authenticated human;
-//! no tool, model reply or agent code path calls those functions.
+//! here. Moving a work order out of `pending_approval` takes an authenticated human,
+//! or the expiry schedule ([`Approvals::expire_due`]) when nobody decided in time; no
+//! tool, model reply or agent code path calls those functions.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -56,6 +57,24 @@ impl Approvals {
     /// same intent key unchanged.
     pub fn propose(&self, draft: WorkOrderDraft, by: Proposer, now: Timestamp) -> Result<Proposal, StoreError> {
         self.writer.call(move |conn| propose_in(conn, &draft, &by, now))
+    }
+}
+
+impl Approvals {
+    /// Marks proposals still pending past their expiry as `expired`, returning their
+    /// ids: a stale proposal must not be approved days later on old evidence.
+    pub async fn expire_due(&self, now: Timestamp) -> Result<Vec<i64>, StoreError> {
+        let w = self.writer.clone();
+        w.call_async(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "UPDATE work_orders SET status = 'expired', decided_by = 'twinops', decided_at = ?1,
+                        decision_reason = 'no decision before the proposal expired'
+                 WHERE status = 'pending_approval' AND expires_at <= ?1 RETURNING id",
+            )?;
+            let ids = stmt.query_map([now.unix()], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
+            Ok(ids)
+        })
+        .await
     }
 }
 

@@ -3,6 +3,9 @@
 
 use rusqlite::{Connection, params};
 
+use super::{StoreError, Writer};
+use crate::domain::Timestamp;
+
 /// A sensor's alarm limits: [LL, L, H, HH].
 pub type Limits = [Option<f64>; 4];
 
@@ -112,4 +115,38 @@ pub fn insert_readings(conn: &Connection, key: i64, limits: &Limits, rows: &[(i6
         ])?;
     }
     Ok(new)
+}
+
+/// Deletes raw readings older than `before`, at most `batch` rows per transaction so
+/// that ingest never waits long behind it; the hourly rollups are kept for long
+/// trends. Returns the rows deleted.
+pub async fn prune_readings(writer: &Writer, before: Timestamp, batch: usize) -> Result<usize, StoreError> {
+    let w = writer.clone();
+    let keys: Vec<i64> = w
+        .call_async(|c| {
+            let mut stmt = c.prepare_cached("SELECT key FROM sensors ORDER BY key")?;
+            let keys = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            Ok::<_, StoreError>(keys)
+        })
+        .await?;
+    let mut deleted = 0;
+    for key in keys {
+        loop {
+            let n = w
+                .call_async(move |c| {
+                    // The oldest `batch` rows of one sensor: a range scan of the primary key.
+                    Ok::<_, StoreError>(c.prepare_cached(
+                        "DELETE FROM readings WHERE sensor_key = ?1 AND ts <= (
+                             SELECT max(ts) FROM (SELECT ts FROM readings WHERE sensor_key = ?1 AND ts < ?2 ORDER BY ts LIMIT ?3))",
+                    )?
+                    .execute(rusqlite::params![key, before.unix(), batch as i64])?)
+                })
+                .await?;
+            deleted += n;
+            if n < batch {
+                break;
+            }
+        }
+    }
+    Ok(deleted)
 }

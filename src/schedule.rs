@@ -1,0 +1,137 @@
+//! Timed work (tokio-cron-scheduler, UTC): housekeeping every minute (expire stale
+//! proposals, unshelve alarms, re-index changed documents), the shift handover note,
+//! and readings retention. Each job logs what it did; a failed run is logged and the
+//! next one tries again.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use rusqlite::params;
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+use crate::agent::Agent;
+use crate::alarms;
+use crate::approvals::Approvals;
+use crate::config::ScheduleConfig;
+use crate::domain::Timestamp;
+use crate::store::{Store, StoreError, prune_readings};
+
+/// Readings deleted per transaction by retention.
+const RETENTION_BATCH: usize = 5_000;
+
+/// Checks a cron expression (six fields, seconds first).
+pub fn check_cron(expr: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        expr.split_whitespace().count() == 6,
+        "'{expr}' needs six fields, seconds first: \"0 0 6,14,22 * * *\" is 06:00, 14:00 and 22:00 UTC"
+    );
+    Job::new_async(expr, |_, _| Box::pin(async {}))
+        .map_err(|e| anyhow::anyhow!("'{expr}' is not a cron expression: {e}"))?;
+    Ok(())
+}
+
+/// What one housekeeping pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Housekeeping {
+    pub expired_work_orders: Vec<i64>,
+    pub unshelved: usize,
+    pub docs_changed: usize,
+}
+
+/// Expires stale proposals, unshelves alarms whose time is over, and re-indexes the
+/// documents under `docs` that changed (unchanged files are skipped by SHA-256).
+pub async fn housekeeping(store: &Store, docs: Option<PathBuf>, now: Timestamp) -> anyhow::Result<Housekeeping> {
+    let expired_work_orders = Approvals::new(store.writer().clone()).expire_due(now).await?;
+    let (s, w) = (store.clone(), store.writer().clone());
+    let (unshelved, docs_changed) = tokio::task::spawn_blocking(move || -> anyhow::Result<(usize, usize)> {
+        let unshelved = alarms::unshelve_expired(&w, now)?;
+        let changed = match docs {
+            Some(dir) => {
+                let r = crate::rag::index_dir(&s, &dir, now)?;
+                r.added + r.updated
+            }
+            None => 0,
+        };
+        Ok((unshelved, changed))
+    })
+    .await??;
+    Ok(Housekeeping { expired_work_orders, unshelved, docs_changed })
+}
+
+/// Runs the shift handover and stores it as a `handover` note. Returns the note id.
+pub async fn handover(agent: &Agent) -> anyhow::Result<i64> {
+    let report = agent.handover().await?;
+    let text = report.answer.clone().context("the handover run produced no text")?;
+    let flags = serde_json::to_string(&report.flags).unwrap_or_default();
+    let body = serde_json::json!({"text": text, "outcome": report.outcome, "provider": report.provider}).to_string();
+    let (run_id, now) = (report.run_id, Timestamp::now());
+    let w = agent.store().writer().clone();
+    let id = w
+        .call_async(move |c| {
+            c.prepare_cached(
+                "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at) VALUES ('handover', NULL, ?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![run_id, body, flags, now.unix()])?;
+            Ok::<_, StoreError>(c.last_insert_rowid())
+        })
+        .await?;
+    Ok(id)
+}
+
+/// Starts the scheduler with the three jobs. Shut it down with [`JobScheduler::shutdown`].
+pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> anyhow::Result<JobScheduler> {
+    let sched = JobScheduler::new().await?;
+
+    let (s, docs) = (store.clone(), cfg.docs_dir.clone());
+    sched
+        .add(Job::new_async(cfg.housekeeping.as_str(), move |_, _| {
+            let (s, docs) = (s.clone(), docs.clone());
+            Box::pin(async move {
+                match housekeeping(&s, docs, Timestamp::now()).await {
+                    Ok(h) if h == Housekeeping::default() => {}
+                    Ok(h) => tracing::info!(
+                        stage = "schedule",
+                        expired_work_orders = ?h.expired_work_orders,
+                        unshelved = h.unshelved,
+                        docs_changed = h.docs_changed,
+                        "housekeeping"
+                    ),
+                    Err(e) => tracing::warn!(stage = "schedule", error = %format!("{e:#}"), "housekeeping failed"),
+                }
+            })
+        })?)
+        .await?;
+
+    sched
+        .add(Job::new_async(cfg.handover.as_str(), move |_, _| {
+            let agent = Arc::clone(&agent);
+            Box::pin(async move {
+                match handover(&agent).await {
+                    Ok(note) => tracing::info!(stage = "schedule", note, "shift handover written"),
+                    Err(e) => tracing::warn!(stage = "schedule", error = %format!("{e:#}"), "shift handover failed"),
+                }
+            })
+        })?)
+        .await?;
+
+    let days = cfg.readings_retention_days;
+    if days > 0 {
+        let w = store.writer().clone();
+        sched
+            .add(Job::new_async(cfg.retention.as_str(), move |_, _| {
+                let w = w.clone();
+                Box::pin(async move {
+                    let before = Timestamp::now().plus_secs(-86_400 * i64::from(days));
+                    match prune_readings(&w, before, RETENTION_BATCH).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(stage = "schedule", deleted = n, days, "readings retention"),
+                        Err(e) => tracing::warn!(stage = "schedule", error = %e, "readings retention failed"),
+                    }
+                })
+            })?)
+            .await?;
+    }
+    sched.start().await?;
+    Ok(sched)
+}
