@@ -128,9 +128,13 @@ pub async fn mqtt_loop(
     let (client, mut eventloop) = AsyncClient::new(opts, 1024);
     let poller = tokio::spawn(async move {
         loop {
-            if let Err(e) = eventloop.poll().await {
-                tracing::warn!(stage = "notify", error = %e, "notes connection to the MQTT broker lost; reconnecting");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+            match eventloop.poll().await {
+                Ok(rumqttc::Event::Outgoing(rumqttc::Outgoing::Disconnect)) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(stage = "notify", error = %e, "notes connection to the MQTT broker lost; reconnecting");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             }
         }
     });

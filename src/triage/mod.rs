@@ -148,6 +148,15 @@ impl Triage {
                 Ok(r) => return self.fail(&job, format!("run {} failed", r.run_id)).await.map(|_| Some(stored)),
                 Err(e) => return self.fail(&job, format!("{e:#}")).await.map(|_| Some(stored)),
             };
+            tracing::info!(
+                stage = "triage",
+                job = job.id,
+                alarms = ?group,
+                run = report.run_id,
+                outcome = report.outcome.as_str(),
+                provider = report.provider.as_deref().unwrap_or("-"),
+                "triaged"
+            );
             for note in self.store(group, report).await? {
                 let _ = self.notes.send(note.clone());
                 stored.push(note);
