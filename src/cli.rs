@@ -251,7 +251,10 @@ enum BenchCommand {
 
 pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG").unwrap_or_else(|_| "warn,rumqttd::server::broker=off".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG")
+                .unwrap_or_else(|_| "warn,rumqttd::server::broker=off".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()) {

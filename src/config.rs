@@ -131,6 +131,12 @@ pub struct MqttConfig {
     pub url: String,
     pub username: Option<String>,
     pub password: Option<Secret>,
+    /// mqtts: the CA that signed the broker's certificate (PEM); the system's roots if unset.
+    pub ca_file: Option<PathBuf>,
+    /// mqtts: our client certificate (PEM), for brokers that require one.
+    pub client_cert_file: Option<PathBuf>,
+    /// mqtts: the client certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub client_key_file: Option<PathBuf>,
     /// Stable, so the broker keeps our session (and unacked messages) across restarts.
     pub client_id: String,
     /// Topic filters for alarm events and telemetry.
@@ -154,6 +160,9 @@ impl Default for MqttConfig {
             url: String::new(),
             username: None,
             password: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
             client_id: "twinops".into(),
             topics: vec!["scada/#".into()],
             embedded_listen: "127.0.0.1:1883".into(),
@@ -269,6 +278,15 @@ impl Config {
         if let Some(listen) = env("TWINOPS_MQTT_LISTEN") {
             m.embedded_listen = listen;
         }
+        for (key, field) in [
+            ("TWINOPS_MQTT_CA_FILE", &mut m.ca_file),
+            ("TWINOPS_MQTT_CLIENT_CERT_FILE", &mut m.client_cert_file),
+            ("TWINOPS_MQTT_CLIENT_KEY_FILE", &mut m.client_key_file),
+        ] {
+            if let Some(path) = env(key) {
+                *field = Some(PathBuf::from(path));
+            }
+        }
         if let Some(id) = env("TWINOPS_MQTT_CLIENT_ID") {
             m.client_id = id;
         }
@@ -340,6 +358,9 @@ impl Config {
         }
         if m.embedded_listen.parse::<std::net::SocketAddr>().is_err() {
             bail!("mqtt.embedded_listen '{}' is not an address like 127.0.0.1:1883", m.embedded_listen);
+        }
+        if m.client_cert_file.is_some() != m.client_key_file.is_some() {
+            bail!("mqtt.client_cert_file and mqtt.client_key_file go together: set both or neither");
         }
         if m.batch_max == 0 || m.inflight == 0 {
             bail!("mqtt.batch_max and mqtt.inflight must be at least 1");
@@ -417,7 +438,10 @@ mod tests {
         let path = dir.path().join("twinops.toml");
         for (text, says) in [
             ("[schedule]\nhandover = \"0 6 * * *\"\n", "schedule.handover: '0 6 * * *' needs six fields"),
-            ("[schedule]\nretention = \"0 99 * * * *\"\n", "schedule.retention: '0 99 * * * *' is not a cron expression"),
+            (
+                "[schedule]\nretention = \"0 99 * * * *\"\n",
+                "schedule.retention: '0 99 * * * *' is not a cron expression",
+            ),
             ("[triage]\nqueue_capacity = 1\n", "triage.queue_capacity must be at least 2"),
         ] {
             std::fs::write(&path, text).unwrap();

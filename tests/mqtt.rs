@@ -455,3 +455,55 @@ async fn mosquitto_killed_triage_is_redone() {
     };
     killed_triage_is_redone(Some(url)).await;
 }
+
+/// Over `mqtts://` with a broker that requires client certificates (Mosquitto set up by
+/// `.ci/run` with certificates from `.ci/test-certs`): with ours, every event arrives;
+/// without, the broker refuses the connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtts_with_a_client_certificate() {
+    let (Ok(tls_url), Ok(dir), Ok(plain_url)) = (
+        std::env::var("TWINOPS_TEST_MQTTS_URL"),
+        std::env::var("TWINOPS_TEST_MQTT_TLS_DIR"),
+        std::env::var("TWINOPS_TEST_MQTT_URL"),
+    ) else {
+        println!(
+            "NOT RUN: mqtts_with_a_client_certificate needs TWINOPS_TEST_MQTTS_URL, TWINOPS_TEST_MQTT_TLS_DIR (ca.pem, client.pem, client.key) and TWINOPS_TEST_MQTT_URL"
+        );
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let p = Plant::new();
+    let run = format!("s{}", free_port());
+    let mut config = Config::default();
+    config.mqtt.url = tls_url;
+    config.mqtt.client_id = format!("twinops-{run}");
+    config.mqtt.topics = vec![format!("{run}/scada/#")];
+    config.mqtt.ca_file = Some(dir.join("ca.pem"));
+
+    let mut anonymous = config.mqtt.clone();
+    anonymous.client_id = format!("twinops-{run}-anon");
+    let opts = twinops::ingest::mqtt::options(&anonymous, &anonymous.client_id).unwrap();
+    let (_client, mut eventloop) = rumqttc::AsyncClient::new(opts, 10);
+    let refused = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match eventloop.poll().await {
+                Ok(rumqttc::Event::Incoming(rumqttc::Packet::ConnAck(_))) => return false,
+                Ok(_) => {}
+                Err(_) => return true,
+            }
+        }
+    })
+    .await;
+    assert_eq!(refused, Ok(true), "no client certificate, no connection");
+
+    config.mqtt.client_cert_file = Some(dir.join("client.pem"));
+    config.mqtt.client_key_file = Some(dir.join("client.key"));
+    let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
+    let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let report = simulate(&SimOptions::burst(&plain_url, &run, 200)).await.unwrap();
+    let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
+    let all = eventually(Duration::from_secs(30), || p.count(&journal) as usize == report.events).await;
+    daemon.shutdown().await;
+    assert!(all, "stored {} of {} events over TLS", p.count(&journal), report.events);
+}
