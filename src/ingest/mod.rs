@@ -5,14 +5,16 @@
 pub mod mqtt;
 pub mod payload;
 
+use std::collections::HashMap;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub use payload::{AlarmEvent, Event, Reading, Rejected, Transition, parse};
 
 use crate::alarms::{self, Applied, QueuePolicy};
 
-use crate::domain::Timestamp;
-use crate::store::{Limits, StoreError, Writer, insert_readings};
+use crate::domain::{SensorId, Timestamp};
+use crate::store::{Limits, Rollups, StoreError, Writer};
 
 /// What one message did.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -21,6 +23,21 @@ pub struct MessageEffect {
     pub readings: usize,
     pub duplicate_readings: usize,
     pub dead_letters: usize,
+}
+
+/// One MQTT message, parsed before it reaches the writer thread (parsing is the part
+/// of ingest that needs no lock), with what a dead letter needs.
+pub struct Message {
+    topic: String,
+    payload: Vec<u8>,
+    parsed: Result<(Vec<(Event, serde_json::Value)>, Vec<Rejected>), Rejected>,
+}
+
+impl Message {
+    pub fn parse(topic: String, payload: Vec<u8>) -> Message {
+        let parsed = parse(&payload);
+        Message { topic, payload, parsed }
+    }
 }
 
 /// Commits the effects of one MQTT message: alarm transitions (enqueueing triage for
@@ -33,83 +50,102 @@ pub fn apply(
     received: Timestamp,
     policy: QueuePolicy,
 ) -> Result<MessageEffect, StoreError> {
-    let topic = topic.to_string();
-    let payload = payload.to_vec();
-    writer.call(move |conn| apply_in(conn, &topic, &payload, received, policy))
+    let message = Message::parse(topic.to_string(), payload.to_vec());
+    writer.call(move |conn| {
+        let mut batch = Batch::default();
+        let effect = batch.apply(conn, &message, received, policy)?;
+        batch.rollups.flush(conn)?;
+        Ok(effect)
+    })
 }
 
-/// Commits several messages in one transaction (the MQTT batch), returning each one's
-/// effect in order.
-pub async fn apply_batch(
+/// Queues several messages (the MQTT batch) for one writer job; the receiver yields
+/// each one's effect, in order, once committed. Batches commit in submission order.
+pub fn submit_batch(
     writer: &Writer,
-    messages: Vec<(String, Vec<u8>)>,
+    messages: Vec<Message>,
     received: Timestamp,
     policy: QueuePolicy,
-) -> Result<Vec<MessageEffect>, StoreError> {
-    writer
-        .call_async(move |conn| {
-            messages.iter().map(|(topic, payload)| apply_in(conn, topic, payload, received, policy)).collect()
-        })
-        .await
+) -> tokio::sync::oneshot::Receiver<Result<Vec<MessageEffect>, StoreError>> {
+    writer.submit(move |conn| {
+        let mut batch = Batch::default();
+        let effects =
+            messages.iter().map(|m| batch.apply(conn, m, received, policy)).collect::<Result<Vec<_>, StoreError>>()?;
+        batch.rollups.flush(conn)?;
+        Ok(effects)
+    })
 }
 
-fn apply_in(
-    conn: &Connection,
-    topic: &str,
-    payload: &[u8],
-    received: Timestamp,
-    policy: QueuePolicy,
-) -> Result<MessageEffect, StoreError> {
-    let mut effect = MessageEffect::default();
-    let (events, rejected) = match parse(payload) {
-        Ok(parsed) => parsed,
-        Err(whole) => {
-            dead_letter(conn, topic, payload, &whole, received)?;
-            effect.dead_letters = 1;
-            return Ok(effect);
+/// State shared by the messages of one transaction: sensor lookups and rollup sums.
+#[derive(Default)]
+struct Batch {
+    sensors: HashMap<SensorId, Option<(i64, Limits)>>,
+    rollups: Rollups,
+}
+
+impl Batch {
+    fn sensor(&mut self, conn: &Connection, id: &SensorId) -> rusqlite::Result<Option<(i64, Limits)>> {
+        if let Some(found) = self.sensors.get(id) {
+            return Ok(*found);
         }
-    };
-    for r in &rejected {
-        dead_letter(conn, topic, r.event.as_bytes(), r, received)?;
-        effect.dead_letters += 1;
+        let found = conn
+            .prepare_cached("SELECT key, limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE id = ?1")?
+            .query_row([id], |row| Ok((row.get(0)?, [row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?])))
+            .optional()?;
+        self.sensors.insert(id.clone(), found);
+        Ok(found)
     }
-    for (event, raw) in events {
-        match event {
-            Event::Alarm(a) => match alarms::apply(conn, &a, received, policy)? {
-                Err(refusal) => {
-                    let r = Rejected { reason: refusal.reason(), detail: refusal.to_string(), event: String::new() };
-                    dead_letter(conn, topic, raw.as_bytes(), &r, received)?;
-                    effect.dead_letters += 1;
-                }
-                Ok(applied) => effect.alarms.push(applied),
-            },
-            Event::Reading(r) => {
-                let sensor: Option<(i64, Limits)> = conn
-                    .prepare_cached("SELECT key, limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE id = ?1")?
-                    .query_row([&r.sensor_id], |row| {
-                        Ok((row.get(0)?, [row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?]))
-                    })
-                    .optional()?;
-                match sensor {
-                    Some((key, limits)) => {
-                        let new = insert_readings(conn, key, &limits, &[(r.time.unix(), r.value)])?;
-                        effect.readings += new;
-                        effect.duplicate_readings += 1 - new;
-                    }
-                    None => {
-                        let rej = Rejected {
-                            reason: "unknown_sensor",
-                            detail: format!("no sensor {}", r.sensor_id),
-                            event: String::new(),
-                        };
-                        dead_letter(conn, topic, raw.as_bytes(), &rej, received)?;
-                        effect.dead_letters += 1;
-                    }
-                }
+
+    fn apply(
+        &mut self,
+        conn: &Connection,
+        m: &Message,
+        received: Timestamp,
+        policy: QueuePolicy,
+    ) -> Result<MessageEffect, StoreError> {
+        let mut effect = MessageEffect::default();
+        let (events, rejected) = match &m.parsed {
+            Ok(parsed) => parsed,
+            Err(whole) => {
+                dead_letter(conn, &m.topic, &m.payload, whole, received)?;
+                effect.dead_letters = 1;
+                return Ok(effect);
             }
+        };
+        for r in rejected {
+            dead_letter(conn, &m.topic, r.event.as_bytes(), r, received)?;
+            effect.dead_letters += 1;
         }
+        for (event, raw) in events {
+            let refused = match event {
+                Event::Alarm(a) => match alarms::apply(conn, a, received, policy)? {
+                    Err(refusal) => {
+                        Rejected { reason: refusal.reason(), detail: refusal.to_string(), event: String::new() }
+                    }
+                    Ok(applied) => {
+                        effect.alarms.push(applied);
+                        continue;
+                    }
+                },
+                Event::Reading(r) => match self.sensor(conn, &r.sensor_id)? {
+                    Some((key, limits)) => {
+                        let new = self.rollups.insert(conn, key, &limits, r.time.unix(), r.value)?;
+                        effect.readings += usize::from(new);
+                        effect.duplicate_readings += usize::from(!new);
+                        continue;
+                    }
+                    None => Rejected {
+                        reason: "unknown_sensor",
+                        detail: format!("no sensor {}", r.sensor_id),
+                        event: String::new(),
+                    },
+                },
+            };
+            dead_letter(conn, &m.topic, raw.to_string().as_bytes(), &refused, received)?;
+            effect.dead_letters += 1;
+        }
+        Ok(effect)
     }
-    Ok(effect)
 }
 
 fn dead_letter(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at: Timestamp) -> rusqlite::Result<()> {

@@ -15,12 +15,12 @@ use std::time::Duration;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS, Transport};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::{MessageEffect, apply_batch};
+use super::{Message, MessageEffect, submit_batch};
 use crate::alarms::Applied;
 use crate::alarms::QueuePolicy;
 use crate::config::MqttConfig;
 use crate::domain::Timestamp;
-use crate::store::Writer;
+use crate::store::{StoreError, Writer};
 
 /// Builds client options from the configuration: `mqtt://host:port` or `mqtts://`.
 pub fn options(cfg: &MqttConfig, client_id: &str) -> anyhow::Result<MqttOptions> {
@@ -186,6 +186,15 @@ struct Committer {
     policy: QueuePolicy,
 }
 
+/// A batch queued for commit, waiting to be acknowledged.
+struct Pending {
+    batch: Vec<Incoming>,
+    committed: tokio::sync::oneshot::Receiver<Result<Vec<MessageEffect>, StoreError>>,
+}
+
+/// Collects batches, parses them and queues them for the writer; a second task
+/// acknowledges each batch once it is committed, in order. So the next batch is parsed
+/// and queued while the last one commits (two in the queue at most: back-pressure).
 async fn ingest_loop(
     c: Committer,
     mut rx: mpsc::UnboundedReceiver<Incoming>,
@@ -193,8 +202,18 @@ async fn ingest_loop(
     batch_wait: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut batch: Vec<Incoming> = Vec::new();
+    let (pending_tx, mut pending_rx) = mpsc::channel::<Pending>(2);
+    let c = Arc::new(c);
+    let acker = {
+        let c = Arc::clone(&c);
+        tokio::spawn(async move {
+            while let Some(p) = pending_rx.recv().await {
+                c.ack(p).await;
+            }
+        })
+    };
     loop {
+        let mut batch: Vec<Incoming> = Vec::new();
         let first = tokio::select! {
             biased;
             _ = stop.changed() => None,
@@ -206,9 +225,9 @@ async fn ingest_loop(
                 batch.push(m);
             }
             if !batch.is_empty() {
-                c.commit_and_ack(&mut batch).await;
+                let _ = pending_tx.send(c.submit(batch)).await;
             }
-            return;
+            break;
         };
         batch.push(first);
         // Group commit: take what is already waiting (it piled up during the last
@@ -226,26 +245,34 @@ async fn ingest_loop(
                 },
             }
         }
-        c.commit_and_ack(&mut batch).await;
+        if pending_tx.send(c.submit(batch)).await.is_err() {
+            break;
+        }
     }
+    drop(pending_tx);
+    let _ = acker.await;
 }
 
 impl Committer {
-    async fn commit_and_ack(&self, batch: &mut Vec<Incoming>) {
-        let messages: Vec<(String, Vec<u8>)> =
-            batch.iter().map(|m| (m.publish.topic.clone(), m.publish.payload.to_vec())).collect();
-        let effects: Vec<MessageEffect> = match apply_batch(&self.writer, messages, Timestamp::now(), self.policy).await
-        {
-            Ok(e) => e,
-            Err(e) => {
+    fn submit(&self, batch: Vec<Incoming>) -> Pending {
+        let messages: Vec<Message> =
+            batch.iter().map(|m| Message::parse(m.publish.topic.clone(), m.publish.payload.to_vec())).collect();
+        let committed = submit_batch(&self.writer, messages, Timestamp::now(), self.policy);
+        Pending { batch, committed }
+    }
+
+    async fn ack(&self, Pending { batch, committed }: Pending) {
+        let effects = match committed.await {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => {
                 // Nothing committed, nothing acked: the broker redelivers.
                 tracing::error!(stage = "ingest", error = %e, messages = batch.len(), "commit failed; messages left unacked for redelivery");
-                batch.clear();
                 return;
             }
+            Err(_) => return,
         };
         let current = self.connection.load(Ordering::SeqCst);
-        for m in batch.drain(..) {
+        for m in batch {
             if m.connection == current
                 && let Err(e) = self.client.ack(&m.publish).await
             {

@@ -100,11 +100,11 @@ enum Wire {
     },
 }
 
-/// Parses one MQTT payload into the events it holds (each with its own JSON, for a
-/// dead letter should it not apply) and the ones rejected. A message that is not JSON
+/// Parses one MQTT payload into the events it holds (each with its own JSON, kept for
+/// a dead letter should it not apply) and the ones rejected. A message that is not JSON
 /// at all, or too large, is one rejection; in a batch, each bad event is rejected alone
 /// and the good ones are kept.
-pub fn parse(payload: &[u8]) -> Result<(Vec<(Event, String)>, Vec<Rejected>), Rejected> {
+pub fn parse(payload: &[u8]) -> Result<(Vec<(Event, Value)>, Vec<Rejected>), Rejected> {
     if payload.len() > MAX_MESSAGE_BYTES {
         return Err(Rejected::message(
             "oversized",
@@ -134,7 +134,7 @@ pub fn parse(payload: &[u8]) -> Result<(Vec<(Event, String)>, Vec<Rejected>), Re
     let mut rejected = Vec::new();
     for item in items {
         match event(&item) {
-            Ok(e) => events.push((e, item.to_string())),
+            Ok(e) => events.push((e, item)),
             Err((reason, detail)) => rejected.push(Rejected { reason, detail, event: item.to_string() }),
         }
     }
@@ -142,7 +142,7 @@ pub fn parse(payload: &[u8]) -> Result<(Vec<(Event, String)>, Vec<Rejected>), Re
 }
 
 fn event(item: &Value) -> Result<Event, (&'static str, String)> {
-    let wire: Wire = serde_json::from_value(item.clone()).map_err(|e| ("malformed", e.to_string()))?;
+    let wire = Wire::deserialize(item).map_err(|e| ("malformed", e.to_string()))?;
     let invalid = |d: String| ("invalid", d);
     let time = |t: &str| parse_time(t).map_err(|e| invalid(format!("time: {e}")));
     let finite = |name: &str, v: Option<f64>| match v {

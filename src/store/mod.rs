@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 pub use filter::Filter;
 pub use migrate::{SCHEMA_VERSION, migrate};
 pub use read::{ReadConn, Readers};
-pub use readings::{Limits, Summary, beyond_limits, insert_readings, prune_readings};
+pub use readings::{Limits, Rollups, Summary, beyond_limits, insert_readings, prune_readings};
 pub use write::Writer;
 
 #[derive(Debug, thiserror::Error)]

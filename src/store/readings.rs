@@ -1,6 +1,8 @@
 //! Writing readings: the raw row and its hourly rollup, in one transaction, through
 //! one function, so the two can never disagree.
 
+use std::collections::HashMap;
+
 use rusqlite::{Connection, params};
 
 use super::{StoreError, Writer};
@@ -68,53 +70,71 @@ pub fn beyond_limits(v: f64, [ll, l, h, hh]: &Limits) -> [bool; 4] {
 /// Inserts readings for one sensor, skipping any already stored (same sensor and
 /// second), and adds the new ones to their hourly rollups. Returns how many were new.
 pub fn insert_readings(conn: &Connection, key: i64, limits: &Limits, rows: &[(i64, f64)]) -> rusqlite::Result<usize> {
-    let mut insert =
-        conn.prepare_cached("INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING")?;
-    let mut hours: Vec<Summary> = Vec::new();
+    let mut batch = Rollups::default();
     let mut new = 0;
     for &(ts, v) in rows {
-        if insert.execute(params![key, ts, v])? == 0 {
-            continue;
-        }
-        new += 1;
-        let hour = ts.div_euclid(3600) * 3600;
-        match hours.iter_mut().rev().find(|s| s.start == hour) {
-            Some(summary) => summary.add(ts, v, limits),
-            None => {
-                let mut summary = Summary::empty(hour);
-                summary.add(ts, v, limits);
-                hours.push(summary);
-            }
-        }
+        new += usize::from(batch.insert(conn, key, limits, ts, v)?);
     }
-    let mut upsert = conn.prepare_cached(
-        "INSERT INTO readings_hourly (sensor_key, hour, n, sum, sum_sq, min, max, sum_t, sum_tt, sum_tv, n_ll, n_l, n_h, n_hh)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
-         ON CONFLICT (sensor_key, hour) DO UPDATE SET
-             n = n + excluded.n, sum = sum + excluded.sum, sum_sq = sum_sq + excluded.sum_sq,
-             min = min(min, excluded.min), max = max(max, excluded.max),
-             sum_t = sum_t + excluded.sum_t, sum_tt = sum_tt + excluded.sum_tt, sum_tv = sum_tv + excluded.sum_tv,
-             n_ll = n_ll + excluded.n_ll, n_l = n_l + excluded.n_l, n_h = n_h + excluded.n_h, n_hh = n_hh + excluded.n_hh",
-    )?;
-    for s in hours {
-        upsert.execute(params![
-            key,
-            s.start,
-            s.n,
-            s.sum,
-            s.sum_sq,
-            s.min,
-            s.max,
-            s.sum_t,
-            s.sum_tt,
-            s.sum_tv,
-            s.beyond[0],
-            s.beyond[1],
-            s.beyond[2],
-            s.beyond[3]
-        ])?;
-    }
+    batch.flush(conn)?;
     Ok(new)
+}
+
+/// Readings written as they come, their hourly rollups summed in memory and written
+/// once per sensor-hour by [`Rollups::flush`], in the same transaction: a batch of a
+/// thousand readings costs a handful of rollup upserts, not a thousand.
+#[derive(Default)]
+pub struct Rollups {
+    hours: HashMap<(i64, i64), Summary>,
+}
+
+impl Rollups {
+    /// Inserts one reading unless already stored; true if it was new.
+    pub fn insert(&mut self, conn: &Connection, key: i64, limits: &Limits, ts: i64, v: f64) -> rusqlite::Result<bool> {
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+        )?;
+        if insert.execute(params![key, ts, v])? == 0 {
+            return Ok(false);
+        }
+        let hour = ts.div_euclid(3600) * 3600;
+        self.hours.entry((key, hour)).or_insert_with(|| Summary::empty(hour)).add(ts, v, limits);
+        Ok(true)
+    }
+
+    /// Adds the summed readings to their rollups. Must run before the transaction ends.
+    pub fn flush(self, conn: &Connection) -> rusqlite::Result<()> {
+        let mut upsert = conn.prepare_cached(
+            "INSERT INTO readings_hourly (sensor_key, hour, n, sum, sum_sq, min, max, sum_t, sum_tt, sum_tv, n_ll, n_l, n_h, n_hh)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+             ON CONFLICT (sensor_key, hour) DO UPDATE SET
+                 n = n + excluded.n, sum = sum + excluded.sum, sum_sq = sum_sq + excluded.sum_sq,
+                 min = min(min, excluded.min), max = max(max, excluded.max),
+                 sum_t = sum_t + excluded.sum_t, sum_tt = sum_tt + excluded.sum_tt, sum_tv = sum_tv + excluded.sum_tv,
+                 n_ll = n_ll + excluded.n_ll, n_l = n_l + excluded.n_l, n_h = n_h + excluded.n_h, n_hh = n_hh + excluded.n_hh",
+        )?;
+        let mut hours: Vec<_> = self.hours.into_iter().collect();
+        // Key order: the upserts walk the rollup index forwards.
+        hours.sort_unstable_by_key(|(k, _)| *k);
+        for ((key, _), s) in hours {
+            upsert.execute(params![
+                key,
+                s.start,
+                s.n,
+                s.sum,
+                s.sum_sq,
+                s.min,
+                s.max,
+                s.sum_t,
+                s.sum_tt,
+                s.sum_tv,
+                s.beyond[0],
+                s.beyond[1],
+                s.beyond[2],
+                s.beyond[3]
+            ])?;
+        }
+        Ok(())
+    }
 }
 
 /// Deletes raw readings older than `before`, at most `batch` rows per transaction so

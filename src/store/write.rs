@@ -95,16 +95,59 @@ impl Writer {
 }
 
 impl Writer {
-    /// [`Writer::call`] for async code: waits on the blocking pool, not on a runtime
-    /// thread.
+    /// [`Writer::call`] for async code.
     pub async fn call_async<T, E, F>(&self, f: F) -> Result<T, E>
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
         F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
     {
-        let writer = self.clone();
-        tokio::task::spawn_blocking(move || writer.call(f)).await.map_err(|_| E::from(StoreError::WriterGone))?
+        self.submit(f).await.unwrap_or_else(|_| Err(E::from(StoreError::WriterGone)))
+    }
+
+    /// Queues `f` for the writer and returns at once; the receiver yields its result
+    /// once committed. Jobs run and commit in the order they were submitted, which is
+    /// what lets ingest parse the next batch while the last one commits and still
+    /// acknowledge in arrival order.
+    pub fn submit<T, E, F>(&self, f: F) -> tokio::sync::oneshot::Receiver<Result<T, E>>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let (reply_tx, reply_rx) = tokio::sync::oneshot::channel::<Result<T, E>>();
+        let reply_tx = std::sync::Arc::new(std::sync::Mutex::new(Some(reply_tx)));
+        let reply = move |r: Result<T, E>| {
+            if let Some(tx) = reply_tx.lock().expect("reply lock").take() {
+                // The caller may have gone away; nothing to do then.
+                let _ = tx.send(r);
+            }
+        };
+        let abort_reply = reply.clone();
+        let abort = Box::new(move |err: StoreError| abort_reply(Err(E::from(err))));
+        let run = Box::new(move |conn: &Connection| -> Deliver {
+            let outcome = in_savepoint(conn, f);
+            Box::new(move |commit_error| {
+                reply(match (outcome, commit_error) {
+                    (Ok(_), Some(err)) => Err(E::from(err)),
+                    (outcome, _) => outcome,
+                })
+            })
+        });
+        match self.tx.try_send(Job { run, abort }) {
+            Ok(()) => {}
+            // Back-pressure: wait for room off the async threads.
+            Err(mpsc::TrySendError::Full(job)) => {
+                let tx = self.tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    if let Err(mpsc::SendError(job)) = tx.send(job) {
+                        (job.abort)(StoreError::WriterGone);
+                    }
+                });
+            }
+            Err(mpsc::TrySendError::Disconnected(job)) => (job.abort)(StoreError::WriterGone),
+        }
+        reply_rx
     }
 }
 
