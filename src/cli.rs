@@ -393,10 +393,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let printer = tokio::spawn(async move {
                     use std::io::Write;
                     let mut streamed = false;
-                    while let Some(delta) = rx.recv().await {
-                        print!("{delta}");
+                    while let Some(event) = rx.recv().await {
+                        match event {
+                            crate::agent::StreamEvent::Text { text } => {
+                                print!("{text}");
+                                streamed = true;
+                            }
+                            crate::agent::StreamEvent::Tool { name, arguments } => eprintln!("[{name} {arguments}]"),
+                        }
                         let _ = std::io::stdout().flush();
-                        streamed = true;
                     }
                     streamed
                 });

@@ -494,10 +494,18 @@ async fn chat_streams_and_reassembles_tool_calls() {
     .await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let report = agent(&p, vec![openai(&server)], limits()).ask("How is PUMP-007?", "kaur", Some(tx)).await.unwrap();
-    let mut streamed = String::new();
-    while let Ok(d) = rx.try_recv() {
-        streamed.push_str(&d);
+    let (mut streamed, mut tools) = (String::new(), Vec::new());
+    while let Ok(event) = rx.try_recv() {
+        match event {
+            twinops::agent::StreamEvent::Text { text } => streamed.push_str(&text),
+            twinops::agent::StreamEvent::Tool { name, arguments } => tools.push((name, arguments)),
+        }
     }
+    assert_eq!(
+        tools,
+        [("get_asset_details".to_string(), r#"{"asset_id":"PUMP-007"}"#.to_string())],
+        "tool steps as they happen"
+    );
     assert_eq!(report.outcome, Outcome::Final, "{report:?}");
     assert_eq!(Some(streamed.as_str()), report.answer.as_deref());
     assert!(server.requests().iter().all(|r| r["stream"] == true));

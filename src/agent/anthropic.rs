@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::http::{Http, error_from_response};
 use super::model::{
-    BoxFuture, ErrorClass, Finish, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage,
+    BoxFuture, ErrorClass, Finish, Message, Model, ModelError, ModelReply, ModelRequest, StreamEvent, ToolCall, Usage,
 };
 use crate::config::Secret;
 
@@ -65,7 +65,7 @@ impl Anthropic {
             .map_err(|e| ModelError::new(&self.name, ErrorClass::Malformed, format!("reply is not JSON: {e}")))?;
         let reply = parse_reply(&self.name, &value)?;
         if let (Some(sink), Some(text)) = (&req.stream, &reply.text) {
-            let _ = sink.send(text.clone());
+            let _ = sink.send(StreamEvent::Text { text: text.clone() });
         }
         Ok(reply)
     }

@@ -22,7 +22,10 @@ pub mod reliability;
 pub mod rules;
 mod run;
 
-pub use model::{ErrorClass, Message, Model, ModelError, ModelReply, ModelRequest, TaskFacts, ToolCall, Usage};
+pub use model::{
+    ErrorClass, Message, Model, ModelError, ModelReply, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall,
+    Usage,
+};
 pub use note::TriageNote;
 pub use run::{Agent, Outcome, Profile, RunReport, Task};
 

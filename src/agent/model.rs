@@ -10,6 +10,17 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
+/// What a run streams as it goes: answer text as it arrives, and each tool call as it
+/// is made (the chat shows both live).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    Text { text: String },
+    Tool { name: String, arguments: String },
+}
+
+pub type StreamSink = UnboundedSender<StreamEvent>;
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One message of a conversation, in provider-neutral form.
@@ -96,7 +107,7 @@ pub struct ModelRequest {
     /// Facts the harness knows about the task, for the offline `rules` model.
     pub task: TaskFacts,
     /// Streamed text deltas go here when set (chat).
-    pub stream: Option<UnboundedSender<String>>,
+    pub stream: Option<StreamSink>,
 }
 
 /// The task in structured form. Only the `rules` model reads it.

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::http::{Http, error_from_response, read_sse};
 use super::model::{
-    BoxFuture, ErrorClass, Finish, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage,
+    BoxFuture, ErrorClass, Finish, Message, Model, ModelError, ModelReply, ModelRequest, StreamEvent, ToolCall, Usage,
     parse_arguments,
 };
 use crate::config::Secret;
@@ -100,7 +100,7 @@ impl OpenAi {
                     ModelError::new(&self.name, ErrorClass::Malformed, format!("bad stream chunk: {e}"))
                 })?;
                 if let Some(text) = acc.push(&chunk) {
-                    let _ = sink.send(text);
+                    let _ = sink.send(StreamEvent::Text { text });
                 }
                 Ok(())
             })

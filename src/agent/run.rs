@@ -17,12 +17,11 @@ use std::time::Duration;
 use anyhow::Context;
 use rusqlite::OptionalExtension;
 use serde_json::{Value, json};
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
 use super::audit::{Audit, Step, StepKind};
 use super::guard::{as_data, citations, redact, ungrounded_numbers};
-use super::model::{Message, Model, ModelRequest, TaskFacts, ToolCall, ToolSpec, Usage};
+use super::model::{Message, Model, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall, ToolSpec, Usage};
 use super::note::TriageNote;
 use super::reliability::{Chain, RetryPolicy};
 use super::rules::Rules;
@@ -288,12 +287,7 @@ impl Agent {
     }
 
     /// One chat turn for an operator.
-    pub async fn ask(
-        &self,
-        question: &str,
-        user: &str,
-        stream: Option<UnboundedSender<String>>,
-    ) -> anyhow::Result<RunReport> {
+    pub async fn ask(&self, question: &str, user: &str, stream: Option<StreamSink>) -> anyhow::Result<RunReport> {
         let task = self.chat_task(question, user)?;
         Ok(self.run(task, stream).await?)
     }
@@ -316,7 +310,7 @@ impl Agent {
 
     /// Runs a task to one of the four outcomes. Errors only if the audit trail cannot
     /// be written: a run that cannot be audited must not publish.
-    pub async fn run(&self, task: Task, stream: Option<UnboundedSender<String>>) -> Result<RunReport, StoreError> {
+    pub async fn run(&self, task: Task, stream: Option<StreamSink>) -> Result<RunReport, StoreError> {
         let mut audit = Audit::start(
             self.store.writer().clone(),
             task.profile.name,
@@ -434,7 +428,7 @@ impl<'a> RunState<'a> {
         Outcome::BudgetExceeded
     }
 
-    async fn go(&mut self, audit: &mut Audit, stream: Option<UnboundedSender<String>>) -> Outcome {
+    async fn go(&mut self, audit: &mut Audit, stream: Option<StreamSink>) -> Outcome {
         let limits = &self.agent.limits;
         self.request.stream = stream;
         for _ in 0..limits.max_steps {
@@ -524,6 +518,11 @@ impl<'a> RunState<'a> {
                 return if self.degraded { Outcome::Degraded } else { Outcome::Final };
             }
 
+            if let Some(sink) = &self.request.stream {
+                for call in &reply.tool_calls {
+                    let _ = sink.send(StreamEvent::Tool { name: call.name.clone(), arguments: call.arguments_text() });
+                }
+            }
             let results = self.run_tools(&reply.tool_calls, audit).await;
             for (call, output) in reply.tool_calls.iter().zip(results) {
                 self.request.messages.push(Message::Tool {
