@@ -16,6 +16,7 @@
 //! - [`bench`]: the `twinops bench` figures.
 //! - [`cli`]: the command line; `main.rs` only calls it.
 
+pub mod accounts;
 pub mod agent;
 pub mod alarms;
 pub mod app;

@@ -161,3 +161,17 @@ text_enum! {
     /// What a tool may do: read the twin, or park a proposal for human approval.
     Access { Read => "read", Propose => "propose" }
 }
+
+text_enum! {
+    /// What a person may do in the HMI, least first (so `Ord` compares privilege).
+    Role {
+        /// Read everything.
+        Viewer => "viewer",
+        /// Also chat with the agent, acknowledge and shelve alarms.
+        Operator => "operator",
+        /// Also approve and reject work orders.
+        Supervisor => "supervisor",
+        /// Also manage users.
+        Admin => "admin",
+    }
+}

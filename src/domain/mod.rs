@@ -7,7 +7,7 @@ mod time;
 mod work_order;
 
 pub use enums::{
-    Access, AlarmState, AssetKind, AssetStatus, Criticality, SensorKind, Severity, WorkAction, WorkOrderStatus,
+    Access, AlarmState, AssetKind, AssetStatus, Criticality, Role, SensorKind, Severity, WorkAction, WorkOrderStatus,
     WorkPriority,
 };
 pub use ids::{AssetId, Citation, IdError, SensorId};

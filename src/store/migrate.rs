@@ -17,6 +17,36 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX triage_jobs_queued_asset ON triage_jobs(asset_id) WHERE state = 'queued';
      UPDATE alarms SET triage_job = (SELECT id FROM triage_jobs j WHERE j.alarm_id = alarms.id);
      UPDATE triage_jobs SET asset_id = (SELECT asset_id FROM alarms a WHERE a.id = triage_jobs.alarm_id);",
+    // 3: the HMI: API tokens, the security audit log, chat history.
+    "CREATE TABLE api_tokens (
+         id          INTEGER PRIMARY KEY,
+         token_hash  TEXT NOT NULL UNIQUE,             -- SHA-256 of the token
+         label       TEXT NOT NULL,
+         user_id     INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         created_at  INTEGER NOT NULL,
+         last_used_at INTEGER,
+         revoked     INTEGER NOT NULL DEFAULT 0
+     ) STRICT;
+     CREATE TABLE audit_log (
+         id      INTEGER PRIMARY KEY,
+         at      INTEGER NOT NULL,
+         actor   TEXT NOT NULL,                       -- a user name, or the name tried
+         action  TEXT NOT NULL,                       -- login, login_failed, logout, user_added, ...
+         detail  TEXT NOT NULL DEFAULT '',
+         address TEXT
+     ) STRICT;
+     CREATE INDEX audit_log_at ON audit_log(at);
+     CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log BEGIN SELECT raise(ABORT, 'audit_log is append-only'); END;
+     CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log BEGIN SELECT raise(ABORT, 'audit_log is append-only'); END;
+     CREATE TABLE chat_messages (
+         id         INTEGER PRIMARY KEY,
+         user_id    INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         role       TEXT NOT NULL CHECK (role IN ('operator', 'agent')),
+         text       TEXT NOT NULL,
+         run_id     INTEGER REFERENCES agent_runs(id),
+         created_at INTEGER NOT NULL
+     ) STRICT;
+     CREATE INDEX chat_messages_user ON chat_messages(user_id, id);",
 ];
 
 /// The schema version this build writes.
