@@ -12,7 +12,7 @@ use tokio::sync::{Notify, watch};
 use crate::agent::{self, Agent};
 use crate::alarms::QueuePolicy;
 use crate::config::Config;
-use crate::domain::Timestamp;
+use crate::domain::{Role, Timestamp};
 use crate::ingest;
 use crate::seed::{self, SeedOptions};
 use crate::sim::{self, SimOptions};
@@ -41,6 +41,11 @@ pub struct Daemon {
     pub store: Store,
     pub triage: Arc<Triage>,
     pub mqtt_url: String,
+    /// Where the HMI listens, if it is on.
+    pub web_addr: Option<SocketAddr>,
+    /// The demo supervisor's name and password, made by `--demo` on a database with no
+    /// users; shown once.
+    pub demo_login: Option<(String, String)>,
 }
 
 impl Daemon {
@@ -80,7 +85,7 @@ impl Daemon {
         let (stop, stop_rx) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let policy = QueuePolicy { capacity: opts.config.triage.queue_capacity };
-        let (_client, ingest_task) =
+        let (ingest_task, broker_up) =
             ingest::mqtt::start(store.writer().clone(), mqtt.clone(), policy, Arc::clone(&wake), stop_rx.clone())?;
         let mut tasks = vec![ingest_task];
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
@@ -97,6 +102,38 @@ impl Daemon {
                 triage.subscribe(),
                 stop_rx.clone(),
             )));
+        }
+        tasks.push(tokio::spawn(crate::notify::work_orders_loop(
+            store.clone(),
+            mqtt.clone(),
+            "twinops/work_orders".into(),
+            opts.config.notify.webhook_url.clone(),
+            stop_rx.clone(),
+        )));
+        let mut demo_login = None;
+        if opts.demo && crate::accounts::user_count(&store)? == 0 {
+            let password = crate::accounts::new_secret()[..20].to_string();
+            crate::accounts::add_user(&store, "supervisor", Role::Supervisor, &password, "twinops serve --demo")?;
+            demo_login = Some(("supervisor".to_string(), password));
+        }
+        let mut web_addr = None;
+        if !opts.config.web.listen.is_empty() {
+            let listener = tokio::net::TcpListener::bind(&opts.config.web.listen).await.with_context(|| {
+                format!(
+                    "web.listen {}: cannot listen (set web.listen, or empty to turn the HMI off)",
+                    opts.config.web.listen
+                )
+            })?;
+            web_addr = Some(listener.local_addr()?);
+            let state = Arc::new(crate::web::WebState {
+                store: store.clone(),
+                agent: Arc::clone(&agent),
+                docs: crate::rag::DocIndex::new(),
+                limiter: Default::default(),
+                cfg: opts.config.web.clone(),
+                broker_up,
+            });
+            tasks.push(tokio::spawn(crate::web::serve(listener, state, stop_rx.clone())));
         }
         let mut schedule = opts.config.schedule.clone();
         if opts.demo && schedule.docs_dir.is_none() {
@@ -126,7 +163,7 @@ impl Daemon {
                 }
             }));
         }
-        Ok(Daemon { stop, tasks, simulator, scheduler, store, triage, mqtt_url: mqtt.url })
+        Ok(Daemon { stop, tasks, simulator, scheduler, store, triage, mqtt_url: mqtt.url, web_addr, demo_login })
     }
 
     /// Stops taking messages, commits and acks what is in flight, lets running triage
@@ -159,6 +196,14 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         daemon.mqtt_url,
         daemon.store.path().display()
     );
+    if let Some(addr) = daemon.web_addr {
+        eprintln!("HMI: http://{addr}/");
+    }
+    if let Some((name, password)) = &daemon.demo_login {
+        eprintln!("demo supervisor login (shown once): {name} / {password}");
+    } else if crate::accounts::user_count(&daemon.store)? == 0 {
+        eprintln!("no HMI users yet: create one with `twinops user add NAME --role admin`");
+    }
     crate::sdnotify::notify("READY=1");
     let watchdog = crate::sdnotify::watchdog_interval().map(|every| {
         tokio::spawn(async move {

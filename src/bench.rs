@@ -86,7 +86,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         // twinops: the ingest pipeline, committing in batches and acking after commit.
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let cfg = MqttConfig { url: url.clone(), client_id: format!("{tag}-twinops"), topics: vec![format!("{tag}/ingest/#")], ..MqttConfig::default() };
-        let (_client, handle) = crate::ingest::mqtt::start(store.writer().clone(), cfg, Default::default(), std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
+        let (handle, _up) = crate::ingest::mqtt::start(store.writer().clone(), cfg, Default::default(), std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (topic, pub_id, pub_url) = (format!("{tag}/ingest/telemetry"), format!("{tag}-pub"), url.clone());
         let msgs = messages("ingest");

@@ -128,9 +128,46 @@ enum Command {
     /// Alarms: list, acknowledge, shelve (as a local operator).
     #[command(subcommand)]
     Alarms(AlarmsCommand),
+    /// HMI users: add (password from a prompt or stdin), list.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// API tokens for machine clients (bearer tokens; shown once, stored hashed).
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Print performance figures.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Add a user. The password is read from the terminal without echo, or from the
+    /// first line of stdin when it is not a terminal.
+    #[command(
+        after_help = "Examples:\n  twinops user add admin --role admin\n  printf '%s\\n' \"$PASSWORD\" | twinops user add operator.kaur --role operator"
+    )]
+    Add {
+        name: String,
+        /// viewer, operator, supervisor or admin.
+        #[arg(long)]
+        role: String,
+    },
+    /// List users and roles.
+    #[command(after_help = "Examples:\n  twinops user list")]
+    List,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a bearer token acting as USER (with that user's role).
+    #[command(after_help = "Examples:\n  twinops token create --user scada-bridge --label 'historian export'")]
+    Create {
+        #[arg(long)]
+        user: String,
+        /// What the token is for, for the audit log.
+        #[arg(long, default_value = "api")]
+        label: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -454,6 +491,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        Command::User(UserCommand::Add { name, role }) => {
+            let role = crate::domain::Role::parse(&role).map_err(anyhow::Error::msg)?;
+            let store = cli.global.open()?;
+            let password = read_password(&format!("password for {name}: "))?;
+            let user = crate::accounts::add_user(&store, &name, role, &password, "cli")?;
+            println!("added {} as {}", user.name, user.role);
+        }
+        Command::User(UserCommand::List) => {
+            let store = cli.global.open()?;
+            for u in crate::accounts::list_users(&store)? {
+                println!("{:<24} {}", u.name, u.role);
+            }
+        }
+        Command::Token(TokenCommand::Create { user, label }) => {
+            let store = cli.global.open()?;
+            let token = crate::accounts::create_token(&store, &user, &label)?;
+            println!("{token}");
+            eprintln!("send it as `Authorization: Bearer <token>`; it is not shown again");
+        }
         Command::Alarms(AlarmsCommand::Ack { alarm_id, user }) => {
             let store = cli.global.open()?;
             let state = alarms::acknowledge(store.writer(), alarm_id, &user, Timestamp::now())?;
@@ -470,4 +526,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A password from the terminal (no echo), or the first line of stdin when piped.
+fn read_password(prompt: &str) -> anyhow::Result<String> {
+    use std::io::IsTerminal;
+    let password = if std::io::stdin().is_terminal() {
+        let first = rpassword::prompt_password(prompt)?;
+        let again = rpassword::prompt_password("again: ")?;
+        anyhow::ensure!(first == again, "the two passwords differ; nothing was changed");
+        first
+    } else {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        line.trim_end_matches(['\r', '\n']).to_string()
+    };
+    Ok(password)
 }

@@ -231,6 +231,25 @@ impl Default for ScheduleConfig {
     }
 }
 
+/// The `[web]` part: the HMI and the JSON API.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebConfig {
+    /// Where the HMI listens; empty turns it off. Loopback by default: put a TLS
+    /// reverse proxy in front to serve the control room.
+    pub listen: String,
+    /// A session ends after this long without a request.
+    pub session_idle_minutes: u64,
+    /// Mark the session cookie `Secure`: set when the HMI is reached over HTTPS.
+    pub secure_cookies: bool,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig { listen: "127.0.0.1:8080".into(), session_idle_minutes: 30, secure_cookies: false }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -244,6 +263,8 @@ pub struct Config {
     pub notify: NotifyConfig,
     #[serde(default)]
     pub schedule: ScheduleConfig,
+    #[serde(default)]
+    pub web: WebConfig,
 }
 
 impl Config {
@@ -289,6 +310,9 @@ impl Config {
         }
         if let Some(id) = env("TWINOPS_MQTT_CLIENT_ID") {
             m.client_id = id;
+        }
+        if let Some(listen) = env("TWINOPS_WEB_LISTEN") {
+            self.web.listen = listen;
         }
         if let Some(url) = env("TWINOPS_WEBHOOK_URL") {
             self.notify.webhook_url = Some(Secret::new(url));
@@ -379,6 +403,12 @@ impl Config {
             ("retention", &self.schedule.retention),
         ] {
             crate::schedule::check_cron(expr).with_context(|| format!("schedule.{key}"))?;
+        }
+        if !self.web.listen.is_empty() && self.web.listen.parse::<std::net::SocketAddr>().is_err() {
+            bail!("web.listen '{}' is not an address like 127.0.0.1:8080 (empty turns the HMI off)", self.web.listen);
+        }
+        if self.web.session_idle_minutes == 0 {
+            bail!("web.session_idle_minutes must be at least 1");
         }
         if self.triage.queue_capacity < 2 {
             bail!("triage.queue_capacity must be at least 2 (one job plus the overflow job)");

@@ -37,3 +37,4 @@ pub mod sim;
 pub mod store;
 pub mod tools;
 pub mod triage;
+pub mod web;

@@ -37,11 +37,22 @@ pub async fn post(
     note: &PublishedNote,
     policy: RetryPolicy,
 ) -> Result<u32, String> {
-    let body = webhook_body(note);
-    let mut rng = Rng::from_label(&format!("webhook-{}", note.note_id));
+    post_json(client, url, &webhook_body(note), policy, note.note_id).await
+}
+
+/// POSTs `body` to the webhook, retrying server errors and timeouts; `seed` varies the
+/// jitter between callers.
+async fn post_json(
+    client: &reqwest::Client,
+    url: &Secret,
+    body: &Value,
+    policy: RetryPolicy,
+    seed: i64,
+) -> Result<u32, String> {
+    let mut rng = Rng::from_label(&format!("webhook-{seed}"));
     let mut last = String::new();
     for attempt in 0..=policy.max_retries {
-        match client.post(url.expose()).timeout(Duration::from_secs(10)).json(&body).send().await {
+        match client.post(url.expose()).timeout(Duration::from_secs(10)).json(body).send().await {
             Ok(r) if r.status().is_success() => return Ok(attempt + 1),
             Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
                 return Err(format!("webhook refused the note: HTTP {}", r.status()));
@@ -172,4 +183,100 @@ pub async fn webhook_loop(
         }
     })
     .await
+}
+
+/// Decisions out: every second, work orders whose decision is not yet published go out
+/// as JSON on `{topic}/{asset}` (QoS 1) and to the webhook if set; an approved one is
+/// then marked `dispatched`. Rejections and expiries are published as they are.
+pub async fn work_orders_loop(
+    store: Store,
+    cfg: MqttConfig,
+    topic: String,
+    webhook: Option<Secret>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut opts = match crate::ingest::mqtt::options(&cfg, &format!("{}-work-orders", cfg.client_id)) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(stage = "notify", error = %e, "work-order decisions are not published on MQTT");
+            return;
+        }
+    };
+    opts.set_manual_acks(false);
+    let (client, mut eventloop) = AsyncClient::new(opts, 256);
+    let poller = tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(rumqttc::Event::Outgoing(rumqttc::Outgoing::Disconnect)) => break,
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+    });
+    let http = Http::new().client().clone();
+    let policy = RetryPolicy { max_retries: 4, base: Duration::from_millis(500), cap: Duration::from_secs(30) };
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => break,
+        }
+        let due = match undecided_publications(&store) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(stage = "notify", error = %e, "cannot read work-order decisions");
+                continue;
+            }
+        };
+        for (id, asset, status, body) in due {
+            if let Err(e) = client.publish(format!("{topic}/{asset}"), QoS::AtLeastOnce, false, body.to_string()).await
+            {
+                tracing::warn!(stage = "notify", error = %e, work_order = id, "decision not published; retrying");
+                break;
+            }
+            if let Some(url) = &webhook {
+                let text = format!(
+                    "Work order {id} on *{asset}* {status} by {}: {}",
+                    body["decided_by"].as_str().unwrap_or("-"),
+                    body["decision_reason"].as_str().unwrap_or("")
+                );
+                if let Err(e) = post_json(&http, url, &json!({"text": text}), policy, id).await {
+                    tracing::warn!(stage = "notify", work_order = id, error = %e, "decision not delivered to the webhook");
+                }
+            }
+            let next = if status == "approved" { "dispatched".to_string() } else { status.clone() };
+            let w = store.writer().clone();
+            let marked = w
+                .call_async(move |c| {
+                    c.prepare_cached(
+                        "UPDATE work_orders SET published = ?2, status = CASE WHEN status = 'approved' THEN 'dispatched' ELSE status END WHERE id = ?1",
+                    )?
+                    .execute(rusqlite::params![id, next])?;
+                    Ok::<_, StoreError>(())
+                })
+                .await;
+            if let Err(e) = marked {
+                tracing::warn!(stage = "notify", work_order = id, error = %e, "decision published but not marked");
+            }
+        }
+    }
+    let _ = client.disconnect().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    poller.abort();
+}
+
+/// Decided work orders whose decision has not gone out: (id, asset, status, JSON).
+fn undecided_publications(store: &Store) -> Result<Vec<(i64, String, String, Value)>, StoreError> {
+    let db = store.read()?;
+    let mut stmt = db.prepare_cached(
+        "SELECT id, asset_id, status, json_object('work_order_id', id, 'asset_id', asset_id, 'alarm_id', alarm_id,
+                'action', action, 'priority', priority, 'title', title, 'justification', justification,
+                'status', status, 'proposed_by', proposed_by, 'decided_by', decided_by, 'decided_at', decided_at,
+                'decision_reason', decision_reason)
+         FROM work_orders WHERE status IN ('approved', 'rejected', 'expired') AND published IS NOT status
+         ORDER BY decided_at, id LIMIT 100",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or(Value::Null)))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -170,7 +170,7 @@ impl<'a> Generator<'a> {
                     }
                     v
                 }
-                None => s.replay[self.tick % REPLAY],
+                None => round3(s.replay[self.tick % REPLAY]),
             };
             readings.push(json!({"type": "reading", "sensor_id": s.plan.sensor_id, "time": time, "value": value}));
             let Some(prefix) = &s.prefix else { continue };

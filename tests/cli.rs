@@ -143,6 +143,7 @@ fn serve_demo_produces_notes_within_a_minute() {
         .args(["--config", "/nonexistent/twinops.toml", "serve", "--demo", "--seed-from"])
         .arg(common::seed_dir())
         .env("TWINOPS_MQTT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("TWINOPS_WEB_LISTEN", "127.0.0.1:0")
         .env_remove("TWINOPS_LLM_KIND")
         .env_remove("TWINOPS_MQTT_URL")
         .stderr(std::process::Stdio::piped())
@@ -156,13 +157,15 @@ fn serve_demo_produces_notes_within_a_minute() {
             let _ = tx.send(line);
         }
     });
-    let mut note = None;
+    let (mut note, mut login) = (None, None);
     while started.elapsed() < Duration::from_secs(60) {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(500))
-            && line.starts_with("note ")
-        {
-            note = Some(line);
-            break;
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(500)) {
+            if line.starts_with("demo supervisor login (shown once): supervisor / ") {
+                login = Some(line);
+            } else if line.starts_with("note ") {
+                note = Some(line);
+                break;
+            }
         }
     }
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
@@ -173,6 +176,13 @@ fn serve_demo_produces_notes_within_a_minute() {
     let db = rusqlite::Connection::open(dir.path().join("twinops.db")).unwrap();
     let notes: i64 = db.query_row("SELECT count(*) FROM notes", [], |r| r.get(0)).unwrap();
     assert!(notes >= 1);
+    let password = login.expect("the demo supervisor's password, printed once").rsplit(' ').next().unwrap().to_string();
+    let hash: String = db
+        .query_row("SELECT password_hash FROM users WHERE name = 'supervisor' AND role = 'supervisor'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(hash.starts_with("$argon2id$") && !hash.contains(&password), "stored hashed");
     let running: i64 =
         db.query_row("SELECT count(*) FROM triage_jobs WHERE state = 'running'", [], |r| r.get(0)).unwrap();
     assert_eq!(running, 0, "nothing left running after a graceful stop");

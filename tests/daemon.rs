@@ -416,6 +416,7 @@ async fn the_daemon_runs_its_schedules() {
         )
         .unwrap();
     let mut config = twinops::config::Config::default();
+    config.web.listen = "127.0.0.1:0".into();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     config.mqtt.embedded_listen = format!("127.0.0.1:{port}");
     config.mqtt.client_id = format!("twinops-sched-{port}");

@@ -38,6 +38,7 @@ async fn loses_nothing(broker_url: Option<String>, events: usize) {
     let p = Plant::new();
     let run = format!("t{}", free_port());
     let mut config = Config::default();
+    config.web.listen = "127.0.0.1:0".into();
     config.mqtt.client_id = format!("twinops-test-{run}");
     config.mqtt.topics = vec![format!("{run}/scada/#")];
     match &broker_url {
@@ -105,6 +106,7 @@ async fn sigkill_mid_publish_loses_and_doubles_nothing() {
             .args(["--config", "/nonexistent/twinops.toml", "serve"])
             .env("TWINOPS_MQTT_URL", &url)
             .env("TWINOPS_MQTT_TOPICS", format!("{run}/#"))
+            .env("TWINOPS_WEB_LISTEN", "127.0.0.1:0")
             .env("TWINOPS_MQTT_CLIENT_ID", format!("twinops-{run}"))
             .env_remove("TWINOPS_LLM_KIND")
             .stderr(std::process::Stdio::null())
@@ -142,7 +144,7 @@ async fn daemon_with_model(p: &Plant, run: &str, broker_url: Option<&str>, model
     };
     let toml = format!(
         "[mqtt]\n{mqtt}\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\n\
-         [[llm.chain]]\nkind = \"openai\"\nbase_url = \"{model_url}\"\nmodel = \"scripted\"\n\n{extra}"
+         [web]\nlisten = \"127.0.0.1:0\"\n\n[[llm.chain]]\nkind = \"openai\"\nbase_url = \"{model_url}\"\nmodel = \"scripted\"\n\n{extra}"
     );
     let path = p.dir.path().join("twinops.toml");
     std::fs::write(&path, toml).unwrap();
@@ -392,6 +394,7 @@ async fn killed_triage_is_redone(broker_url: Option<String>) {
             None => cmd.env("TWINOPS_MQTT_URL", &broker),
         };
         cmd.env("TWINOPS_MQTT_TOPICS", format!("{run}/#"))
+            .env("TWINOPS_WEB_LISTEN", "127.0.0.1:0")
             .env("TWINOPS_MQTT_CLIENT_ID", format!("twinops-{run}"))
             .env_remove("TWINOPS_LLM_KIND")
             .stderr(std::process::Stdio::null())
@@ -475,6 +478,7 @@ async fn mqtts_with_a_client_certificate() {
     let p = Plant::new();
     let run = format!("s{}", free_port());
     let mut config = Config::default();
+    config.web.listen = "127.0.0.1:0".into();
     config.mqtt.url = tls_url;
     config.mqtt.client_id = format!("twinops-{run}");
     config.mqtt.topics = vec![format!("{run}/scada/#")];

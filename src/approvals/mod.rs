@@ -78,6 +78,62 @@ impl Approvals {
     }
 }
 
+/// Why a decision was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DecisionError {
+    #[error("no work order {0}")]
+    NotFound(i64),
+    #[error("work order {id} is {status}; only pending_approval work orders can be decided")]
+    NotPending { id: i64, status: WorkOrderStatus },
+    #[error("give a reason for the decision (it goes in the record)")]
+    NoReason,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for DecisionError {
+    fn from(e: rusqlite::Error) -> Self {
+        DecisionError::Store(e.into())
+    }
+}
+
+/// A supervisor approves or rejects a pending proposal. The caller has checked the
+/// role; this records who, when and why, and audits it. Approved work orders are then
+/// published and marked `dispatched` by `notify`.
+pub fn decide(
+    writer: &Writer,
+    id: i64,
+    supervisor: &str,
+    approve: bool,
+    reason: &str,
+    now: Timestamp,
+) -> Result<WorkOrderStatus, DecisionError> {
+    let reason = reason.trim().to_string();
+    if reason.is_empty() {
+        return Err(DecisionError::NoReason);
+    }
+    let supervisor = supervisor.to_string();
+    writer.call(move |c| {
+        let status: WorkOrderStatus = c
+            .prepare_cached("SELECT status FROM work_orders WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?
+            .ok_or(DecisionError::NotFound(id))?;
+        if status != WorkOrderStatus::PendingApproval {
+            return Err(DecisionError::NotPending { id, status });
+        }
+        let next = if approve { WorkOrderStatus::Approved } else { WorkOrderStatus::Rejected };
+        c.prepare_cached(
+            "UPDATE work_orders SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5 WHERE id = ?1",
+        )?
+        .execute(params![id, next, supervisor, now.unix(), reason])?;
+        c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(
+            params![now.unix(), supervisor, format!("work_order_{next}"), format!("work order {id}: {reason}")],
+        )?;
+        Ok(next)
+    })
+}
+
 fn propose_in(
     conn: &Connection,
     draft: &WorkOrderDraft,

@@ -105,15 +105,16 @@ struct Incoming {
 }
 
 /// Runs the MQTT ingest until `stop`. `wake` is notified when new occurrences need
-/// triage. Returns the client, for publishing notes on the same connection.
+/// triage. Returns the task and a watch of whether the broker connection is up.
 pub fn start(
     writer: Writer,
     cfg: MqttConfig,
     policy: QueuePolicy,
     wake: Arc<Notify>,
     stop: watch::Receiver<bool>,
-) -> anyhow::Result<(AsyncClient, tokio::task::JoinHandle<()>)> {
+) -> anyhow::Result<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)> {
     let opts = options(&cfg, &cfg.client_id)?;
+    let (up_tx, up_rx) = watch::channel(false);
     let (client, mut eventloop) = AsyncClient::new(opts, 4096);
     let connection = Arc::new(AtomicU64::new(0));
     // Unbounded on purpose: the poller must never wait on the ingest loop, or acks
@@ -135,6 +136,7 @@ pub fn start(
             };
             match event {
                 Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    let _ = up_tx.send(true);
                     let generation = conn_gen.fetch_add(1, Ordering::SeqCst) + 1;
                     tracing::info!(
                         stage = "ingest",
@@ -156,6 +158,7 @@ pub fn start(
                 }
                 Ok(_) => {}
                 Err(e) => {
+                    let _ = up_tx.send(false);
                     tracing::warn!(stage = "ingest", error = %e, retry_in_ms = backoff.as_millis() as u64, "MQTT connection lost; reconnecting");
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
@@ -172,7 +175,7 @@ pub fn start(
         ingest_loop(committer, rx, cfg.batch_max, Duration::from_millis(cfg.batch_ms), stop).await;
         poller.abort();
     });
-    Ok((client, handle))
+    Ok((handle, up_rx))
 }
 
 /// Commits batches and acknowledges their messages.

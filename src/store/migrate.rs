@@ -46,7 +46,9 @@ const MIGRATIONS: &[&str] = &[
          run_id     INTEGER REFERENCES agent_runs(id),
          created_at INTEGER NOT NULL
      ) STRICT;
-     CREATE INDEX chat_messages_user ON chat_messages(user_id, id);",
+     CREATE INDEX chat_messages_user ON chat_messages(user_id, id);
+     -- The status last published on twinops/work_orders/{asset} (decisions out).
+     ALTER TABLE work_orders ADD COLUMN published TEXT;",
 ];
 
 /// The schema version this build writes.

@@ -1,0 +1,691 @@
+//! Every endpoint, declared once: method, path, role, summary, body schema, handler.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Extension, Form, Json, Path, Query, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+use futures_util::Stream;
+use rusqlite::{OptionalExtension, params};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, Credential, SESSION_COOKIE, WebState, empty, require};
+use crate::accounts::{self, LoginError, User};
+use crate::agent::StreamEvent;
+use crate::alarms;
+use crate::approvals::{self, Approvals, DecisionError, Proposer};
+use crate::domain::{Role, Timestamp};
+use crate::tools::{self, ToolContext};
+
+type S = Arc<WebState>;
+
+/// One endpoint: the router and the OpenAPI description are both built from these.
+pub struct Endpoint {
+    pub method: Method,
+    pub path: &'static str,
+    pub summary: &'static str,
+    /// The least role that may call it; `None` for public endpoints.
+    pub role: Option<Role>,
+    /// The JSON request body's schema, if it takes one.
+    pub body: Option<fn(&mut SchemaGenerator) -> Schema>,
+    /// The response's content type.
+    pub produces: &'static str,
+    handler: MethodRouter<S>,
+}
+
+fn schema_of<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
+fn ep(
+    method: Method,
+    path: &'static str,
+    role: Option<Role>,
+    summary: &'static str,
+    handler: MethodRouter<S>,
+) -> Endpoint {
+    Endpoint { method, path, summary, role, body: None, produces: "application/json", handler }
+}
+
+impl Endpoint {
+    fn body<T: JsonSchema>(mut self) -> Endpoint {
+        self.body = Some(schema_of::<T>);
+        self
+    }
+
+    fn produces(mut self, content_type: &'static str) -> Endpoint {
+        self.produces = content_type;
+        self
+    }
+}
+
+pub fn endpoints() -> Vec<Endpoint> {
+    use Method as M;
+    let (viewer, operator, supervisor) = (Some(Role::Viewer), Some(Role::Operator), Some(Role::Supervisor));
+    vec![
+        ep(M::GET, "/", None, "The HMI page", get(page)).produces("text/html"),
+        ep(M::GET, "/app.js", None, "The HMI script", get(script)).produces("text/javascript"),
+        ep(M::GET, "/app.css", None, "The HMI style sheet", get(style)).produces("text/css"),
+        ep(M::POST, "/login", None, "Log in with a form (name, password); sets the session cookie", post(login))
+            .produces("text/html"),
+        ep(M::POST, "/logout", None, "End the session", post(logout)).produces("text/html"),
+        ep(M::GET, "/healthz", None, "The process is up", get(healthz)),
+        ep(M::GET, "/readyz", None, "The database answers and the broker is connected", get(readyz)),
+        ep(M::GET, "/events", viewer, "Server-sent events: alarm, note, work_order", get(super::events::stream))
+            .produces("text/event-stream"),
+        ep(M::GET, "/api/openapi.json", None, "This API's OpenAPI 3.1 description", get(openapi)),
+        ep(M::GET, "/api/me", viewer, "The logged-in user and role", get(me)),
+        ep(M::GET, "/api/status", viewer, "Degraded conditions: model breakers, broker, alarm flood", get(status)),
+        ep(
+            M::GET,
+            "/api/alarms",
+            viewer,
+            "Alarms by priority then age (query: active, asset, limit)",
+            get(list_alarms),
+        ),
+        ep(M::GET, "/api/alarms/{id}", viewer, "One alarm with its journal and triage note", get(alarm)),
+        ep(M::POST, "/api/alarms/{id}/ack", operator, "Acknowledge an alarm", post(ack)),
+        ep(
+            M::POST,
+            "/api/alarms/{id}/shelve",
+            operator,
+            "Shelve an active alarm for a while, with a reason",
+            post(shelve),
+        )
+        .body::<ShelveRequest>(),
+        ep(M::GET, "/api/assets", viewer, "Assets with status and active alarms", get(assets)),
+        ep(M::GET, "/api/assets/{id}", viewer, "One asset: sensors with latest values against limits", get(asset)),
+        ep(M::GET, "/api/sensors/{id}/readings", viewer, "Readings over a window (query: hours, 1-168)", get(readings)),
+        ep(M::GET, "/api/docs/{citation}", viewer, "A documentation chunk by citation key", get(doc)),
+        ep(
+            M::GET,
+            "/api/runs/{id}",
+            viewer,
+            "An agent run with its steps (model calls, tool calls, guardrails)",
+            get(run),
+        ),
+        ep(M::GET, "/api/work_orders", viewer, "Work orders (query: status)", get(work_orders)),
+        ep(
+            M::POST,
+            "/api/work_orders/{id}/approve",
+            supervisor,
+            "Approve a pending work order, with a reason",
+            post(approve),
+        )
+        .body::<DecisionRequest>(),
+        ep(
+            M::POST,
+            "/api/work_orders/{id}/reject",
+            supervisor,
+            "Reject a pending work order, with a reason",
+            post(reject),
+        )
+        .body::<DecisionRequest>(),
+        ep(M::GET, "/api/chat", operator, "This user's conversation with the agent", get(chat_history)),
+        ep(
+            M::POST,
+            "/api/chat",
+            operator,
+            "Ask the agent; the answer streams as server-sent events (tool, text, done)",
+            post(chat),
+        )
+        .body::<ChatRequest>()
+        .produces("text/event-stream"),
+    ]
+}
+
+/// The router: each endpoint with its role check, endpoints on one path merged.
+pub fn routes(state: S) -> axum::Router {
+    let mut by_path: BTreeMap<&'static str, MethodRouter<S>> = BTreeMap::new();
+    for e in endpoints() {
+        let role = e.role;
+        let handler = e.handler.layer(axum::middleware::from_fn(move |req, next| require(role, req, next)));
+        let merged = match by_path.remove(e.path) {
+            Some(existing) => existing.merge(handler),
+            None => handler,
+        };
+        by_path.insert(e.path, merged);
+    }
+    let mut router = axum::Router::new();
+    for (path, handler) in by_path {
+        router = router.route(path, handler);
+    }
+    router.with_state(state)
+}
+
+const INDEX_HTML: &str = include_str!("../../web/index.html");
+const APP_JS: &str = include_str!("../../web/app.js");
+const APP_CSS: &str = include_str!("../../web/app.css");
+
+fn asset_response(content_type: &'static str, body: &'static str) -> Response {
+    let mut r = body.into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+async fn page() -> Response {
+    asset_response("text/html; charset=utf-8", INDEX_HTML)
+}
+
+async fn script() -> Response {
+    asset_response("text/javascript; charset=utf-8", APP_JS)
+}
+
+async fn style() -> Response {
+    asset_response("text/css; charset=utf-8", APP_CSS)
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    name: String,
+    password: String,
+}
+
+fn redirect(to: &str) -> Response {
+    let mut r = empty(StatusCode::SEE_OTHER);
+    r.headers_mut().insert(header::LOCATION, HeaderValue::from_str(to).expect("a plain path"));
+    r
+}
+
+fn session_cookie(state: &WebState, value: &str, max_age: i64) -> HeaderValue {
+    let secure = if state.cfg.secure_cookies { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
+    ))
+    .expect("hex cookie")
+}
+
+/// A right password starts a new session (any session the browser held is ended
+/// first: the id is rotated at login); a wrong one counts against the account and the
+/// address.
+async fn login(
+    State(s): State<S>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    credential: Option<Extension<Credential>>,
+    Form(form): Form<LoginForm>,
+) -> Result<Response, ApiError> {
+    let st = Arc::clone(&s);
+    let address = peer.ip().to_string();
+    let result = tokio::task::spawn_blocking(move || {
+        if let Some(Extension(Credential::Session(old))) = credential {
+            accounts::end_session(&st.store, &old)?;
+        }
+        anyhow::Ok(accounts::login(&st.store, &st.limiter, form.name.trim(), &form.password, &address))
+    })
+    .await??;
+    match result {
+        Ok((_, token)) => {
+            let mut r = redirect("/");
+            r.headers_mut().insert(header::SET_COOKIE, session_cookie(&s, &token, accounts::SESSION_MAX_SECS));
+            Ok(r)
+        }
+        Err(LoginError::Wrong) => Ok(redirect("/?login=failed")),
+        Err(e @ LoginError::Limited(_)) => Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())),
+        Err(LoginError::Store(e)) => Err(e.into()),
+    }
+}
+
+async fn logout(
+    State(s): State<S>,
+    user: Option<Extension<User>>,
+    credential: Option<Extension<Credential>>,
+) -> Result<Response, ApiError> {
+    if let (Some(Extension(Credential::Session(token))), Some(Extension(user))) = (credential, user) {
+        let st = Arc::clone(&s);
+        tokio::task::spawn_blocking(move || {
+            accounts::end_session(&st.store, &token)?;
+            accounts::audit(&st.store, &user.name, "logout", "", None)
+        })
+        .await??;
+    }
+    let mut r = redirect("/");
+    r.headers_mut().insert(header::SET_COOKIE, session_cookie(&s, "", 0));
+    Ok(r)
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(s): State<S>) -> Response {
+    let db = s.store.read().and_then(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?)).is_ok();
+    let broker = *s.broker_up.borrow();
+    let status = if db && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(json!({"database": db, "broker": broker}))).into_response()
+}
+
+async fn openapi() -> Json<Value> {
+    Json(super::openapi::document(&endpoints()))
+}
+
+async fn me(Extension(user): Extension<User>) -> Json<User> {
+    Json(user)
+}
+
+async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> {
+    let db = s.store.read()?;
+    let flood = alarms::flood_state(&db, Timestamp::now(), false)?;
+    drop(db);
+    let models: Vec<Value> = s
+        .agent
+        .chain()
+        .links()
+        .iter()
+        .map(|l| json!({"provider": l.model.name(), "breaker": l.breaker.state()}))
+        .collect();
+    let model_down = s
+        .agent
+        .chain()
+        .links()
+        .iter()
+        .any(|l| l.model.name() != "rules" && l.breaker.state() == crate::agent::reliability::BreakerState::Open);
+    let broker_up = *s.broker_up.borrow();
+    let mut reasons = Vec::new();
+    if model_down {
+        reasons.push("a language model is failing; triage falls back to the next provider or the rules model");
+    }
+    if !broker_up {
+        reasons.push("the MQTT broker is not connected; new alarms are not arriving");
+    }
+    if flood.flood {
+        reasons.push("alarm flood: more than 10 alarms in 10 minutes; routine alarms get rules-model notes");
+    }
+    Ok(Json(
+        json!({"degraded": !reasons.is_empty(), "reasons": reasons, "models": models, "broker_up": broker_up, "flood": flood}),
+    ))
+}
+
+#[derive(Deserialize)]
+struct AlarmQuery {
+    /// Only alarms that need attention (unacknowledged, acknowledged, returned to normal unacknowledged).
+    active: Option<bool>,
+    asset: Option<String>,
+    limit: Option<u32>,
+}
+
+const SEVERITY_ORDER: &str =
+    "CASE a.severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END";
+
+async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(200).clamp(1, 1000);
+    let db = s.store.read()?;
+    let sql = format!(
+        "SELECT json_object('id', a.id, 'asset_id', a.asset_id, 'sensor_id', a.sensor_id, 'code', a.code,
+                'severity', a.severity, 'state', a.state, 'message', a.message, 'value', a.value,
+                'threshold', a.threshold, 'raised_at', a.raised_at, 'cleared_at', a.cleared_at,
+                'acked_by', a.acked_by, 'shelved_until', a.shelved_until, 'reraise_count', a.reraise_count,
+                'note_id', n.id)
+         FROM alarms a LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
+         WHERE (?1 = 0 OR a.state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged'))
+           AND (?2 IS NULL OR a.asset_id = ?2)
+         ORDER BY {SEVERITY_ORDER}, a.raised_at DESC, a.id DESC LIMIT ?3"
+    );
+    let mut stmt = db.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![q.active.unwrap_or(true), q.asset, limit], |r| r.get::<_, String>(0))?;
+    let alarms: Vec<Value> =
+        rows.map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))).collect::<Result<_, _>>()?;
+    Ok(Json(json!({"alarms": alarms})))
+}
+
+async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, ApiError> {
+    let db = s.store.read()?;
+    let record: Option<String> = db
+        .query_row(
+            "SELECT json_object('id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code, 'severity', severity,
+                    'state', state, 'message', message, 'value', value, 'threshold', threshold, 'raised_at', raised_at,
+                    'cleared_at', cleared_at, 'acked_at', acked_at, 'acked_by', acked_by, 'shelved_until', shelved_until,
+                    'reraise_count', reraise_count)
+             FROM alarms WHERE id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let record = record.ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?;
+    let mut stmt = db.prepare_cached(
+        "SELECT json_object('kind', kind, 'at', at, 'actor', actor, 'detail', detail) FROM alarm_events WHERE alarm_id = ?1 ORDER BY id",
+    )?;
+    let journal: Vec<Value> = stmt
+        .query_map([id], |r| r.get::<_, String>(0))?
+        .map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null)))
+        .collect::<Result<_, _>>()?;
+    let note: Option<(i64, String, String, Option<i64>, i64)> = db
+        .query_row(
+            "SELECT id, body, flags, run_id, created_at FROM notes WHERE alarm_id = ?1 AND kind = 'triage'",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()?;
+    let note = note.map(|(note_id, body, flags, run_id, at)| {
+        json!({"note_id": note_id, "body": serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+               "flags": serde_json::from_str::<Value>(&flags).unwrap_or(Value::Null), "run_id": run_id,
+               "created_at": at, "advisory": "AI advisory: check before acting"})
+    });
+    Ok(Json(
+        json!({"alarm": serde_json::from_str::<Value>(&record).unwrap_or(Value::Null), "journal": journal, "note": note}),
+    ))
+}
+
+fn action_error(e: alarms::ActionError) -> ApiError {
+    match e {
+        alarms::ActionError::NotFound(_) => ApiError::not_found(e.to_string()),
+        alarms::ActionError::WrongState { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+        alarms::ActionError::Invalid(m) => ApiError::bad_request(m),
+        alarms::ActionError::Store(e) => e.into(),
+    }
+}
+
+async fn ack(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    let state = tokio::task::spawn_blocking(move || alarms::acknowledge(&w, id, &user.name, Timestamp::now()))
+        .await?
+        .map_err(action_error)?;
+    Ok(Json(json!({"id": id, "state": state})))
+}
+
+/// Shelving takes a duration and a reason; both go in the alarm's journal.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShelveRequest {
+    /// How long, in minutes (1 to 1440).
+    pub minutes: i64,
+    /// Why, for the journal (e.g. "permit 4471: PUMP-001 isolated for work").
+    pub reason: String,
+}
+
+async fn shelve(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ShelveRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    let state = tokio::task::spawn_blocking(move || {
+        alarms::shelve(&w, id, &user.name, req.minutes.saturating_mul(60), &req.reason, Timestamp::now())
+    })
+    .await?
+    .map_err(action_error)?;
+    Ok(Json(json!({"id": id, "state": state})))
+}
+
+/// Runs a read tool for the page, as the user: the same view of the twin the agent has.
+fn tool(s: &WebState, user: &User, name: &str, args: Value) -> Result<Value, ApiError> {
+    let db = s.store.read()?;
+    let approvals = Approvals::new(s.store.writer().clone());
+    let ctx = ToolContext {
+        db: &db,
+        docs: &s.docs,
+        approvals: &approvals,
+        now: Timestamp::now(),
+        caller: Proposer::User(user.name.clone()),
+    };
+    let out = tools::call(&ctx, name, args);
+    if out.is_error {
+        let status = if out.content.contains("No ") || out.content.contains("no ") {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        return Err(ApiError::new(status, out.content));
+    }
+    Ok(serde_json::from_str(&out.content).unwrap_or(Value::String(out.content)))
+}
+
+async fn assets(State(s): State<S>, Extension(user): Extension<User>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(tool(&s, &user, "list_assets", json!({"limit": 50}))?))
+}
+
+async fn asset(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(tool(&s, &user, "get_asset_details", json!({"asset_id": id}))?))
+}
+
+async fn doc(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(citation): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(tool(&s, &user, "read_doc", json!({"citation": citation}))?))
+}
+
+#[derive(Deserialize)]
+struct WindowQuery {
+    hours: Option<i64>,
+}
+
+/// Most points a trend returns; longer windows are thinned to min and max per bucket,
+/// so spikes survive.
+const MAX_POINTS: usize = 2000;
+
+async fn readings(
+    State(s): State<S>,
+    Path(id): Path<String>,
+    Query(q): Query<WindowQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let hours = q.hours.unwrap_or(24);
+    if !(1..=168).contains(&hours) {
+        return Err(ApiError::bad_request(format!("hours must be 1 to 168, not {hours}")));
+    }
+    let db = s.store.read()?;
+    let sensor: Option<(i64, String, String, [Option<f64>; 4])> = db
+        .query_row(
+            "SELECT key, unit, description, limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, [r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?])),
+        )
+        .optional()?;
+    let (key, unit, description, [ll, l, h, hh]) = sensor.ok_or_else(|| {
+        ApiError::not_found(format!("no sensor {id}; sensor ids look like PUMP-007.VIB-DE (GET /api/assets/PUMP-007)"))
+    })?;
+    let since = Timestamp::now().unix() - hours * 3600;
+    let mut stmt =
+        db.prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 ORDER BY ts")?;
+    let all: Vec<(i64, f64)> =
+        stmt.query_map(params![key, since], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    let points: Vec<(i64, f64)> = if all.len() <= MAX_POINTS {
+        all
+    } else {
+        all.chunks(all.len().div_ceil(MAX_POINTS / 2))
+            .flat_map(|c| {
+                let lo = c.iter().min_by(|a, b| a.1.total_cmp(&b.1)).copied().expect("non-empty");
+                let hi = c.iter().max_by(|a, b| a.1.total_cmp(&b.1)).copied().expect("non-empty");
+                if lo.0 <= hi.0 { [lo, hi] } else { [hi, lo] }
+            })
+            .collect()
+    };
+    Ok(Json(json!({"sensor_id": id, "unit": unit, "description": description, "hours": hours,
+                   "limits": {"ll": ll, "l": l, "h": h, "hh": hh}, "points": points})))
+}
+
+async fn run(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, ApiError> {
+    let db = s.store.read()?;
+    let run: Option<String> = db
+        .query_row(
+            "SELECT json_object('id', id, 'profile', profile, 'trigger', trigger, 'alarm_id', alarm_id, 'outcome', outcome,
+                    'model', model, 'started_at', started_at, 'finished_at', finished_at, 'tokens_in', tokens_in,
+                    'tokens_out', tokens_out, 'error', error)
+             FROM agent_runs WHERE id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let run = run.ok_or_else(|| ApiError::not_found(format!("no run {id}")))?;
+    let mut stmt = db.prepare_cached(
+        "SELECT json_object('seq', seq, 'kind', kind, 'name', name, 'arguments', arguments, 'result', result,
+                'is_error', is_error, 'latency_ms', latency_us / 1000.0)
+         FROM agent_steps WHERE run_id = ?1 ORDER BY seq",
+    )?;
+    let steps: Vec<Value> = stmt
+        .query_map([id], |r| r.get::<_, String>(0))?
+        .map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null)))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(json!({"run": serde_json::from_str::<Value>(&run).unwrap_or(Value::Null), "steps": steps})))
+}
+
+#[derive(Deserialize)]
+struct StatusQuery {
+    status: Option<String>,
+}
+
+async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>) -> Result<Json<Value>, ApiError> {
+    if let Some(st) = &q.status {
+        crate::domain::WorkOrderStatus::parse(st).map_err(ApiError::bad_request)?;
+    }
+    let db = s.store.read()?;
+    let mut stmt = db.prepare_cached(
+        "SELECT json_object('id', id, 'asset_id', asset_id, 'alarm_id', alarm_id, 'action', action, 'priority', priority,
+                'title', title, 'justification', justification, 'evidence', json(evidence), 'status', status,
+                'proposed_by', proposed_by, 'run_id', run_id, 'proposed_at', proposed_at, 'expires_at', expires_at,
+                'decided_by', decided_by, 'decided_at', decided_at, 'decision_reason', decision_reason)
+         FROM work_orders WHERE ?1 IS NULL OR status = ?1 ORDER BY proposed_at DESC, id DESC LIMIT 200",
+    )?;
+    let rows: Vec<Value> = stmt
+        .query_map([q.status], |r| r.get::<_, String>(0))?
+        .map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null)))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(json!({"work_orders": rows})))
+}
+
+/// A decision needs a reason; it goes in the work order's record and the audit log.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequest {
+    pub reason: String,
+}
+
+async fn decide(s: S, user: User, id: i64, approve: bool, reason: String) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    let status =
+        tokio::task::spawn_blocking(move || approvals::decide(&w, id, &user.name, approve, &reason, Timestamp::now()))
+            .await?
+            .map_err(|e| match e {
+                DecisionError::NotFound(_) => ApiError::not_found(e.to_string()),
+                DecisionError::NotPending { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+                DecisionError::NoReason => ApiError::bad_request(e.to_string()),
+                DecisionError::Store(e) => e.into(),
+            })?;
+    Ok(Json(json!({"id": id, "status": status})))
+}
+
+async fn approve(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<DecisionRequest>,
+) -> Result<Json<Value>, ApiError> {
+    decide(s, user, id, true, req.reason).await
+}
+
+async fn reject(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<DecisionRequest>,
+) -> Result<Json<Value>, ApiError> {
+    decide(s, user, id, false, req.reason).await
+}
+
+async fn chat_history(State(s): State<S>, Extension(user): Extension<User>) -> Result<Json<Value>, ApiError> {
+    let db = s.store.read()?;
+    let mut stmt = db.prepare_cached(
+        "SELECT json_object('id', id, 'role', role, 'text', text, 'run_id', run_id, 'created_at', created_at)
+         FROM (SELECT * FROM chat_messages WHERE user_id = ?1 ORDER BY id DESC LIMIT 200) ORDER BY id",
+    )?;
+    let rows: Vec<Value> = stmt
+        .query_map([user.id], |r| r.get::<_, String>(0))?
+        .map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null)))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(json!({"messages": rows})))
+}
+
+/// One question to the agent.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatRequest {
+    /// The operator's question, at most 4,000 characters.
+    pub message: String,
+}
+
+fn save_chat(
+    s: &WebState,
+    user_id: i64,
+    role: &'static str,
+    text: String,
+    run_id: Option<i64>,
+) -> Result<(), ApiError> {
+    s.store.writer().call(move |c| {
+        c.prepare_cached(
+            "INSERT INTO chat_messages (user_id, role, text, run_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![user_id, role, text, run_id, Timestamp::now().unix()])?;
+        Ok::<_, crate::store::StoreError>(())
+    })?;
+    Ok(())
+}
+
+/// Streams the agent's answer: `tool` events as tools are called, `text` deltas, then
+/// `done` with the run id and outcome (or `error`). The exchange is kept per user.
+async fn chat(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Json(req): Json<ChatRequest>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    s.agent.chat_task(&req.message, &user.name).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    {
+        let (st, text, id) = (Arc::clone(&s), req.message.clone(), user.id);
+        tokio::task::spawn_blocking(move || save_chat(&st, id, "operator", text, None)).await??;
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<StreamEvent>();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Event>();
+    let st = Arc::clone(&s);
+    tokio::spawn(async move {
+        let event = match st.agent.ask(&req.message, &user.name, Some(tx)).await {
+            Ok(report) => {
+                let answer = report.answer.clone().unwrap_or_default();
+                let (st2, id, run_id) = (Arc::clone(&st), user.id, report.run_id);
+                let saved =
+                    tokio::task::spawn_blocking(move || save_chat(&st2, id, "agent", answer, Some(run_id))).await;
+                if !matches!(saved, Ok(Ok(()))) {
+                    tracing::warn!(stage = "web", run = report.run_id, "chat answer not saved");
+                }
+                Event::default().event("done").json_data(json!({"run_id": report.run_id, "outcome": report.outcome,
+                    "answer": report.answer, "flags": report.flags}))
+            }
+            Err(e) => Event::default().event("error").json_data(json!({"error": format!("{e:#}")})),
+        };
+        let _ = done_tx.send(event.unwrap_or_default());
+    });
+    Ok(Sse::new(chat_events(rx, done_rx)).keep_alive(KeepAlive::default()))
+}
+
+/// The chat's SSE events: every streamed step, then the final `done` (or `error`).
+fn chat_events(
+    rx: tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
+    done: tokio::sync::oneshot::Receiver<Event>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures_util::stream::unfold((rx, Some(done)), |(mut rx, done)| async move {
+        if let Some(e) = rx.recv().await {
+            let event = match &e {
+                StreamEvent::Text { .. } => Event::default().event("text"),
+                StreamEvent::Tool { .. } => Event::default().event("tool"),
+            };
+            return Some((Ok(event.json_data(&e).unwrap_or_default()), (rx, done)));
+        }
+        // The run is over (its sender dropped): the final event, then the end.
+        let last = done?.await.unwrap_or_else(|_| Event::default().event("error").data("the run stopped"));
+        Some((Ok(last), (rx, None)))
+    })
+}

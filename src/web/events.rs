@@ -1,0 +1,93 @@
+//! `/events`: server-sent events for the page. The journal tables are the feed: new
+//! rows of `alarm_events` (raised, cleared, acknowledged, shelved, ...), `notes` and
+//! work-order changes are read by id every half second, so a client that reconnects
+//! with `Last-Event-ID`... simply re-reads lists; nothing is missed under load.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use rusqlite::params;
+use serde_json::Value;
+
+use super::{ApiError, WebState};
+use crate::domain::Timestamp;
+
+/// Where a client's feed has got to.
+struct Cursor {
+    alarm_event: i64,
+    note: i64,
+    work_orders_since: i64,
+    queue: std::collections::VecDeque<Event>,
+}
+
+pub async fn stream(
+    State(s): State<Arc<WebState>>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let db = s.store.read()?;
+    let (alarm_event, note): (i64, i64) = db.query_row(
+        "SELECT (SELECT coalesce(max(id), 0) FROM alarm_events), (SELECT coalesce(max(id), 0) FROM notes)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    drop(db);
+    let start = Cursor { alarm_event, note, work_orders_since: Timestamp::now().unix(), queue: Default::default() };
+    let stream = futures_util::stream::unfold((s, start), |(s, mut c)| async move {
+        loop {
+            if let Some(e) = c.queue.pop_front() {
+                return Some((Ok(e), (s, c)));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if let Err(e) = poll(&s, &mut c) {
+                tracing::warn!(stage = "web", error = %e, "event feed read failed");
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+fn rows(db: &rusqlite::Connection, sql: &str, after: i64) -> anyhow::Result<Vec<(i64, Value)>> {
+    let mut stmt = db.prepare_cached(sql)?;
+    let rows = stmt.query_map(params![after], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+    Ok(rows
+        .map(|r| r.map(|(id, t)| (id, serde_json::from_str(&t).unwrap_or(Value::Null))))
+        .collect::<Result<_, _>>()?)
+}
+
+fn poll(s: &WebState, c: &mut Cursor) -> anyhow::Result<()> {
+    let db = s.store.read()?;
+    for (id, v) in rows(
+        &db,
+        "SELECT e.id, json_object('alarm_id', e.alarm_id, 'kind', e.kind, 'asset_id', a.asset_id, 'severity', a.severity,
+                'code', a.code, 'state', a.state)
+         FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id WHERE e.id > ?1 ORDER BY e.id LIMIT 500",
+        c.alarm_event,
+    )? {
+        c.alarm_event = id;
+        c.queue.push_back(Event::default().event("alarm").id(format!("a{id}")).data(v.to_string()));
+    }
+    for (id, v) in rows(
+        &db,
+        "SELECT id, json_object('note_id', id, 'kind', kind, 'alarm_id', alarm_id, 'run_id', run_id)
+         FROM notes WHERE id > ?1 ORDER BY id LIMIT 500",
+        c.note,
+    )? {
+        c.note = id;
+        c.queue.push_back(Event::default().event("note").id(format!("n{id}")).data(v.to_string()));
+    }
+    let now = Timestamp::now().unix();
+    for (_, v) in rows(
+        &db,
+        "SELECT id, json_object('id', id, 'status', status, 'asset_id', asset_id)
+         FROM work_orders WHERE max(proposed_at, coalesce(decided_at, 0)) >= ?1 ORDER BY id",
+        c.work_orders_since,
+    )? {
+        c.queue.push_back(Event::default().event("work_order").data(v.to_string()));
+    }
+    // Second resolution: look again at this second next time (the page de-duplicates).
+    c.work_orders_since = now;
+    Ok(())
+}

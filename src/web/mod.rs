@@ -1,0 +1,229 @@
+//! The HMI and its JSON API (axum): the page and its assets (in the binary: sites are
+//! air-gapped), login by form into a session cookie, bearer tokens for machines,
+//! roles per endpoint, cross-site request refusal, strict security headers, and the
+//! `/events` stream.
+//!
+//! Architecture Invariant: every endpoint is declared once, in `api::endpoints`, with
+//! its method, path, role and schemas; the router and `/api/openapi.json` are both
+//! built from that list, so neither can drift from the other.
+
+mod api;
+mod events;
+mod openapi;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::accounts::{self, LoginLimiter, User};
+use crate::agent::Agent;
+use crate::config::WebConfig;
+use crate::domain::Role;
+use crate::rag::DocIndex;
+use crate::store::Store;
+
+pub const SESSION_COOKIE: &str = "twinops_session";
+
+/// What the handlers share.
+pub struct WebState {
+    pub store: Store,
+    /// The chat agent (the configured models, the rules model as the floor).
+    pub agent: Arc<Agent>,
+    pub docs: DocIndex,
+    pub limiter: LoginLimiter,
+    pub cfg: WebConfig,
+    /// Whether the MQTT ingest connection is up (for the degraded banner).
+    pub broker_up: watch::Receiver<bool>,
+}
+
+/// An error as the API returns it: a status and a message a person can act on.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(json!({"error": self.message}))).into_response()
+    }
+}
+
+impl<E: Into<anyhow::Error>> From<E> for ApiError {
+    fn from(e: E) -> Self {
+        let e = e.into();
+        tracing::error!(stage = "web", error = %format!("{e:#}"), "request failed");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error; the daemon log has the details")
+    }
+}
+
+/// The router: endpoints from `api::endpoints`, then authentication, cross-site
+/// refusal and security headers around all of it.
+pub fn router(state: Arc<WebState>) -> Router {
+    api::routes(Arc::clone(&state))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authenticate))
+        .layer(axum::middleware::from_fn(refuse_cross_site))
+        .layer(axum::middleware::from_fn(security_headers))
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+}
+
+/// Serves the HMI on `listener` until `stop`.
+pub async fn serve(listener: tokio::net::TcpListener, state: Arc<WebState>, mut stop: watch::Receiver<bool>) {
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let shutdown = async move {
+        let _ = stop.changed().await;
+    };
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+        tracing::error!(stage = "web", error = %e, "HMI server stopped");
+    }
+}
+
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
+}
+
+/// How the request was authenticated.
+#[derive(Debug, Clone)]
+pub enum Credential {
+    Session(String),
+    Token,
+}
+
+/// Resolves the session cookie or bearer token into the [`User`] (a request extension).
+async fn authenticate(State(state): State<Arc<WebState>>, mut req: Request, next: Next) -> Response {
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    let idle = Duration::from_secs(state.cfg.session_idle_minutes * 60);
+    let found = match (bearer, cookie(req.headers(), SESSION_COOKIE)) {
+        (Some(token), _) => accounts::token_user(&state.store, &token).map(|u| u.map(|u| (u, Credential::Token))),
+        (None, Some(session)) => {
+            accounts::session_user(&state.store, &session, idle).map(|u| u.map(|u| (u, Credential::Session(session))))
+        }
+        (None, None) => Ok(None),
+    };
+    match found {
+        Ok(Some((user, credential))) => {
+            req.extensions_mut().insert(user);
+            req.extensions_mut().insert(credential);
+        }
+        Ok(None) => {}
+        Err(e) => return ApiError::from(e).into_response(),
+    }
+    next.run(req).await
+}
+
+/// Enforces an endpoint's role: 401 without a user, 403 below the role.
+pub async fn require(role: Option<Role>, req: Request, next: Next) -> Response {
+    let Some(role) = role else { return next.run(req).await };
+    match req.extensions().get::<User>() {
+        None => {
+            ApiError::new(StatusCode::UNAUTHORIZED, "log in first (POST /login), or send Authorization: Bearer <token>")
+                .into_response()
+        }
+        Some(u) if u.role < role => {
+            ApiError::new(StatusCode::FORBIDDEN, format!("this needs the {role} role; {} is {}", u.name, u.role))
+                .into_response()
+        }
+        Some(_) => next.run(req).await,
+    }
+}
+
+/// Refuses state-changing requests that a browser sent from another site: the Origin
+/// must be this host, or `Sec-Fetch-Site` must say same-origin. Bearer-token requests
+/// carry no ambient credential and are exempt; no GET changes state.
+async fn refuse_cross_site(req: Request, next: Next) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    let h = req.headers();
+    let bearer = h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("Bearer "));
+    if bearer {
+        return next.run(req).await;
+    }
+    let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let origin_ok = h
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(|o| o.strip_prefix("http://").or(o.strip_prefix("https://")).is_some_and(|rest| rest == host));
+    let fetch_site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    let allowed = match (origin_ok, fetch_site) {
+        (Some(ok), _) => ok && fetch_site.is_none_or(|s| s == "same-origin" || s == "none"),
+        (None, Some(site)) => site == "same-origin" || site == "none",
+        (None, None) => false,
+    };
+    if allowed {
+        next.run(req).await
+    } else {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross-site request refused: send it from the HMI's own page, or use a bearer token",
+        )
+        .into_response()
+    }
+}
+
+/// The page loads only its own script and style; nothing from other origins, no
+/// inline script, no framing.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    for (name, value) in [
+        ("content-security-policy", CSP),
+        ("x-content-type-options", "nosniff"),
+        ("x-frame-options", "DENY"),
+        ("referrer-policy", "no-referrer"),
+        ("cross-origin-opener-policy", "same-origin"),
+        ("cross-origin-resource-policy", "same-origin"),
+        ("permissions-policy", "camera=(), microphone=(), geolocation=()"),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    res
+}
+
+/// An empty response with a status (redirects and the like).
+pub fn empty(status: StatusCode) -> Response {
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = status;
+    r
+}

@@ -1,0 +1,303 @@
+//! The HMI's API over real HTTP: the daemon's web server on port 0 of a seeded twin,
+//! logins by form, sessions by cookie, tokens by header.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::Plant;
+use reqwest::StatusCode;
+use reqwest::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
+use serde_json::{Value, json};
+use twinops::accounts;
+use twinops::app::{Daemon, ServeOptions};
+use twinops::approvals::{Approvals, Proposer};
+use twinops::config::Config;
+use twinops::domain::{AssetId, Role, Timestamp, WorkAction, WorkOrderDraft, WorkPriority};
+
+const PASSWORD: &str = "correct horse battery staple";
+
+struct Hmi {
+    daemon: Daemon,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Hmi {
+    async fn start(p: &Plant) -> Hmi {
+        let mut config = Config::default();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        config.mqtt.embedded_listen = format!("127.0.0.1:{port}");
+        config.mqtt.client_id = format!("twinops-web-{port}");
+        config.web.listen = "127.0.0.1:0".into();
+        let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
+        let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
+        let addr: SocketAddr = daemon.web_addr.unwrap();
+        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Hmi { daemon, base: format!("http://{addr}"), http }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Logs in through the form as the page does; returns the session cookie.
+    async fn login(&self, name: &str, password: &str) -> reqwest::Response {
+        self.http
+            .post(self.url("/login"))
+            .header(ORIGIN, &self.base)
+            .form(&[("name", name), ("password", password)])
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn session(&self, name: &str) -> String {
+        let r = self.login(name, PASSWORD).await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        cookie_of(&r).expect("a session cookie")
+    }
+
+    async fn get(&self, path: &str, cookie: &str) -> reqwest::Response {
+        self.http.get(self.url(path)).header(COOKIE, cookie).send().await.unwrap()
+    }
+
+    async fn post(&self, path: &str, cookie: &str, body: Value) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .header(COOKIE, cookie)
+            .header(ORIGIN, &self.base)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+fn cookie_of(r: &reqwest::Response) -> Option<String> {
+    let set = r.headers().get(SET_COOKIE)?.to_str().ok()?;
+    let pair = set.split(';').next()?.to_string();
+    (pair.len() > "twinops_session=".len()).then_some(pair)
+}
+
+fn add_users(p: &Plant) {
+    for (name, role) in
+        [("viewer.ng", Role::Viewer), ("operator.kaur", Role::Operator), ("supervisor.ruiz", Role::Supervisor)]
+    {
+        accounts::add_user(&p.store, name, role, PASSWORD, "test").unwrap();
+    }
+}
+
+fn pending_work_order(p: &Plant) -> i64 {
+    let draft = WorkOrderDraft::new(
+        AssetId::parse("PUMP-007").unwrap(),
+        None,
+        WorkAction::ReplaceBearing,
+        WorkPriority::Urgent,
+        "Replace PUMP-007 drive-end bearing",
+        "Drive-end vibration is in zone C and rising week on week.",
+        vec![],
+    )
+    .unwrap();
+    Approvals::new(p.store.writer().clone()).propose(draft, Proposer::Run(1), Timestamp::now()).unwrap().work_order_id
+}
+
+/// No account exists on a fresh database; without a session the API answers 401; an
+/// operator may not approve (403); a supervisor may (200), and the decision is
+/// recorded with who, why and an audit entry.
+#[tokio::test(flavor = "multi_thread")]
+async fn roles_decide_who_may_do_what() {
+    let p = Plant::new();
+    assert_eq!(accounts::user_count(&p.store).unwrap(), 0, "no default account");
+    let hmi = Hmi::start(&p).await;
+    let r = hmi.login("admin", "admin").await;
+    assert_eq!(r.headers()[LOCATION], "/?login=failed", "no default admin");
+
+    add_users(&p);
+    let wo = pending_work_order(&p);
+    let r = hmi.http.get(hmi.url("/api/alarms")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(r.json::<Value>().await.unwrap()["error"].as_str().unwrap().contains("log in first"));
+
+    let operator = hmi.session("operator.kaur").await;
+    let r = hmi.post(&format!("/api/work_orders/{wo}/approve"), &operator, json!({"reason": "go"})).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert!(r.json::<Value>().await.unwrap()["error"].as_str().unwrap().contains("needs the supervisor role"));
+
+    let viewer = hmi.session("viewer.ng").await;
+    let alarms: Value = hmi.get("/api/alarms", &viewer).await.json().await.unwrap();
+    let first = alarms["alarms"][0]["id"].as_i64().expect("the seeded plant has active alarms");
+    let r = hmi.post(&format!("/api/alarms/{first}/ack"), &viewer, json!({})).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "viewers read only");
+
+    let supervisor = hmi.session("supervisor.ruiz").await;
+    let r = hmi.post(&format!("/api/work_orders/{wo}/approve"), &supervisor, json!({"reason": ""})).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "a decision needs a reason");
+    let r =
+        hmi.post(&format!("/api/work_orders/{wo}/approve"), &supervisor, json!({"reason": "zone C, change it"})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "approved");
+    let again = hmi.post(&format!("/api/work_orders/{wo}/approve"), &supervisor, json!({"reason": "again"})).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        p.count(&format!(
+            "SELECT count(*) FROM work_orders WHERE id = {wo} AND decided_by = 'supervisor.ruiz' AND decision_reason = 'zone C, change it'"
+        )),
+        1
+    );
+    assert_eq!(
+        p.count("SELECT count(*) FROM audit_log WHERE action = 'work_order_approved' AND actor = 'supervisor.ruiz'"),
+        1
+    );
+    // Decisions out: published, then marked dispatched.
+    let mut dispatched = false;
+    for _ in 0..50 {
+        if p.count(&format!("SELECT count(*) FROM work_orders WHERE id = {wo} AND status = 'dispatched'")) == 1 {
+            dispatched = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(dispatched, "an approved work order is published and dispatched");
+
+    let r = hmi.post(&format!("/api/alarms/{first}/ack"), &operator, json!({})).await;
+    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+    hmi.daemon.shutdown().await;
+}
+
+/// A state-changing request from another site is refused, with a session or without;
+/// a bearer token (no ambient credential) is not a cross-site risk.
+#[tokio::test(flavor = "multi_thread")]
+async fn cross_site_requests_are_refused() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let operator = hmi.session("operator.kaur").await;
+    let alarms: Value = hmi.get("/api/alarms", &operator).await.json().await.unwrap();
+    let id = alarms["alarms"][0]["id"].as_i64().unwrap();
+    let ack = |origin: Option<&str>, site: Option<&str>| {
+        let mut r = hmi.http.post(hmi.url(&format!("/api/alarms/{id}/ack"))).header(COOKIE, &operator);
+        if let Some(o) = origin {
+            r = r.header(ORIGIN, o);
+        }
+        if let Some(s) = site {
+            r = r.header("sec-fetch-site", s);
+        }
+        r.send()
+    };
+    for (origin, site) in [(Some("http://evil.example"), None), (None, Some("cross-site")), (None, None)] {
+        let r = ack(origin, site).await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{origin:?} {site:?}");
+        assert!(r.text().await.unwrap().contains("cross-site request refused"));
+    }
+    let r = hmi
+        .http
+        .post(hmi.url("/login"))
+        .header(ORIGIN, "http://evil.example")
+        .form(&[("name", "operator.kaur"), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "login CSRF too");
+    assert_eq!(p.count(&format!("SELECT count(*) FROM alarms WHERE id = {id} AND acked_by IS NOT NULL")), 0);
+
+    let token = accounts::create_token(&p.store, "operator.kaur", "test").unwrap();
+    let r = hmi.http.post(hmi.url(&format!("/api/alarms/{id}/ack"))).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = hmi.http.get(hmi.url("/api/me")).bearer_auth("tw_not-a-token").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(p.count("SELECT count(*) FROM api_tokens WHERE token_hash LIKE 'tw_%'"), 0, "stored hashed");
+    hmi.daemon.shutdown().await;
+}
+
+/// Five wrong passwords lock the account out for a while (429), even with the right
+/// one; a new login rotates the session id; logout makes the old cookie worthless.
+#[tokio::test(flavor = "multi_thread")]
+async fn login_limits_rotation_and_logout() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    for _ in 0..5 {
+        let r = hmi.login("viewer.ng", "wrong password here").await;
+        assert_eq!(r.headers()[LOCATION], "/?login=failed");
+        assert!(cookie_of(&r).is_none());
+    }
+    let r = hmi.login("viewer.ng", PASSWORD).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.text().await.unwrap().contains("too many failed logins"));
+    assert_eq!(p.count("SELECT count(*) FROM audit_log WHERE action = 'login_failed' AND actor = 'viewer.ng'"), 5);
+
+    let first = hmi.session("operator.kaur").await;
+    let r = hmi
+        .http
+        .post(hmi.url("/login"))
+        .header(ORIGIN, &hmi.base)
+        .header(COOKIE, &first)
+        .form(&[("name", "operator.kaur"), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    let second = cookie_of(&r).unwrap();
+    assert_ne!(first, second, "a new session id at login");
+    assert_eq!(hmi.get("/api/me", &first).await.status(), StatusCode::UNAUTHORIZED, "the old one is ended");
+    let me: Value = hmi.get("/api/me", &second).await.json().await.unwrap();
+    assert_eq!((me["name"].as_str(), me["role"].as_str()), (Some("operator.kaur"), Some("operator")));
+    let set = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+    assert_eq!(second.len(), "twinops_session=".len() + 64, "256 random bits");
+
+    let r = hmi.http.post(hmi.url("/logout")).header(COOKIE, &second).header(ORIGIN, &hmi.base).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(hmi.get("/api/me", &second).await.status(), StatusCode::UNAUTHORIZED, "invalid after logout");
+    assert_eq!(p.count("SELECT count(*) FROM audit_log WHERE action IN ('login', 'logout')"), 3);
+    hmi.daemon.shutdown().await;
+}
+
+/// Every response carries the security headers; the OpenAPI description lists every
+/// API path the router serves, with the roles.
+#[tokio::test(flavor = "multi_thread")]
+async fn headers_openapi_and_health() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    for path in ["/", "/app.js", "/api/me", "/healthz"] {
+        let r = hmi.http.get(hmi.url(path)).send().await.unwrap();
+        let csp = r.headers()["content-security-policy"].to_str().unwrap();
+        assert!(
+            csp.contains("script-src 'self'")
+                && !csp.contains("unsafe-inline")
+                && csp.contains("frame-ancestors 'none'"),
+            "{path}: {csp}"
+        );
+        assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    }
+    let page = hmi.http.get(hmi.url("/")).send().await.unwrap().text().await.unwrap();
+    assert!(
+        !page.contains("<script>") && !page.contains("http://") && !page.contains("https://"),
+        "no inline script, no remote origin"
+    );
+
+    let doc: Value = hmi.http.get(hmi.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let approve = &doc["paths"]["/api/work_orders/{id}/approve"]["post"];
+    assert_eq!(approve["x-role"], "supervisor");
+    assert!(approve["requestBody"]["content"]["application/json"]["schema"].is_object());
+    let operator = hmi.session("operator.kaur").await;
+    for path in doc["paths"].as_object().unwrap().keys().filter(|p| p.starts_with("/api/") && !p.contains('{')) {
+        let r = hmi.get(path, &operator).await;
+        assert!(
+            r.status() != StatusCode::NOT_FOUND && r.status() != StatusCode::METHOD_NOT_ALLOWED,
+            "{path}: {}",
+            r.status()
+        );
+    }
+    assert_eq!(hmi.http.get(hmi.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        hmi.get("/api/sensors/PUMP-007.VIB-DE/readings?hours=500", &operator).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    let r = hmi.get("/api/sensors/PUMP-007.NOPE/readings", &operator).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.json::<Value>().await.unwrap()["error"].as_str().unwrap().contains("no sensor PUMP-007.NOPE"));
+    hmi.daemon.shutdown().await;
+}

@@ -1,0 +1,483 @@
+// The twinops HMI. No framework and nothing from another origin (sites are air-gapped).
+// Every piece of text from the plant or the model goes into the page as text nodes,
+// never as HTML.
+'use strict';
+
+const $ = (sel) => document.querySelector(sel);
+const RANK = { critical: 0, high: 1, medium: 2, low: 3 };
+const ROLES = ['viewer', 'operator', 'supervisor', 'admin'];
+const state = { me: null, tab: 'alarms', alarm: null, asset: null, sensor: null, hours: 24 };
+
+// Builds an element: h('td', {class: 'x', onclick: f}, 'text', child, ...).
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+async function api(path, opts = {}) {
+  const init = { credentials: 'same-origin', headers: {}, ...opts };
+  if (opts.json !== undefined) {
+    init.method = init.method || 'POST';
+    init.headers['content-type'] = 'application/json';
+    init.body = JSON.stringify(opts.json);
+  }
+  const res = await fetch(path, init);
+  const body = res.headers.get('content-type')?.includes('json') ? await res.json() : null;
+  if (!res.ok) {
+    const err = new Error(body?.error || `HTTP ${res.status}`);
+    err.status = res.status;
+    throw err;
+  }
+  return body;
+}
+
+const can = (role) => state.me && ROLES.indexOf(state.me.role) >= ROLES.indexOf(role);
+const time = (unix) => (unix ? new Date(unix * 1000).toLocaleString() : '');
+const ago = (unix) => {
+  const m = Math.round((Date.now() / 1000 - unix) / 60);
+  return m < 60 ? `${m} min ago` : m < 48 * 60 ? `${Math.round(m / 60)} h ago` : `${Math.round(m / 1440)} d ago`;
+};
+
+// A safe Markdown subset for model output: paragraphs, "- " lists, **bold**, `code`.
+// Links and images become plain text: nothing is fetched or followed on render.
+function markdown(text) {
+  const root = h('div', { class: 'md' });
+  let list = null;
+  for (const line of String(text || '').split('\n')) {
+    const item = line.match(/^\s*[-*] (.*)$/);
+    if (item) {
+      if (!list) root.append((list = h('ul')));
+      list.append(h('li', {}, inline(item[1])));
+      continue;
+    }
+    list = null;
+    if (line.trim()) root.append(h('p', {}, inline(line)));
+  }
+  return root;
+}
+
+function inline(text) {
+  const out = [];
+  const re = /!\[([^\]]*)\]\(([^)]*)\)|\[([^\]]*)\]\(([^)]*)\)|\*\*([^*]+)\*\*|`([^`]+)`/g;
+  let last = 0;
+  for (const m of text.matchAll(re)) {
+    out.push(text.slice(last, m.index));
+    if (m[1] !== undefined) out.push(`[image: ${m[1] || 'no description'} (${m[2]}), not loaded]`);
+    else if (m[3] !== undefined) out.push(`${m[3]} (${m[4]})`);
+    else if (m[5] !== undefined) out.push(h('strong', {}, m[5]));
+    else out.push(h('code', {}, m[6]));
+    last = m.index + m[0].length;
+  }
+  out.push(text.slice(last));
+  return out;
+}
+
+// ---------------------------------------------------------------- shell
+
+async function start() {
+  try {
+    state.me = await api('/api/me');
+  } catch (e) {
+    if (e.status === 401) return showLogin();
+    throw e;
+  }
+  $('#login').hidden = true;
+  $('#tabs').hidden = false;
+  $('#who').hidden = false;
+  $('#user').textContent = `${state.me.name} (${state.me.role})`;
+  for (const b of document.querySelectorAll('.tab')) b.addEventListener('click', () => show(b.dataset.tab));
+  $('#doc-close').addEventListener('click', () => ($('#doc-dialog').hidden = true));
+  $('#chat-form').addEventListener('submit', ask);
+  show(location.hash.slice(1) || 'alarms');
+  refreshStatus();
+  setInterval(refreshStatus, 15000);
+  listen();
+}
+
+function showLogin() {
+  $('#login').hidden = false;
+  $('#login-failed').hidden = !location.search.includes('login=failed');
+  $('#login-name').focus();
+}
+
+function show(tab) {
+  state.tab = ['alarms', 'assets', 'chat', 'approvals'].includes(tab) ? tab : 'alarms';
+  history.replaceState(null, '', `#${state.tab}`);
+  for (const b of document.querySelectorAll('.tab')) b.classList.toggle('active', b.dataset.tab === state.tab);
+  for (const v of document.querySelectorAll('.view')) v.hidden = v.id !== `view-${state.tab}`;
+  ({ alarms: loadAlarms, assets: loadAssets, chat: loadChat, approvals: loadApprovals })[state.tab]();
+}
+
+async function refreshStatus() {
+  try {
+    const s = await api('/api/status');
+    const b = $('#banner');
+    b.hidden = !s.degraded;
+    b.replaceChildren(...s.reasons.map((r) => h('div', {}, `Degraded: ${r}`)));
+  } catch (e) {
+    if (e.status === 401) location.reload();
+  }
+}
+
+// Live updates: the server says what changed; the open view reloads what it shows.
+function listen() {
+  const es = new EventSource('/events');
+  let timer = null;
+  const soon = (kinds) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      if (state.tab === 'alarms') loadAlarms();
+      if (state.tab === 'approvals' || kinds.has('work_order')) loadApprovals(state.tab !== 'approvals');
+      refreshStatus();
+    }, 300);
+  };
+  const kinds = new Set();
+  for (const kind of ['alarm', 'note', 'work_order']) {
+    es.addEventListener(kind, () => {
+      kinds.add(kind);
+      soon(kinds);
+    });
+  }
+}
+
+// ---------------------------------------------------------------- alarms
+
+async function loadAlarms() {
+  const { alarms } = await api('/api/alarms?active=true');
+  alarms.sort((a, b) => RANK[a.severity] - RANK[b.severity] || b.raised_at - a.raised_at);
+  $('#alarm-count').textContent = alarms.length ? `(${alarms.length})` : '';
+  $('#no-alarms').hidden = alarms.length > 0;
+  $('#alarm-rows').replaceChildren(
+    ...alarms.map((a) =>
+      h('tr', { 'data-alarm': a.id, class: a.id === state.alarm ? 'selected' : '', onclick: () => openAlarm(a.id) },
+        h('td', {}, h('span', { class: `sev ${a.severity}` }, a.severity)),
+        h('td', { title: time(a.raised_at) }, ago(a.raised_at)),
+        h('td', {}, a.asset_id),
+        h('td', {}, a.code),
+        h('td', {}, a.message),
+        h('td', { class: `state-${a.state}` }, a.state.replaceAll('_', ' ')),
+        h('td', {}, a.note_id ? 'note' : 'triaging…'),
+      ),
+    ),
+  );
+  if (state.alarm) openAlarm(state.alarm, true);
+}
+
+async function openAlarm(id, quiet) {
+  state.alarm = id;
+  for (const r of document.querySelectorAll('#alarm-rows tr')) r.classList.toggle('selected', Number(r.dataset.alarm) === id);
+  const { alarm: a, journal, note } = await api(`/api/alarms/${id}`);
+  const panel = $('#alarm-detail');
+  panel.hidden = false;
+  const actions = h('div', { class: 'actions' });
+  if (can('operator')) {
+    if (['unacknowledged', 'rtn_unacknowledged'].includes(a.state)) {
+      actions.append(h('button', { id: 'ack', onclick: () => act(() => api(`/api/alarms/${id}/ack`, { method: 'POST' })) }, 'Acknowledge'));
+    }
+    if (['unacknowledged', 'acknowledged'].includes(a.state)) {
+      const minutes = h('input', { type: 'number', min: 1, max: 1440, value: 60, 'aria-label': 'minutes' });
+      const reason = h('input', { type: 'text', placeholder: 'reason (e.g. permit number)', 'aria-label': 'reason' });
+      actions.append(h('span', {}, ' Shelve for ', minutes, ' min ', reason,
+        h('button', { onclick: () => act(() => api(`/api/alarms/${id}/shelve`, { json: { minutes: Number(minutes.value), reason: reason.value } })) }, 'Shelve')));
+    }
+  }
+  panel.replaceChildren(
+    h('h2', {}, h('span', { class: `sev ${a.severity}` }, a.severity), ` ${a.asset_id} ${a.code}`),
+    h('dl', { class: 'kv' },
+      h('dt', {}, 'Message'), h('dd', {}, a.message),
+      h('dt', {}, 'Sensor'), h('dd', {}, a.sensor_id || '-'),
+      h('dt', {}, 'Value'), h('dd', {}, a.value ?? '-', a.threshold != null ? ` (limit ${a.threshold})` : ''),
+      h('dt', {}, 'Raised'), h('dd', {}, time(a.raised_at)),
+      h('dt', {}, 'State'), h('dd', {}, a.state.replaceAll('_', ' ')),
+    ),
+    actions,
+    note ? noteView(note) : h('p', { class: 'quiet' }, 'Triage note pending.'),
+    h('h3', {}, 'Journal'),
+    h('ul', {}, journal.map((j) => h('li', {}, `${time(j.at)} ${j.kind} by ${j.actor}${j.detail ? `: ${j.detail}` : ''}`))),
+  );
+  if (!quiet) panel.scrollTop = 0;
+}
+
+async function act(fn) {
+  try {
+    await fn();
+  } catch (e) {
+    alert(e.message);
+  }
+  loadAlarms();
+}
+
+function noteView(note) {
+  const b = note.body || {};
+  const box = h('div', { class: 'advisory', id: 'note' },
+    h('div', { class: 'tag' }, 'AI advisory: check before acting', note.flags?.length ? ` · ${note.flags.join(', ')}` : ''));
+  if (b.summary) {
+    box.append(
+      markdown(b.summary),
+      h('p', {}, h('strong', {}, 'Urgency: '), b.urgency),
+      h('strong', {}, 'Likely causes'), h('ul', {}, (b.likely_causes || []).map((c) => h('li', {}, inline(c)))),
+      h('strong', {}, 'Recommended actions'), h('ol', {}, (b.recommended_actions || []).map((c) => h('li', {}, inline(c)))),
+      h('strong', {}, 'Evidence'),
+      h('ul', {}, (b.evidence || []).map((e) => h('li', {}, `${e.claim} `, source(e.source)))),
+    );
+  } else {
+    box.append(markdown(b.text));
+  }
+  if (note.run_id) box.append(h('button', { class: 'trace-button', onclick: () => showTrace(note.run_id, box) }, 'Show the tool trace'));
+  return box;
+}
+
+// A citation key opens its documentation chunk; a tool name is shown as it is.
+function source(src) {
+  if (/^[\w./-]+\.md#\d+$/.test(src)) return h('a', { href: '#', class: 'citation', onclick: (ev) => { ev.preventDefault(); openDoc(src); } }, `[${src}]`);
+  return h('span', { class: 'quiet' }, `(${src})`);
+}
+
+async function openDoc(citation) {
+  const d = await api(`/api/docs/${encodeURIComponent(citation)}`);
+  $('#doc-title').textContent = `${d.heading || d.title || citation} [${citation}]`;
+  $('#doc-body').textContent = d.text || d.body || JSON.stringify(d, null, 2);
+  $('#doc-dialog').hidden = false;
+}
+
+async function showTrace(runId, where) {
+  const { run, steps } = await api(`/api/runs/${runId}`);
+  where.querySelector('.trace')?.remove();
+  where.append(h('div', { class: 'trace' },
+    h('p', {}, `Run ${run.id}: ${run.profile}, outcome ${run.outcome}, model ${run.model || '-'}`),
+    h('ol', {}, steps.map((s) => h('li', {}, h('span', { class: 'step' }, `${s.kind} ${s.name} ${s.is_error ? '(error) ' : ''}${s.arguments || ''}`),
+      s.kind === 'tool_call' ? h('pre', {}, (s.result || '').slice(0, 600)) : null))),
+  ));
+}
+
+// ---------------------------------------------------------------- assets and trends
+
+async function loadAssets() {
+  const { assets } = await api('/api/assets');
+  $('#asset-rows').replaceChildren(...assets.map((a) =>
+    h('tr', { 'data-asset': a.id, onclick: () => openAsset(a.id) },
+      h('td', {}, a.id), h('td', {}, a.name), h('td', {}, a.station_id), h('td', {}, a.status), h('td', {}, a.active_alarms || ''))));
+  if (state.asset) openAsset(state.asset);
+}
+
+async function openAsset(id) {
+  state.asset = id;
+  const d = await api(`/api/assets/${encodeURIComponent(id)}`);
+  const panel = $('#asset-detail');
+  panel.hidden = false;
+  const limit = (l) => ['ll', 'l', 'h', 'hh'].filter((k) => l[k] != null).map((k) => `${k.toUpperCase()} ${l[k]}`).join(' · ');
+  panel.replaceChildren(
+    h('h2', {}, `${d.asset.id} ${d.asset.name}`),
+    h('p', { class: 'quiet' }, `${d.asset.station || ''} · ${d.asset.status} · criticality ${d.asset.criticality}`),
+    h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Sensor'), h('th', {}, 'Latest'), h('th', {}, 'Limits'), h('th', {}, 'Band'))),
+      h('tbody', {}, d.sensors.map((s) => h('tr', { 'data-sensor': s.id, onclick: () => openTrend(s.id) },
+        h('td', {}, s.id), h('td', {}, s.latest ? `${Number(s.latest.value).toFixed(2)} ${s.unit}` : '-'),
+        h('td', {}, limit(s.limits || {})), h('td', { class: `band-${s.band}` }, s.band || ''))))),
+    h('div', { id: 'trend' }),
+  );
+  openTrend(state.sensor && state.sensor.startsWith(`${id}.`) ? state.sensor : d.sensors[0]?.id);
+}
+
+async function openTrend(sensor) {
+  if (!sensor) return;
+  state.sensor = sensor;
+  const d = await api(`/api/sensors/${encodeURIComponent(sensor)}/readings?hours=${state.hours}`);
+  const canvas = h('canvas', { class: 'trend', id: 'trend-canvas' });
+  const bar = h('div', { class: 'trend-bar' },
+    h('strong', {}, `${d.sensor_id} (${d.unit})`),
+    [24, 72, 168].map((hrs) => h('button', { class: state.hours === hrs ? 'active' : '', onclick: () => { state.hours = hrs; openTrend(sensor); } }, `${hrs} h`)),
+    h('button', { id: 'zoom-reset', onclick: () => chart.reset() }, 'Reset zoom'),
+    h('span', { class: 'quiet' }, 'Wheel to zoom, drag to pan'));
+  $('#trend').replaceChildren(bar, canvas);
+  const chart = trendChart(canvas, d);
+}
+
+// A time-series chart on a canvas: the readings, the limits as dashed lines, time and
+// value axes; the wheel zooms around the pointer, dragging pans.
+function trendChart(canvas, d) {
+  const pts = d.points;
+  const full = [pts.length ? pts[0][0] : 0, pts.length ? pts[pts.length - 1][0] : 1];
+  let view = [...full];
+  const limits = Object.entries(d.limits).filter(([, v]) => v != null);
+  const draw = () => {
+    const dpr = window.devicePixelRatio || 1;
+    const W = canvas.clientWidth, H = canvas.clientHeight;
+    canvas.width = W * dpr; canvas.height = H * dpr;
+    const g = canvas.getContext('2d');
+    g.scale(dpr, dpr);
+    g.clearRect(0, 0, W, H);
+    const L = 56, R = 12, T = 12, B = 28;
+    const shown = pts.filter(([t]) => t >= view[0] && t <= view[1]);
+    const vals = shown.map((p) => p[1]).concat(limits.map(([, v]) => v));
+    let lo = Math.min(...vals), hi = Math.max(...vals);
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (hi - lo < 1e-9) { hi += 1; lo -= 1; }
+    const pad = (hi - lo) * 0.08; lo -= pad; hi += pad;
+    const x = (t) => L + ((t - view[0]) / Math.max(1, view[1] - view[0])) * (W - L - R);
+    const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
+    g.font = '12px sans-serif'; g.fillStyle = '#5a5a5a'; g.strokeStyle = '#d0d0cc'; g.lineWidth = 1;
+    for (let i = 0; i <= 4; i++) {
+      const v = lo + ((hi - lo) * i) / 4;
+      g.beginPath(); g.moveTo(L, y(v)); g.lineTo(W - R, y(v)); g.stroke();
+      g.fillText(v.toFixed(2), 4, y(v) + 4);
+    }
+    for (let i = 0; i <= 4; i++) {
+      const t = view[0] + ((view[1] - view[0]) * i) / 4;
+      const label = new Date(t * 1000).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
+      g.fillText(label, Math.min(x(t) - 30, W - R - 90), H - 8);
+    }
+    g.setLineDash([6, 4]);
+    for (const [name, v] of limits) {
+      g.strokeStyle = name.length === 2 ? '#c8102e' : '#e06c00';
+      g.beginPath(); g.moveTo(L, y(v)); g.lineTo(W - R, y(v)); g.stroke();
+      g.fillStyle = g.strokeStyle; g.fillText(`${name.toUpperCase()} ${v}`, W - R - 70, y(v) - 3);
+    }
+    g.setLineDash([]);
+    g.strokeStyle = '#1e1e1e'; g.lineWidth = 1.5;
+    g.beginPath();
+    shown.forEach(([t, v], i) => (i ? g.lineTo(x(t), y(v)) : g.moveTo(x(t), y(v))));
+    g.stroke();
+  };
+  canvas.addEventListener('wheel', (ev) => {
+    ev.preventDefault();
+    const rect = canvas.getBoundingClientRect();
+    const f = Math.min(1, Math.max(0, (ev.clientX - rect.left - 56) / (rect.width - 68)));
+    const at = view[0] + f * (view[1] - view[0]);
+    const k = ev.deltaY < 0 ? 0.8 : 1.25;
+    view = [Math.max(full[0], at - (at - view[0]) * k), Math.min(full[1], at + (view[1] - at) * k)];
+    if (view[1] - view[0] < 300) view = [at - 150, at + 150];
+    draw();
+  });
+  let drag = null;
+  canvas.addEventListener('mousedown', (ev) => (drag = { x: ev.clientX, view: [...view] }));
+  window.addEventListener('mouseup', () => (drag = null));
+  canvas.addEventListener('mousemove', (ev) => {
+    if (!drag) return;
+    const span = drag.view[1] - drag.view[0];
+    const dt = ((drag.x - ev.clientX) / canvas.clientWidth) * span;
+    const a = Math.min(Math.max(full[0], drag.view[0] + dt), full[1] - span);
+    view = [a, a + span];
+    draw();
+  });
+  draw();
+  return { reset: () => { view = [...full]; draw(); } };
+}
+
+// ---------------------------------------------------------------- chat
+
+async function loadChat() {
+  if (!can('operator')) {
+    $('#chat-log').replaceChildren(h('p', { class: 'quiet' }, 'Chat needs the operator role.'));
+    $('#chat-send').disabled = true;
+    return;
+  }
+  const { messages } = await api('/api/chat');
+  $('#chat-log').replaceChildren(...messages.map((m) => message(m.role, m.text)));
+  $('#chat-log').scrollTop = 1e9;
+}
+
+function message(role, text) {
+  const body = role === 'agent' ? markdown(text) : h('div', {}, text);
+  return h('div', { class: `msg ${role}` }, h('div', { class: 'who' }, role === 'agent' ? 'twinops (AI advisory)' : 'you'), h('div', { class: 'body' }, body));
+}
+
+// Sends the question and reads the answer as it streams: tool steps, then text.
+async function ask(ev) {
+  ev.preventDefault();
+  const input = $('#chat-input');
+  const question = input.value.trim();
+  if (!question) return;
+  input.value = '';
+  const log = $('#chat-log');
+  log.append(message('operator', question));
+  const steps = h('div', { class: 'steps' });
+  const live = h('div', { class: 'body live' });
+  const answer = h('div', { class: 'msg agent', id: 'answer-live' }, h('div', { class: 'who' }, 'twinops (AI advisory)'), steps, live);
+  log.append(answer);
+  $('#chat-send').disabled = true;
+  let text = '';
+  try {
+    const res = await fetch('/api/chat', { method: 'POST', credentials: 'same-origin', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ message: question }) });
+    if (!res.ok) throw new Error((await res.json()).error);
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buf.indexOf('\n\n')) >= 0) {
+        const block = buf.slice(0, cut);
+        buf = buf.slice(cut + 2);
+        const kind = block.match(/^event: (.*)$/m)?.[1];
+        const data = block.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+        if (!kind || !data) continue;
+        const d = JSON.parse(data);
+        if (kind === 'tool') steps.append(h('div', { class: 'step' }, `→ ${d.name} ${d.arguments}`));
+        if (kind === 'text') { text += d.text; live.textContent = text; }
+        if (kind === 'done') { live.replaceChildren(markdown(d.answer || text)); answer.id = ''; answer.dataset.run = d.run_id; }
+        if (kind === 'error') live.replaceChildren(h('p', { class: 'error' }, d.error));
+        log.scrollTop = 1e9;
+      }
+    }
+  } catch (e) {
+    live.replaceChildren(h('p', { class: 'error' }, e.message));
+  }
+  $('#chat-send').disabled = false;
+}
+
+// ---------------------------------------------------------------- approvals
+
+async function loadApprovals(countOnly) {
+  const { work_orders } = await api('/api/work_orders');
+  const pending = work_orders.filter((w) => w.status === 'pending_approval');
+  $('#pending-count').textContent = pending.length ? `(${pending.length})` : '';
+  if (countOnly) return;
+  $('#approvals-readonly').hidden = can('supervisor');
+  $('#approval-list').replaceChildren(...(pending.length ? pending.map(card) : [h('p', { class: 'quiet' }, 'Nothing waits for approval.')]));
+  $('#decided-list').replaceChildren(...work_orders.filter((w) => w.status !== 'pending_approval').slice(0, 20).map(card));
+}
+
+function card(w) {
+  const c = h('div', { class: 'card', 'data-work-order': w.id },
+    h('h4', {}, `#${w.id} ${w.title}`),
+    h('dl', { class: 'kv' },
+      h('dt', {}, 'Asset'), h('dd', {}, w.asset_id),
+      h('dt', {}, 'Action'), h('dd', {}, `${w.action} (${w.priority})`),
+      h('dt', {}, 'Why'), h('dd', {}, w.justification),
+      h('dt', {}, 'Evidence'), h('dd', {}, (w.evidence || []).map((e) => [source(e), ' '])),
+      h('dt', {}, 'Proposed'), h('dd', {}, `by ${w.proposed_by} ${ago(w.proposed_at)}`, w.run_id ? ' · ' : '',
+        w.run_id ? h('a', { href: '#', onclick: (ev) => { ev.preventDefault(); showTrace(w.run_id, c); } }, `run ${w.run_id}`) : ''),
+      h('dt', {}, 'Status'), h('dd', { class: 'status' }, w.status.replaceAll('_', ' '),
+        w.decided_by ? ` by ${w.decided_by}: ${w.decision_reason || ''}` : '')));
+  if (w.status === 'pending_approval' && can('supervisor')) {
+    const reason = h('input', { type: 'text', placeholder: 'reason (required)', class: 'reason', 'aria-label': 'reason' });
+    const decide = (verb) => async () => {
+      try {
+        await api(`/api/work_orders/${w.id}/${verb}`, { json: { reason: reason.value } });
+      } catch (e) {
+        alert(e.message);
+      }
+      loadApprovals();
+    };
+    c.append(h('div', {}, reason, ' ', h('button', { class: 'approve', onclick: decide('approve') }, 'Approve'), ' ',
+      h('button', { class: 'reject', onclick: decide('reject') }, 'Reject')));
+  }
+  return c;
+}
+
+start().catch((e) => {
+  $('#banner').hidden = false;
+  $('#banner').textContent = `The HMI could not start: ${e.message}`;
+});
