@@ -17,7 +17,7 @@ function h(tag, attrs, ...children) {
     else if (k === 'class') el.className = v;
     else el.setAttribute(k, v === true ? '' : v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -166,7 +166,7 @@ async function loadAlarms() {
         h('td', {}, a.code),
         h('td', {}, a.message),
         h('td', { class: `state-${a.state}` }, a.state.replaceAll('_', ' ')),
-        h('td', {}, a.note_id ? 'note' : 'triaging…'),
+        h('td', { class: 'quiet' }, a.note_id ? 'note' : a.triage === 'queued' || a.triage === 'running' ? 'triaging…' : ''),
       ),
     ),
   );
@@ -285,7 +285,8 @@ async function openAsset(id) {
         h('td', {}, limit(s.limits || {})), h('td', { class: `band-${s.band}` }, s.band || ''))))),
     h('div', { id: 'trend' }),
   );
-  openTrend(state.sensor && state.sensor.startsWith(`${id}.`) ? state.sensor : d.sensors[0]?.id);
+  const worst = d.sensors.find((s) => s.band && s.band !== 'normal') || d.sensors[0];
+  openTrend(state.sensor && state.sensor.startsWith(`${id}.`) ? state.sensor : worst?.id);
 }
 
 async function openTrend(sensor) {

@@ -321,7 +321,7 @@ async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<
                 'severity', a.severity, 'state', a.state, 'message', a.message, 'value', a.value,
                 'threshold', a.threshold, 'raised_at', a.raised_at, 'cleared_at', a.cleared_at,
                 'acked_by', a.acked_by, 'shelved_until', a.shelved_until, 'reraise_count', a.reraise_count,
-                'note_id', n.id)
+                'note_id', n.id, 'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job))
          FROM alarms a LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
          WHERE (?1 = 0 OR a.state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged'))
            AND (?2 IS NULL OR a.asset_id = ?2)

@@ -175,9 +175,12 @@ async fn refuse_cross_site(req: Request, next: Next) -> Response {
         return next.run(req).await;
     }
     let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    // A browser that hides the referrer sends `Origin: null` on form posts; then
+    // `Sec-Fetch-Site` decides.
     let origin_ok = h
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok())
+        .filter(|o| *o != "null")
         .map(|o| o.strip_prefix("http://").or(o.strip_prefix("https://")).is_some_and(|rest| rest == host));
     let fetch_site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
     let allowed = match (origin_ok, fetch_site) {
@@ -208,7 +211,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
         ("content-security-policy", CSP),
         ("x-content-type-options", "nosniff"),
         ("x-frame-options", "DENY"),
-        ("referrer-policy", "no-referrer"),
+        ("referrer-policy", "same-origin"),
         ("cross-origin-opener-policy", "same-origin"),
         ("cross-origin-resource-policy", "same-origin"),
         ("permissions-policy", "camera=(), microphone=(), geolocation=()"),

@@ -1,0 +1,298 @@
+//! The HMI in a real browser: headless Chromium driven over WebDriver (chromedriver),
+//! against the daemon on a seeded twin with the scripted model server. Runs when
+//! `TWINOPS_TEST_CHROMEDRIVER` (and optionally `TWINOPS_TEST_CHROME`, the browser
+//! binary) are set; `.ci/run` installs Debian's chromium and chromium-driver.
+//! Screenshots go to `target/hmi-screenshots/`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::Plant;
+use serde_json::{Value, json};
+use twinops::accounts;
+use twinops::app::{Daemon, ServeOptions};
+use twinops::config::Config;
+use twinops::domain::{Role, Timestamp};
+use twinops::scripted::{Reply, ScriptedServer};
+
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A minimal WebDriver client: what this test needs and no more.
+struct Browser {
+    http: reqwest::Client,
+    session: String,
+}
+
+impl Browser {
+    async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}{path}", self.session);
+        let mut req = self.http.request(method, &url).timeout(Duration::from_secs(60));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let v: Value = req.send().await.unwrap().json().await.unwrap();
+        assert!(v["value"].get("error").is_none(), "{path}: {}", v["value"]);
+        v["value"].clone()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        self.cmd(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        self.cmd(reqwest::Method::GET, path, None).await
+    }
+
+    async fn js(&self, script: &str) -> Value {
+        self.post("/execute/sync", json!({"script": script, "args": []})).await
+    }
+
+    /// Waits until `script` (a JS expression) is truthy, returning its value.
+    async fn until(&self, what: &str, script: &str) -> Value {
+        let started = Instant::now();
+        loop {
+            let v = self.js(&format!("return {script};")).await;
+            if !(v.is_null() || v == false || v == "") {
+                return v;
+            }
+            if started.elapsed() > Duration::from_secs(45) {
+                let page = self.js("return location.href + '\\n' + document.body.innerText;").await;
+                panic!("waited 45 s for {what}; the page shows:\n{}", page.as_str().unwrap_or_default());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Clicks the element; live updates may re-render it between finding and
+    /// clicking, so a stale element is found again.
+    async fn click(&self, css: &str) {
+        for _ in 0..20 {
+            let el = self.post("/element", json!({"using": "css selector", "value": css})).await;
+            let id = el.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
+            let url = format!("{}/element/{id}/click", self.session);
+            let v: Value = self.http.post(&url).json(&json!({})).send().await.unwrap().json().await.unwrap();
+            match v["value"]["error"].as_str() {
+                None => return,
+                Some("stale element reference") => tokio::time::sleep(Duration::from_millis(100)).await,
+                Some(_) => panic!("click {css}: {}", v["value"]),
+            }
+        }
+        panic!("{css} kept going stale");
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let el = self.post("/element", json!({"using": "css selector", "value": css})).await;
+        let id = el.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
+        self.post(&format!("/element/{id}/value"), json!({"text": text})).await;
+    }
+
+    async fn screenshot(&self, path: &Path) {
+        let png = base64(self.get("/screenshot").await.as_str().unwrap());
+        std::fs::write(path, png).unwrap();
+    }
+}
+
+fn base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let clean: Vec<u8> = text.bytes().filter(|c| !c.is_ascii_whitespace() && *c != b'=').collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &c)| n | (u32::from(value(c)) << (18 - 6 * i)));
+        out.extend(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    out
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Log in as a supervisor; see an alarm raised over MQTT appear without a reload; open
+/// its triage note and a citation; ask the chat and see the streamed answer (a hostile
+/// one, rendered inert); approve the pending work order and see it dispatched. The
+/// browser requests nothing from another origin.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hmi_in_a_real_browser() {
+    let Ok(driver) = std::env::var("TWINOPS_TEST_CHROMEDRIVER") else {
+        println!("NOT RUN: the_hmi_in_a_real_browser needs TWINOPS_TEST_CHROMEDRIVER (e.g. /usr/bin/chromedriver)");
+        return;
+    };
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/hmi-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+
+    let p = Plant::new();
+    accounts::add_user(&p.store, "supervisor.ruiz", Role::Supervisor, PASSWORD, "test").unwrap();
+    let server = ScriptedServer::start(vec![
+        Reply::calls(&[
+            ("c1", "search_docs", json!({"query": "VIB-HI pump bearing vibration", "limit": 3})),
+            (
+                "c2",
+                "propose_work_order",
+                json!({"asset_id": "PUMP-007", "action": "replace_bearing", "priority": "urgent",
+                       "title": "Replace PUMP-007 drive-end bearing",
+                       "justification": "Drive-end vibration is in zone C and rising.", "evidence": ["arp-vibration.md#1"]}),
+            ),
+        ]),
+        Reply::Text(
+            json!({"summary": "PUMP-007 drive-end vibration is high and rising: bearing wear.", "urgency": "urgent",
+                   "likely_causes": ["drive-end bearing wear"], "recommended_actions": ["Plan a changeover to the standby pump [arp-vibration.md#1]"],
+                   "proposed_work_order": null, "evidence": [{"claim": "Response procedure for VIB-HI", "source": "arp-vibration.md#1"}]})
+            .to_string(),
+        ),
+        Reply::text(
+            "The pump needs attention. <script>window.pwned = true</script> ![chart](http://evil.example/chart.png) **Check the bearing.**",
+        ),
+    ])
+    .await;
+
+    let mut config = Config::default();
+    let mqtt_port = free_port();
+    config.mqtt.embedded_listen = format!("127.0.0.1:{mqtt_port}");
+    config.mqtt.client_id = format!("twinops-browser-{mqtt_port}");
+    config.web.listen = "127.0.0.1:0".into();
+    let path = p.dir.path().join("twinops.toml");
+    std::fs::write(
+        &path,
+        format!("[[llm.chain]]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\n", server.openai_url()),
+    )
+    .unwrap();
+    config.llm = Config::load(&path, &|_| None).unwrap().llm;
+    let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
+    let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    let base = format!("http://{}", daemon.web_addr.unwrap());
+
+    let driver_port = free_port();
+    let mut chromedriver = std::process::Command::new(&driver)
+        .arg(format!("--port={driver_port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let driver_url = format!("http://127.0.0.1:{driver_port}");
+    let started = Instant::now();
+    while http.get(format!("{driver_url}/status")).send().await.is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut chrome = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1920,1080",
+                                     "--disable-dev-shm-usage", "--no-first-run"]});
+    if let Ok(bin) = std::env::var("TWINOPS_TEST_CHROME") {
+        chrome["binary"] = json!(bin);
+    }
+    let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": chrome,
+                                                        "goog:loggingPrefs": {"performance": "ALL"}}}});
+    let created: Value =
+        http.post(format!("{driver_url}/session")).json(&caps).send().await.unwrap().json().await.unwrap();
+    let id = created["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {created}")).to_string();
+    let b = Browser { http: http.clone(), session: format!("{driver_url}/session/{id}") };
+
+    // Log in.
+    b.post("/url", json!({"url": format!("{base}/")})).await;
+    b.until("the login form", "!document.querySelector('#login').hidden").await;
+    b.type_into("#login-name", "supervisor.ruiz").await;
+    b.type_into("#login-password", PASSWORD).await;
+    b.click("#login-submit").await;
+    b.until(
+        "the alarm list",
+        "document.querySelector('#user') && document.querySelector('#user').textContent.includes('supervisor.ruiz')",
+    )
+    .await;
+
+    // An alarm raised over MQTT appears without a reload.
+    let event = json!({"type": "alarm", "event_id": "browser-1", "asset_id": "PUMP-007", "sensor_id": "PUMP-007.VIB-DE",
+                       "code": "VIB-HIHI", "severity": "critical", "state": "raised", "value": 7.4, "threshold": 7.1,
+                       "time": Timestamp::now().to_rfc3339(), "message": "South booster pump 2: vibration high-high"});
+    twinops::sim::publish_all(&daemon.mqtt_url, "browser-pub", "scada/alarms", vec![event.to_string().into_bytes()])
+        .await
+        .unwrap();
+    let alarm_id = p.count("SELECT coalesce(max(id), 0) FROM alarms WHERE event_id = 'browser-1'");
+    let row = format!("document.querySelector('#alarm-rows tr[data-alarm=\"{alarm_id}\"]')");
+    b.until("the new alarm in the list", &row).await;
+    b.until("its triage note", &format!("{row}.textContent.includes('note')")).await;
+    b.screenshot(&shots.join("alarms.png")).await;
+
+    // Its triage note, marked AI advisory, and a citation opening the document chunk.
+    b.click(&format!("#alarm-rows tr[data-alarm=\"{alarm_id}\"]")).await;
+    let note =
+        b.until("the note", "document.querySelector('#note') && document.querySelector('#note').textContent").await;
+    assert!(
+        note.as_str().unwrap().contains("AI advisory") && note.as_str().unwrap().contains("bearing wear"),
+        "{note}"
+    );
+    b.click("#note a.citation").await;
+    let chunk = b
+        .until(
+            "the document chunk",
+            "!document.querySelector('#doc-dialog').hidden && document.querySelector('#doc-body').textContent",
+        )
+        .await;
+    assert!(chunk.as_str().unwrap().contains("4.5 mm/s"), "{chunk}");
+    b.click("#doc-close").await;
+    b.click("#note .trace-button").await;
+    let trace = b
+        .until("the tool trace", "document.querySelector('.trace') && document.querySelector('.trace').textContent")
+        .await;
+    assert!(trace.as_str().unwrap().contains("search_docs"), "{trace}");
+
+    // The chat streams its answer; the hostile parts stay text.
+    b.click("button[data-tab=chat]").await;
+    b.type_into("#chat-input", "How is PUMP-007?").await;
+    b.click("#chat-send").await;
+    let answer = b
+        .until("the streamed answer", "document.querySelector('.msg.agent[data-run] .md') && document.querySelector('.msg.agent[data-run] .md').textContent")
+        .await;
+    assert!(answer.as_str().unwrap().contains("<script>window.pwned = true</script>"), "shown as text: {answer}");
+    assert_eq!(b.js("return window.pwned === undefined;").await, true, "the script did not run");
+    assert_eq!(b.js("return document.querySelectorAll('#chat-log img, #chat-log script').length;").await, 0);
+
+    // The trend chart.
+    b.click("button[data-tab=assets]").await;
+    b.until("the asset list", "document.querySelector('#asset-rows tr[data-asset=\"PUMP-007\"]')").await;
+    b.click("#asset-rows tr[data-asset=\"PUMP-007\"]").await;
+    b.until("the trend chart", "document.querySelector('#trend-canvas')").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.screenshot(&shots.join("trend.png")).await;
+
+    // Approve the pending work order; it is dispatched.
+    b.click("button[data-tab=approvals]").await;
+    b.until("the pending work order", "document.querySelector('#approval-list .card .approve')").await;
+    b.screenshot(&shots.join("approvals.png")).await;
+    b.type_into("#approval-list .card .reason", "zone C: change the bearing this week").await;
+    b.click("#approval-list .card .approve").await;
+    b.until(
+        "the dispatched work order",
+        "[...document.querySelectorAll('#decided-list .card .status')].some(e => e.textContent.includes('dispatched'))",
+    )
+    .await;
+    assert_eq!(
+        p.count("SELECT count(*) FROM work_orders WHERE status = 'dispatched' AND decided_by = 'supervisor.ruiz'"),
+        1
+    );
+
+    // Every request the browser made went to the HMI itself.
+    let log = b.post("/se/log", json!({"type": "performance"})).await;
+    let mut urls = Vec::new();
+    for entry in log.as_array().unwrap() {
+        let m: Value = serde_json::from_str(entry["message"].as_str().unwrap()).unwrap();
+        if m["message"]["method"] == "Network.requestWillBeSent" {
+            urls.push(m["message"]["params"]["request"]["url"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(urls.len() > 5, "{urls:?}");
+    let foreign: Vec<&String> = urls.iter().filter(|u| !u.starts_with(&base) && !u.starts_with("data:")).collect();
+    assert!(foreign.is_empty(), "requests to other origins: {foreign:?}");
+
+    let _ = http.delete(&b.session).send().await;
+    let _ = chromedriver.kill();
+    daemon.shutdown().await;
+    println!("screenshots in {}", shots.display());
+}
