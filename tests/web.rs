@@ -130,6 +130,24 @@ async fn roles_decide_who_may_do_what() {
     let r = hmi.post(&format!("/api/alarms/{first}/ack"), &viewer, json!({})).await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN, "viewers read only");
 
+    // Decisions out: listen before deciding.
+    let (sub, mut events) = rumqttc::AsyncClient::new(
+        rumqttc::MqttOptions::new(
+            "web-test-sub",
+            "127.0.0.1",
+            hmi.daemon.mqtt_url.rsplit(':').next().unwrap().parse().unwrap(),
+        ),
+        10,
+    );
+    sub.subscribe("twinops/work_orders/#", rumqttc::QoS::AtLeastOnce).await.unwrap();
+    let published = tokio::spawn(async move {
+        loop {
+            if let Ok(rumqttc::Event::Incoming(rumqttc::Packet::Publish(p))) = events.poll().await {
+                return (p.topic.clone(), serde_json::from_slice::<Value>(&p.payload).unwrap());
+            }
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let supervisor = hmi.session("supervisor.ruiz").await;
     let r = hmi.post(&format!("/api/work_orders/{wo}/approve"), &supervisor, json!({"reason": ""})).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST, "a decision needs a reason");
@@ -149,7 +167,7 @@ async fn roles_decide_who_may_do_what() {
         p.count("SELECT count(*) FROM audit_log WHERE action = 'work_order_approved' AND actor = 'supervisor.ruiz'"),
         1
     );
-    // Decisions out: published, then marked dispatched.
+    // Published on MQTT, then marked dispatched.
     let mut dispatched = false;
     for _ in 0..50 {
         if p.count(&format!("SELECT count(*) FROM work_orders WHERE id = {wo} AND status = 'dispatched'")) == 1 {
@@ -159,6 +177,9 @@ async fn roles_decide_who_may_do_what() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(dispatched, "an approved work order is published and dispatched");
+    let (topic, body) = tokio::time::timeout(std::time::Duration::from_secs(10), published).await.unwrap().unwrap();
+    assert_eq!(topic, "twinops/work_orders/PUMP-007");
+    assert_eq!((body["work_order_id"].as_i64(), body["status"].as_str()), (Some(wo), Some("approved")));
 
     let r = hmi.post(&format!("/api/alarms/{first}/ack"), &operator, json!({})).await;
     assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
@@ -246,10 +267,16 @@ async fn login_limits_rotation_and_logout() {
     assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
     assert_eq!(second.len(), "twinops_session=".len() + 64, "256 random bits");
 
+    // Idle past web.session_idle_minutes: the session is over.
+    let third = hmi.session("operator.kaur").await;
+    p.write("UPDATE sessions SET last_seen_at = last_seen_at - 3600");
+    assert_eq!(hmi.get("/api/me", &third).await.status(), StatusCode::UNAUTHORIZED, "idle timeout");
+    let second = hmi.session("operator.kaur").await;
+
     let r = hmi.http.post(hmi.url("/logout")).header(COOKIE, &second).header(ORIGIN, &hmi.base).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(hmi.get("/api/me", &second).await.status(), StatusCode::UNAUTHORIZED, "invalid after logout");
-    assert_eq!(p.count("SELECT count(*) FROM audit_log WHERE action IN ('login', 'logout')"), 3);
+    assert_eq!(p.count("SELECT count(*) FROM audit_log WHERE action IN ('login', 'logout')"), 5);
     hmi.daemon.shutdown().await;
 }
 
