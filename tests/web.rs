@@ -25,7 +25,10 @@ struct Hmi {
 
 impl Hmi {
     async fn start(p: &Plant) -> Hmi {
-        let mut config = Config::default();
+        Hmi::start_with(p, Config::default()).await
+    }
+
+    async fn start_with(p: &Plant, mut config: Config) -> Hmi {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         config.mqtt.embedded_listen = format!("127.0.0.1:{port}");
         config.mqtt.client_id = format!("twinops-web-{port}");
@@ -326,5 +329,85 @@ async fn headers_openapi_and_health() {
     let r = hmi.get("/api/sensors/PUMP-007.NOPE/readings", &operator).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert!(r.json::<Value>().await.unwrap()["error"].as_str().unwrap().contains("no sensor PUMP-007.NOPE"));
+    hmi.daemon.shutdown().await;
+}
+
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// After an alarm over MQTT (triaged by the scripted model) and a chat turn, the
+/// counters on /metrics have moved, and gauges read the twin.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_move_after_a_scripted_run() {
+    use twinops::scripted::{Reply, ScriptedServer};
+    let p = Plant::new();
+    add_users(&p);
+    let note = json!({"summary": "A test alarm on PUMP-007.", "urgency": "monitor", "likely_causes": ["test"],
+                      "recommended_actions": ["none"], "proposed_work_order": null, "evidence": []});
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+        Reply::Text(note.to_string()),
+        Reply::call("c2", "get_asset_details", json!({"asset_id": "PUMP-004"})),
+        Reply::text("PUMP-004 is running."),
+    ])
+    .await;
+    let path = p.dir.path().join("twinops.toml");
+    std::fs::write(
+        &path,
+        format!("[[llm.chain]]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\n", server.openai_url()),
+    )
+    .unwrap();
+    let config = Config::load(&path, &|_| None).unwrap();
+    let hmi = Hmi::start_with(&p, config).await;
+    let scrape = || async { hmi.http.get(hmi.url("/metrics")).send().await.unwrap().text().await.unwrap() };
+    let before = scrape().await;
+    assert!(
+        before.contains("# TYPE twinops_ingest_messages_received_total counter"),
+        "every declared metric is exported"
+    );
+
+    let event = json!({"type": "alarm", "event_id": "metrics-1", "asset_id": "PUMP-007", "code": "METRICS-TEST",
+                       "severity": "high", "state": "raised", "time": Timestamp::now().to_rfc3339()});
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    twinops::sim::publish_all(
+        &hmi.daemon.mqtt_url,
+        "metrics-pub",
+        "scada/alarms",
+        vec![event.to_string().into_bytes(), b"{oops".to_vec()],
+    )
+    .await
+    .unwrap();
+    let noted = "SELECT count(*) FROM notes n JOIN alarms a ON a.id = n.alarm_id WHERE a.event_id = 'metrics-1'";
+    for _ in 0..100 {
+        if p.count(noted) == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(p.count(noted), 1);
+    let operator = hmi.session("operator.kaur").await;
+    let chat = hmi.post("/api/chat", &operator, json!({"message": "How is PUMP-004?"})).await.text().await.unwrap();
+    assert!(chat.contains("event: done"), "{chat}");
+
+    let after = scrape().await;
+    for series in [
+        "twinops_ingest_messages_received_total ",
+        "twinops_ingest_messages_committed_total ",
+        "twinops_ingest_messages_acked_total ",
+        "twinops_ingest_dead_letters_total{reason=\"malformed\"} ",
+        "twinops_alarms_raised_total{severity=\"high\"} ",
+        "twinops_triage_runs_total{mode=\"agent\",outcome=\"final\"} ",
+        "twinops_model_calls_total{provider=\"openai:scripted\",outcome=\"ok\"} ",
+        "twinops_model_call_seconds_count{provider=\"openai:scripted\"} ",
+        "twinops_tool_calls_total{tool=\"get_asset_details\",caller=\"agent\",outcome=\"ok\"} ",
+        "twinops_http_requests_total{route=\"/api/chat\",method=\"POST\",status=\"200\"} ",
+        "twinops_ingest_commit_seconds_count ",
+    ] {
+        assert!(sample(&after, series) > sample(&before, series), "{series} did not move:\n{after}");
+    }
+    assert!(after.contains("twinops_alarms{state=\"unacknowledged\",severity=\"high\"} "), "gauges read the twin");
+    assert!(after.contains("twinops_model_breaker_open{provider=\"openai:scripted\"} 0"));
+    assert!(!after.contains("metrics-1") && !after.contains("PUMP-007"), "no ids in labels");
     hmi.daemon.shutdown().await;
 }

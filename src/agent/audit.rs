@@ -77,6 +77,23 @@ impl Audit {
     }
 
     pub fn record(&mut self, step: Step) {
+        match step.kind {
+            StepKind::ToolCall => {
+                // The model names tools; only real names become label values.
+                let tool = crate::tools::find(&step.name).map_or("unknown", |t| t.name);
+                let outcome = if step.is_error { "error" } else { "ok" };
+                crate::metrics::count(
+                    "twinops_tool_calls_total",
+                    &[("tool", tool), ("caller", "agent"), ("outcome", outcome)],
+                    1.0,
+                );
+                crate::metrics::time("twinops_tool_call_seconds", &[("tool", tool)], step.latency);
+            }
+            StepKind::Guardrail => {
+                crate::metrics::count("twinops_guardrail_decisions_total", &[("kind", step.name.as_str())], 1.0);
+            }
+            StepKind::ModelCall => {}
+        }
         self.seq += 1;
         self.pending.push((self.seq, step, Timestamp::now().unix()));
     }

@@ -158,6 +158,16 @@ pub enum ErrorClass {
     Permanent,
 }
 
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "transient",
+            ErrorClass::Malformed => "malformed",
+            ErrorClass::Permanent => "permanent",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{class:?} model error from {provider}: {message}")]
 pub struct ModelError {

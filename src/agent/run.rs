@@ -448,6 +448,27 @@ impl<'a> RunState<'a> {
                 .await;
             self.model_calls += 1;
             for a in &attempts {
+                let provider = a.provider.as_str();
+                let outcome = a.result.as_ref().map_or_else(|e| e.class.as_str(), |_| "ok");
+                crate::metrics::count(
+                    "twinops_model_calls_total",
+                    &[("provider", provider), ("outcome", outcome)],
+                    1.0,
+                );
+                crate::metrics::time("twinops_model_call_seconds", &[("provider", provider)], a.latency);
+                if let Ok(r) = &a.result {
+                    let (i, o) = (r.usage.input_tokens as f64, r.usage.output_tokens as f64);
+                    crate::metrics::count(
+                        "twinops_model_tokens_total",
+                        &[("provider", provider), ("direction", "input")],
+                        i,
+                    );
+                    crate::metrics::count(
+                        "twinops_model_tokens_total",
+                        &[("provider", provider), ("direction", "output")],
+                        o,
+                    );
+                }
                 let (result, is_error, tokens) = match &a.result {
                     Ok(r) => (
                         json!({"text": r.text, "tool_calls": r.tool_calls, "finish": r.finish}).to_string(),

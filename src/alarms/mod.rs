@@ -152,6 +152,7 @@ pub fn apply(
             ])?;
             let alarm_id = conn.last_insert_rowid();
             journal(conn, alarm_id, Some(&ev.event_id), "raised", t, "scada", &ev.message)?;
+            crate::metrics::count("twinops_alarms_raised_total", &[("severity", ev.severity.as_str())], 1.0);
             let job_id = enqueue_triage(conn, alarm_id, ev.asset_id.as_str(), ev.severity, ev.time, received, policy)?;
             Applied::Raised { alarm_id, job_id }
         }

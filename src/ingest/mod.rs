@@ -149,6 +149,7 @@ impl Batch {
 }
 
 fn dead_letter(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at: Timestamp) -> rusqlite::Result<()> {
+    crate::metrics::count("twinops_ingest_dead_letters_total", &[("reason", r.reason)], 1.0);
     conn.prepare_cached(
         "INSERT INTO dead_letters (received_at, topic, payload, reason, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?

@@ -192,6 +192,7 @@ struct Committer {
 /// A batch queued for commit, waiting to be acknowledged.
 struct Pending {
     batch: Vec<Incoming>,
+    queued: std::time::Instant,
     committed: tokio::sync::oneshot::Receiver<Result<Vec<MessageEffect>, StoreError>>,
 }
 
@@ -260,13 +261,19 @@ impl Committer {
     fn submit(&self, batch: Vec<Incoming>) -> Pending {
         let messages: Vec<Message> =
             batch.iter().map(|m| Message::parse(m.publish.topic.clone(), m.publish.payload.to_vec())).collect();
+        crate::metrics::count("twinops_ingest_messages_received_total", &[], batch.len() as f64);
+        crate::metrics::observe("twinops_ingest_batch_messages", &[], batch.len() as f64);
         let committed = submit_batch(&self.writer, messages, Timestamp::now(), self.policy);
-        Pending { batch, committed }
+        Pending { batch, queued: std::time::Instant::now(), committed }
     }
 
-    async fn ack(&self, Pending { batch, committed }: Pending) {
+    async fn ack(&self, Pending { batch, queued, committed }: Pending) {
         let effects = match committed.await {
-            Ok(Ok(e)) => e,
+            Ok(Ok(e)) => {
+                crate::metrics::time("twinops_ingest_commit_seconds", &[], queued.elapsed());
+                crate::metrics::count("twinops_ingest_messages_committed_total", &[], batch.len() as f64);
+                e
+            }
             Ok(Err(e)) => {
                 // Nothing committed, nothing acked: the broker redelivers.
                 tracing::error!(stage = "ingest", error = %e, messages = batch.len(), "commit failed; messages left unacked for redelivery");
@@ -275,13 +282,17 @@ impl Committer {
             Err(_) => return,
         };
         let current = self.connection.load(Ordering::SeqCst);
+        let mut acked = 0;
         for m in batch {
-            if m.connection == current
-                && let Err(e) = self.client.ack(&m.publish).await
-            {
-                tracing::warn!(stage = "ingest", error = %e, "ack not sent; the broker will redeliver");
+            if m.connection != current {
+                continue;
+            }
+            match self.client.ack(&m.publish).await {
+                Ok(()) => acked += 1,
+                Err(e) => tracing::warn!(stage = "ingest", error = %e, "ack not sent; the broker will redeliver"),
             }
         }
+        crate::metrics::count("twinops_ingest_messages_acked_total", &[], f64::from(acked));
         if effects.iter().flat_map(|e| &e.alarms).any(|a| matches!(a, Applied::Raised { .. })) {
             self.wake.notify_waiters();
         }

@@ -71,6 +71,7 @@ pub struct Triage {
 struct Job {
     id: i64,
     mode: String,
+    enqueued_at: i64,
     /// Occurrences still without a note, grouped by asset, most severe first.
     groups: Vec<Vec<i64>>,
 }
@@ -104,13 +105,15 @@ impl Triage {
     async fn claim(&self) -> Result<Option<Job>, StoreError> {
         let w = self.writer.clone();
         w.call_async(|c| {
-            let Some((id, mode)) = c
+            let Some((id, mode, enqueued_at)) = c
                 .prepare_cached(
                     "UPDATE triage_jobs SET state = 'running', started_at = ?1, attempts = attempts + 1
                      WHERE id = (SELECT id FROM triage_jobs WHERE state = 'queued' ORDER BY priority, enqueued_at, id LIMIT 1)
-                     RETURNING id, mode",
+                     RETURNING id, mode, enqueued_at",
                 )?
-                .query_row([Timestamp::now().unix()], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+                .query_row([Timestamp::now().unix()], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
+                })
                 .optional()?
             else {
                 return Ok(None);
@@ -129,7 +132,7 @@ impl Triage {
                     _ => groups.push((asset, vec![alarm])),
                 }
             }
-            Ok(Some(Job { id, mode, groups: groups.into_iter().map(|(_, ids)| ids).collect() }))
+            Ok(Some(Job { id, mode, enqueued_at, groups: groups.into_iter().map(|(_, ids)| ids).collect() }))
         })
         .await
     }
@@ -139,11 +142,19 @@ impl Triage {
     /// queued again).
     pub async fn run_next(&self) -> Result<Option<Vec<PublishedNote>>, StoreError> {
         let Some(job) = self.claim().await? else { return Ok(None) };
+        let waited = (Timestamp::now().unix() - job.enqueued_at).max(0) as f64;
+        crate::metrics::observe("twinops_triage_wait_seconds", &[], waited);
         let mut stored = Vec::new();
         for group in &job.groups {
             let use_model = job.mode == "agent" && self.budget.lock().expect("budget lock").take();
             let agent = if use_model { &self.agent } else { &self.rules };
-            let report = match agent.triage_group(group).await {
+            let started = Instant::now();
+            let result = agent.triage_group(group).await;
+            crate::metrics::time("twinops_triage_run_seconds", &[], started.elapsed());
+            let outcome = result.as_ref().map_or("error", |r| r.outcome.as_str());
+            let mode = if use_model { "agent" } else { "rules" };
+            crate::metrics::count("twinops_triage_runs_total", &[("mode", mode), ("outcome", outcome)], 1.0);
+            let report = match result {
                 Ok(r) if r.outcome != Outcome::Failed => r,
                 Ok(r) => return self.fail(&job, format!("run {} failed", r.run_id)).await.map(|_| Some(stored)),
                 Err(e) => return self.fail(&job, format!("{e:#}")).await.map(|_| Some(stored)),

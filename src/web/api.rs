@@ -81,6 +81,8 @@ pub fn endpoints() -> Vec<Endpoint> {
         ep(M::GET, "/events", viewer, "Server-sent events: alarm, note, work_order", get(super::events::stream))
             .produces("text/event-stream"),
         ep(M::GET, "/api/openapi.json", None, "This API's OpenAPI 3.1 description", get(openapi)),
+        ep(M::GET, "/metrics", None, "Prometheus metrics (text format; no ids in labels)", get(metrics))
+            .produces("text/plain"),
         ep(M::GET, "/api/me", viewer, "The logged-in user and role", get(me)),
         ep(M::GET, "/api/status", viewer, "Degraded conditions: model breakers, broker, alarm flood", get(status)),
         ep(
@@ -263,6 +265,38 @@ async fn readyz(State(s): State<S>) -> Response {
 
 async fn openapi() -> Json<Value> {
     Json(super::openapi::document(&endpoints()))
+}
+
+/// The registry's counters and histograms, and gauges read from the twin now.
+async fn metrics(State(s): State<S>) -> Result<Response, ApiError> {
+    use crate::metrics::{Gauges, render};
+    let mut g = Gauges(Vec::new());
+    {
+        let db = s.store.read()?;
+        let mut stmt =
+            db.prepare_cached("SELECT state, severity, count(*) FROM alarms WHERE state != 'cleared' GROUP BY 1, 2")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))? {
+            let (state, severity, n) = row?;
+            g.set("twinops_alarms", &[("state", &state), ("severity", &severity)], n as f64);
+        }
+        let flood = alarms::flood_state(&db, Timestamp::now(), false)?;
+        g.set("twinops_alarm_flood", &[], f64::from(u8::from(flood.flood)));
+        g.set("twinops_alarms_raised_last_10m", &[], flood.alarms_last_10_min as f64);
+        let depth: i64 = db.query_row("SELECT count(*) FROM triage_jobs WHERE state = 'queued'", [], |r| r.get(0))?;
+        g.set("twinops_triage_queue_depth", &[], depth as f64);
+        let mut stmt = db.prepare_cached("SELECT status, count(*) FROM work_orders GROUP BY 1")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+            let (status, n) = row?;
+            g.set("twinops_work_orders", &[("status", &status)], n as f64);
+        }
+    }
+    for l in s.agent.chain().links() {
+        let open = l.breaker.state() != crate::agent::reliability::BreakerState::Closed;
+        g.set("twinops_model_breaker_open", &[("provider", l.model.name())], f64::from(u8::from(open)));
+    }
+    let mut r = render(&g).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    Ok(r)
 }
 
 async fn me(Extension(user): Extension<User>) -> Json<User> {

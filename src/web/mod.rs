@@ -85,6 +85,7 @@ impl<E: Into<anyhow::Error>> From<E> for ApiError {
 pub fn router(state: Arc<WebState>) -> Router {
     api::routes(Arc::clone(&state))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authenticate))
+        .layer(axum::middleware::from_fn(count_requests))
         .layer(axum::middleware::from_fn(refuse_cross_site))
         .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
@@ -117,6 +118,25 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 pub enum Credential {
     Session(String),
     Token,
+}
+
+/// HTTP metrics by route template (never the raw path: it holds ids), method, status.
+async fn count_requests(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let method = req.method().as_str().to_string();
+    let started = std::time::Instant::now();
+    let res = next.run(req).await;
+    let status = res.status().as_u16().to_string();
+    crate::metrics::count(
+        "twinops_http_requests_total",
+        &[("route", &route), ("method", &method), ("status", &status)],
+        1.0,
+    );
+    crate::metrics::time("twinops_http_request_seconds", &[("route", &route)], started.elapsed());
+    res
 }
 
 /// Resolves the session cookie or bearer token into the [`User`] (a request extension).
