@@ -37,6 +37,16 @@ pub const DEFINED: &[Def] = &[
     def("twinops_ingest_batch_messages", Histogram, "Messages per ingest batch (one transaction)."),
     def("twinops_ingest_commit_seconds", Histogram, "From queueing a batch to its commit."),
     def("twinops_alarms_raised_total", Counter, "New alarm occurrences, by severity."),
+    def(
+        "twinops_alarms_raised_by_code_total",
+        Counter,
+        "New alarm occurrences by alarm code (at most 500 codes; beyond, 'other').",
+    ),
+    def(
+        "twinops_alarm_chatter_total",
+        Counter,
+        "Occurrences of chattering alarm points (3 or more activations in 60 s).",
+    ),
     def("twinops_alarms", Gauge, "Alarm occurrences not cleared, by ISA-18.2 state and severity."),
     def("twinops_alarm_flood", Gauge, "1 while more than 10 alarms were raised in the last 10 minutes."),
     def(
@@ -95,6 +105,21 @@ fn defined(name: &str, kind: Kind) {
 pub fn count(name: &'static str, l: &[(&'static str, &str)], by: f64) {
     defined(name, Counter);
     *registry().lock().expect("metrics lock").counters.entry((name, labels(l))).or_default() += by;
+}
+
+/// `value` as a label value of `name`, or `other` once `name` has `max` distinct
+/// values: for labels that come from outside (alarm codes), so the series stay bounded.
+pub fn bounded(name: &'static str, key: &'static str, value: &str, max: usize) -> String {
+    let r = registry().lock().expect("metrics lock");
+    let seen = r.counters.range((name, Vec::new())..).take_while(|((n, _), _)| *n == name);
+    let mut distinct = 0;
+    for ((_, l), _) in seen {
+        if l.iter().any(|(k, v)| *k == key && v == value) {
+            return value.to_string();
+        }
+        distinct += 1;
+    }
+    if distinct >= max { "other".into() } else { value.to_string() }
 }
 
 /// Records a duration in a histogram.

@@ -153,6 +153,8 @@ pub fn apply(
             let alarm_id = conn.last_insert_rowid();
             journal(conn, alarm_id, Some(&ev.event_id), "raised", t, "scada", &ev.message)?;
             crate::metrics::count("twinops_alarms_raised_total", &[("severity", ev.severity.as_str())], 1.0);
+            let code = crate::metrics::bounded("twinops_alarms_raised_by_code_total", "code", &ev.code, 500);
+            crate::metrics::count("twinops_alarms_raised_by_code_total", &[("code", &code)], 1.0);
             let job_id = enqueue_triage(conn, alarm_id, ev.asset_id.as_str(), ev.severity, ev.time, received, policy)?;
             Applied::Raised { alarm_id, job_id }
         }
@@ -194,8 +196,12 @@ fn enqueue_triage(
     now: Timestamp,
     policy: QueuePolicy,
 ) -> rusqlite::Result<i64> {
+    let chattering = is_chattering(conn, alarm_id, at.plus_secs(1))?;
+    if chattering {
+        crate::metrics::count("twinops_alarm_chatter_total", &[], 1.0);
+    }
     let routine = severity == Severity::Low
-        || is_chattering(conn, alarm_id, at.plus_secs(1))?
+        || chattering
         || (severity <= Severity::Medium && flood_state(conn, at.plus_secs(1), false)?.flood);
     let rank = severity_rank(severity);
     let waiting = |asset: Option<&str>| -> rusqlite::Result<Option<i64>> {
