@@ -132,6 +132,7 @@ impl Daemon {
                 limiter: Default::default(),
                 cfg: opts.config.web.clone(),
                 broker_up,
+                mcp: opts.config.mcp.clone(),
             });
             tasks.push(tokio::spawn(crate::web::serve(listener, state, stop_rx.clone())));
         }

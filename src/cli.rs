@@ -53,8 +53,12 @@ impl Global {
         Store::open(&path).with_context(|| format!("opening {}", path.display()))
     }
 
+    fn config(&self) -> anyhow::Result<Config> {
+        Config::load(&self.config, &|k| std::env::var(k).ok())
+    }
+
     fn agent(&self, now: Option<&str>) -> anyhow::Result<Agent> {
-        let config = Config::load(&self.config, &|k| std::env::var(k).ok())?;
+        let config = self.config()?;
         let store = self.open()?;
         let agent = Agent::new(store, agent::models_from_config(&config.llm), config.llm.limits);
         Ok(match now {
@@ -128,6 +132,15 @@ enum Command {
     /// Alarms: list, acknowledge, shelve (as a local operator).
     #[command(subcommand)]
     Alarms(AlarmsCommand),
+    /// Serve the twin's read-only tools to an MCP host over stdio (the host spawns it).
+    #[command(
+        after_help = "Examples:\n  twinops --db /var/lib/twinops/twinops.db mcp\n  (Claude Desktop: see README, \"Connecting an MCP host\")"
+    )]
+    Mcp {
+        /// Offer propose_work_order too (it only parks a proposal for a supervisor).
+        #[arg(long)]
+        allow_propose: bool,
+    },
     /// HMI users: add (password from a prompt or stdin), list.
     #[command(subcommand)]
     User(UserCommand),
@@ -401,7 +414,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Serve { demo, seed_from } => {
-            let config = Config::load(&cli.global.config, &|k| std::env::var(k).ok())?;
+            let config = cli.global.config()?;
             let opts = crate::app::ServeOptions { config, db: cli.global.db_path(), demo, seed_dir: seed_from };
             runtime()?.block_on(crate::app::serve(opts))?;
         }
@@ -490,6 +503,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     r.get::<_, i64>(8)?
                 );
             }
+        }
+        Command::Mcp { allow_propose } => {
+            let store = cli.global.open()?;
+            let allow = allow_propose || cli.global.config()?.mcp.allow_propose;
+            runtime()?.block_on(crate::mcp::serve_stdio(store, allow))?;
         }
         Command::User(UserCommand::Add { name, role }) => {
             let role = crate::domain::Role::parse(&role).map_err(anyhow::Error::msg)?;

@@ -250,6 +250,17 @@ impl Default for WebConfig {
     }
 }
 
+/// The `[mcp]` part: what MCP hosts get (`twinops mcp`, and `/mcp` on the HMI's listener).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Offer `propose_work_order` too (it only parks a proposal for a supervisor).
+    pub allow_propose: bool,
+    /// Host names `/mcp` answers to besides localhost, 127.0.0.1 and ::1 (the SDK's
+    /// DNS-rebinding check), e.g. the name of the TLS proxy in front.
+    pub allowed_hosts: Vec<String>,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -265,6 +276,8 @@ pub struct Config {
     pub schedule: ScheduleConfig,
     #[serde(default)]
     pub web: WebConfig,
+    #[serde(default)]
+    pub mcp: McpConfig,
 }
 
 impl Config {

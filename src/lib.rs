@@ -27,6 +27,7 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod ingest;
+pub mod mcp;
 pub mod metrics;
 pub mod notify;
 pub mod rag;

@@ -45,6 +45,8 @@ pub const FLUSH_AT: usize = 64;
 
 pub struct Audit {
     writer: Writer,
+    /// Who drives the run, for metrics: `agent`, or `mcp` for an MCP host's calls.
+    caller: &'static str,
     run_id: i64,
     seq: i64,
     pending: Vec<(i64, Step, i64)>,
@@ -69,7 +71,13 @@ impl Audit {
                 Ok::<_, StoreError>(c.last_insert_rowid())
             })
             .await?;
-        Ok(Audit { writer, run_id, seq: 0, pending: Vec::new() })
+        Ok(Audit { writer, caller: "agent", run_id, seq: 0, pending: Vec::new() })
+    }
+
+    /// Marks the run's steps as driven by `caller` (in metrics).
+    pub fn with_caller(mut self, caller: &'static str) -> Audit {
+        self.caller = caller;
+        self
     }
 
     pub fn run_id(&self) -> i64 {

@@ -43,6 +43,7 @@ pub struct WebState {
     pub cfg: WebConfig,
     /// Whether the MQTT ingest connection is up (for the degraded banner).
     pub broker_up: watch::Receiver<bool>,
+    pub mcp: crate::config::McpConfig,
 }
 
 /// An error as the API returns it: a status and a message a person can act on.
@@ -84,11 +85,39 @@ impl<E: Into<anyhow::Error>> From<E> for ApiError {
 /// refusal and security headers around all of it.
 pub fn router(state: Arc<WebState>) -> Router {
     api::routes(Arc::clone(&state))
+        .merge(mcp_routes(&state))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authenticate))
         .layer(axum::middleware::from_fn(count_requests))
         .layer(axum::middleware::from_fn(refuse_cross_site))
         .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+}
+
+/// `/mcp`: MCP over streamable HTTP (rmcp), for bearer tokens only, the SDK's host
+/// check on. Each session's server knows the token's user from the request.
+fn mcp_routes(state: &WebState) -> Router {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+    let (store, allow) = (state.store.clone(), state.mcp.allow_propose);
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    hosts.extend(state.mcp.allowed_hosts.iter().cloned());
+    let service = StreamableHttpService::new(
+        move || Ok(crate::mcp::TwinMcp::new(store.clone(), allow, "http")),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_allowed_hosts(hosts),
+    );
+    Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn(require_bearer))
+}
+
+async fn require_bearer(req: Request, next: Next) -> Response {
+    match req.extensions().get::<Credential>() {
+        Some(Credential::Token) => next.run(req).await,
+        _ => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "MCP needs a bearer token: create one with `twinops token create --user NAME` and send Authorization: Bearer <token>",
+        )
+        .into_response(),
+    }
 }
 
 /// Serves the HMI on `listener` until `stop`.
@@ -187,6 +216,10 @@ pub async fn require(role: Option<Role>, req: Request, next: Next) -> Response {
 /// carry no ambient credential and are exempt; no GET changes state.
 async fn refuse_cross_site(req: Request, next: Next) -> Response {
     if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    // `/mcp` takes bearer tokens only (no ambient credential), and says 401 itself.
+    if req.uri().path().starts_with("/mcp") {
         return next.run(req).await;
     }
     let h = req.headers();
