@@ -119,6 +119,34 @@ async fn each_note<F, Fut>(
     }
 }
 
+/// A publishing connection of its own (client id `{client_id}-{what}`), polled by a
+/// task until it disconnects; `None` (logged) if the configuration cannot make one.
+fn publisher(cfg: &MqttConfig, what: &str) -> Option<(AsyncClient, tokio::task::JoinHandle<()>)> {
+    let mut opts = match crate::ingest::mqtt::options(cfg, &format!("{}-{what}", cfg.client_id)) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(stage = "notify", error = %e, what, "nothing is published on MQTT");
+            return None;
+        }
+    };
+    opts.set_manual_acks(false);
+    let (client, mut eventloop) = AsyncClient::new(opts, 1024);
+    let what = what.to_string();
+    let poller = tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(rumqttc::Event::Outgoing(rumqttc::Outgoing::Disconnect)) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(stage = "notify", error = %e, what, "publishing connection lost; reconnecting");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    });
+    Some((client, poller))
+}
+
 /// Publishes each note as JSON on `{notes_topic}/{asset}` at QoS 1, on a connection of
 /// its own (client id `{client_id}-notes`): outbound notes never queue in front of
 /// the ingest connection's acknowledgements.
@@ -128,27 +156,7 @@ pub async fn mqtt_loop(
     notes: broadcast::Receiver<PublishedNote>,
     stop: watch::Receiver<bool>,
 ) {
-    let mut opts = match crate::ingest::mqtt::options(&cfg, &format!("{}-notes", cfg.client_id)) {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::error!(stage = "notify", error = %e, "notes are not published on MQTT");
-            return;
-        }
-    };
-    opts.set_manual_acks(false);
-    let (client, mut eventloop) = AsyncClient::new(opts, 1024);
-    let poller = tokio::spawn(async move {
-        loop {
-            match eventloop.poll().await {
-                Ok(rumqttc::Event::Outgoing(rumqttc::Outgoing::Disconnect)) => break,
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(stage = "notify", error = %e, "notes connection to the MQTT broker lost; reconnecting");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
-    });
+    let Some((client, poller)) = publisher(&cfg, "notes") else { return };
     let topic = cfg.notes_topic.clone();
     each_note(store, notes, stop, "mqtt", |note| {
         let (client, topic) = (client.clone(), format!("{topic}/{}", note.asset_id));
@@ -195,24 +203,7 @@ pub async fn work_orders_loop(
     webhook: Option<Secret>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut opts = match crate::ingest::mqtt::options(&cfg, &format!("{}-work-orders", cfg.client_id)) {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::error!(stage = "notify", error = %e, "work-order decisions are not published on MQTT");
-            return;
-        }
-    };
-    opts.set_manual_acks(false);
-    let (client, mut eventloop) = AsyncClient::new(opts, 256);
-    let poller = tokio::spawn(async move {
-        loop {
-            match eventloop.poll().await {
-                Ok(rumqttc::Event::Outgoing(rumqttc::Outgoing::Disconnect)) => break,
-                Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
-            }
-        }
-    });
+    let Some((client, poller)) = publisher(&cfg, "work-orders") else { return };
     let http = Http::new().client().clone();
     let policy = RetryPolicy { max_retries: 4, base: Duration::from_millis(500), cap: Duration::from_secs(30) };
     loop {

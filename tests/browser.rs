@@ -153,11 +153,7 @@ async fn the_hmi_in_a_real_browser() {
     ])
     .await;
 
-    let mut config = Config::default();
-    let mqtt_port = free_port();
-    config.mqtt.embedded_listen = format!("127.0.0.1:{mqtt_port}");
-    config.mqtt.client_id = format!("twinops-browser-{mqtt_port}");
-    config.web.listen = "127.0.0.1:0".into();
+    let mut config = common::test_config("browser");
     let path = p.dir.path().join("twinops.toml");
     std::fs::write(
         &path,

@@ -415,11 +415,7 @@ async fn the_daemon_runs_its_schedules() {
             Timestamp::now().plus_secs(-DEFAULT_TTL_SECS - 5),
         )
         .unwrap();
-    let mut config = twinops::config::Config::default();
-    config.web.listen = "127.0.0.1:0".into();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    config.mqtt.embedded_listen = format!("127.0.0.1:{port}");
-    config.mqtt.client_id = format!("twinops-sched-{port}");
+    let mut config = common::test_config("sched");
     config.schedule.housekeeping = "* * * * * *".into();
     let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();

@@ -9,7 +9,6 @@ use rmcp::model::{CallToolRequestParams, GetPromptRequestParams, ReadResourceReq
 use serde_json::{Value, json};
 use twinops::accounts;
 use twinops::app::{Daemon, ServeOptions};
-use twinops::config::Config;
 use twinops::domain::Role;
 
 const READ_TOOLS: [&str; 7] = [
@@ -97,11 +96,7 @@ async fn mcp_over_http_needs_a_bearer_token() {
     let p = Plant::new();
     accounts::add_user(&p.store, "operator.kaur", Role::Operator, "correct horse battery staple", "test").unwrap();
     let token = accounts::create_token(&p.store, "operator.kaur", "mcp test").unwrap();
-    let mut config = Config::default();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    config.mqtt.embedded_listen = format!("127.0.0.1:{port}");
-    config.mqtt.client_id = format!("twinops-mcp-{port}");
-    config.web.listen = "127.0.0.1:0".into();
+    let config = common::test_config("mcp");
     let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
     let url = format!("http://{}/mcp", daemon.web_addr.unwrap());

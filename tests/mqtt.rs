@@ -14,6 +14,26 @@ use twinops::config::Config;
 use twinops::scripted::{Reply, ScriptedServer};
 use twinops::sim::{SimOptions, simulate};
 
+/// One scenario as two tests: on the embedded broker, and on Mosquitto when
+/// `TWINOPS_TEST_MQTT_URL` points at one (otherwise it says it was not run).
+macro_rules! on_both_brokers {
+    ($embedded:ident, $mosquitto:ident, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $embedded() {
+            $scenario(None).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $mosquitto() {
+            let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
+                println!("NOT RUN: {} needs TWINOPS_TEST_MQTT_URL (a Mosquitto broker)", stringify!($mosquitto));
+                return;
+            };
+            $scenario(Some(url)).await;
+        }
+    };
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -33,7 +53,8 @@ async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 /// Publishes events with duplicates and malformed messages through `broker_url` (or
 /// the embedded broker when None) and checks that every valid event is stored exactly
 /// once, every malformed one is a dead letter, and the daemon is still up.
-async fn loses_nothing(broker_url: Option<String>, events: usize) {
+async fn loses_nothing(broker_url: Option<String>) {
+    let events = 5_000;
     common::logs();
     let p = Plant::new();
     let run = format!("t{}", free_port());
@@ -71,19 +92,7 @@ async fn loses_nothing(broker_url: Option<String>, events: usize) {
     daemon.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn embedded_broker_ingest_loses_nothing() {
-    loses_nothing(None, 5_000).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn mosquitto_ingest_loses_nothing() {
-    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
-        println!("NOT RUN: mosquitto_ingest_loses_nothing needs TWINOPS_TEST_MQTT_URL (e.g. mqtt://127.0.0.1:1883)");
-        return;
-    };
-    loses_nothing(Some(url), 5_000).await;
-}
+on_both_brokers!(embedded_broker_ingest_loses_nothing, mosquitto_ingest_loses_nothing, loses_nothing);
 
 /// The daemon process is killed with SIGKILL in the middle of a 20,000-event publish
 /// and started again: every event is stored exactly once. The broker (Mosquitto) keeps
@@ -222,19 +231,11 @@ async fn flood_is_triaged_within_budget(broker_url: Option<String>) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn embedded_broker_flood_is_triaged_within_budget() {
-    flood_is_triaged_within_budget(None).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn mosquitto_flood_is_triaged_within_budget() {
-    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
-        println!("NOT RUN: mosquitto_flood_is_triaged_within_budget needs TWINOPS_TEST_MQTT_URL");
-        return;
-    };
-    flood_is_triaged_within_budget(Some(url)).await;
-}
+on_both_brokers!(
+    embedded_broker_flood_is_triaged_within_budget,
+    mosquitto_flood_is_triaged_within_budget,
+    flood_is_triaged_within_budget
+);
 
 /// Packet ids seen by a recording TCP proxy between the daemon and the broker: QoS 1
 /// PUBLISH packets the broker sent, and PUBACK packets the daemon sent back, in order.
@@ -340,19 +341,11 @@ async fn acks_follow_arrival_order(broker_url: Option<String>) {
     assert_eq!(w.acked, w.delivered, "acks in arrival order");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn embedded_broker_acks_follow_arrival_order() {
-    acks_follow_arrival_order(None).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn mosquitto_acks_follow_arrival_order() {
-    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
-        println!("NOT RUN: mosquitto_acks_follow_arrival_order needs TWINOPS_TEST_MQTT_URL");
-        return;
-    };
-    acks_follow_arrival_order(Some(url)).await;
-}
+on_both_brokers!(
+    embedded_broker_acks_follow_arrival_order,
+    mosquitto_acks_follow_arrival_order,
+    acks_follow_arrival_order
+);
 
 /// The daemon process is killed with SIGKILL while a triage run waits on the model,
 /// after the run proposed a work order. Started again, it redoes the job: one note for
@@ -445,19 +438,7 @@ async fn killed_triage_is_redone(broker_url: Option<String>) {
     assert_eq!(server.requests().len(), 4);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn embedded_broker_killed_triage_is_redone() {
-    killed_triage_is_redone(None).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn mosquitto_killed_triage_is_redone() {
-    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
-        println!("NOT RUN: mosquitto_killed_triage_is_redone needs TWINOPS_TEST_MQTT_URL");
-        return;
-    };
-    killed_triage_is_redone(Some(url)).await;
-}
+on_both_brokers!(embedded_broker_killed_triage_is_redone, mosquitto_killed_triage_is_redone, killed_triage_is_redone);
 
 /// Over `mqtts://` with a broker that requires client certificates (Mosquitto set up by
 /// `.ci/run` with certificates from `.ci/test-certs`): with ours, every event arrives;

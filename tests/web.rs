@@ -25,14 +25,10 @@ struct Hmi {
 
 impl Hmi {
     async fn start(p: &Plant) -> Hmi {
-        Hmi::start_with(p, Config::default()).await
+        Hmi::start_with(p, common::test_config("web")).await
     }
 
-    async fn start_with(p: &Plant, mut config: Config) -> Hmi {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        config.mqtt.embedded_listen = format!("127.0.0.1:{port}");
-        config.mqtt.client_id = format!("twinops-web-{port}");
-        config.web.listen = "127.0.0.1:0".into();
+    async fn start_with(p: &Plant, config: Config) -> Hmi {
         let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
         let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
         let addr: SocketAddr = daemon.web_addr.unwrap();
@@ -358,7 +354,8 @@ async fn metrics_move_after_a_scripted_run() {
         format!("[[llm.chain]]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\n", server.openai_url()),
     )
     .unwrap();
-    let config = Config::load(&path, &|_| None).unwrap();
+    let mut config = common::test_config("metrics");
+    config.llm = Config::load(&path, &|_| None).unwrap().llm;
     let hmi = Hmi::start_with(&p, config).await;
     let scrape = || async { hmi.http.get(hmi.url("/metrics")).send().await.unwrap().text().await.unwrap() };
     let before = scrape().await;

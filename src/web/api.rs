@@ -344,6 +344,12 @@ struct AlarmQuery {
     limit: Option<u32>,
 }
 
+/// Rows of one JSON text column (SQLite's `json_object`), parsed.
+fn json_rows(stmt: &mut rusqlite::CachedStatement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Vec<Value>> {
+    let rows = stmt.query_map(params, |r| r.get::<_, String>(0))?;
+    rows.map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))).collect()
+}
+
 const SEVERITY_ORDER: &str =
     "CASE a.severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END";
 
@@ -362,9 +368,7 @@ async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<
          ORDER BY {SEVERITY_ORDER}, a.raised_at DESC, a.id DESC LIMIT ?3"
     );
     let mut stmt = db.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![q.active.unwrap_or(true), q.asset, limit], |r| r.get::<_, String>(0))?;
-    let alarms: Vec<Value> =
-        rows.map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))).collect::<Result<_, _>>()?;
+    let alarms = json_rows(&mut stmt, params![q.active.unwrap_or(true), q.asset, limit])?;
     Ok(Json(json!({"alarms": alarms})))
 }
 
@@ -385,10 +389,7 @@ async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, A
     let mut stmt = db.prepare_cached(
         "SELECT json_object('kind', kind, 'at', at, 'actor', actor, 'detail', detail) FROM alarm_events WHERE alarm_id = ?1 ORDER BY id",
     )?;
-    let journal: Vec<Value> = stmt
-        .query_map([id], |r| r.get::<_, String>(0))?
-        .map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null)))
-        .collect::<Result<_, _>>()?;
+    let journal = json_rows(&mut stmt, [id])?;
     let note: Option<(i64, String, String, Option<i64>, i64)> = db
         .query_row(
             "SELECT id, body, flags, run_id, created_at FROM notes WHERE alarm_id = ?1 AND kind = 'triage'",
@@ -562,10 +563,7 @@ async fn run(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, Api
                 'is_error', is_error, 'latency_ms', latency_us / 1000.0)
          FROM agent_steps WHERE run_id = ?1 ORDER BY seq",
     )?;
-    let steps: Vec<Value> = stmt
-        .query_map([id], |r| r.get::<_, String>(0))?
-        .map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null)))
-        .collect::<Result<_, _>>()?;
+    let steps = json_rows(&mut stmt, [id])?;
     Ok(Json(json!({"run": serde_json::from_str::<Value>(&run).unwrap_or(Value::Null), "steps": steps})))
 }
 
@@ -586,10 +584,7 @@ async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>) -> Result
                 'decided_by', decided_by, 'decided_at', decided_at, 'decision_reason', decision_reason)
          FROM work_orders WHERE ?1 IS NULL OR status = ?1 ORDER BY proposed_at DESC, id DESC LIMIT 200",
     )?;
-    let rows: Vec<Value> = stmt
-        .query_map([q.status], |r| r.get::<_, String>(0))?
-        .map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null)))
-        .collect::<Result<_, _>>()?;
+    let rows = json_rows(&mut stmt, [q.status])?;
     Ok(Json(json!({"work_orders": rows})))
 }
 
@@ -638,10 +633,7 @@ async fn chat_history(State(s): State<S>, Extension(user): Extension<User>) -> R
         "SELECT json_object('id', id, 'role', role, 'text', text, 'run_id', run_id, 'created_at', created_at)
          FROM (SELECT * FROM chat_messages WHERE user_id = ?1 ORDER BY id DESC LIMIT 200) ORDER BY id",
     )?;
-    let rows: Vec<Value> = stmt
-        .query_map([user.id], |r| r.get::<_, String>(0))?
-        .map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null)))
-        .collect::<Result<_, _>>()?;
+    let rows = json_rows(&mut stmt, [user.id])?;
     Ok(Json(json!({"messages": rows})))
 }
 

@@ -106,3 +106,14 @@ pub fn logs() {
             .try_init();
     }
 }
+
+/// A daemon configuration for one test: its own embedded broker port and client id,
+/// the HMI on a free port, the rules model.
+pub fn test_config(label: &str) -> twinops::config::Config {
+    let mut config = twinops::config::Config::default();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    config.mqtt.embedded_listen = format!("127.0.0.1:{port}");
+    config.mqtt.client_id = format!("twinops-{label}-{port}");
+    config.web.listen = "127.0.0.1:0".into();
+    config
+}
