@@ -16,6 +16,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{Role, Timestamp};
+use crate::rag::hex;
 use crate::store::{Store, StoreError};
 
 /// A session lasts at most a long shift, and ends sooner when idle (`web.session_idle_minutes`).
@@ -69,10 +70,6 @@ fn random_bytes<const N: usize>() -> [u8; N] {
     let mut bytes = [0u8; N];
     getrandom::fill(&mut bytes).expect("the operating system's random source");
     bytes
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn sha256_hex(text: &str) -> String {

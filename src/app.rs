@@ -128,7 +128,7 @@ impl Daemon {
             let state = Arc::new(crate::web::WebState {
                 store: store.clone(),
                 agent: Arc::clone(&agent),
-                docs: crate::rag::DocIndex::new(),
+                docs: agent.docs().clone(),
                 limiter: Default::default(),
                 cfg: opts.config.web.clone(),
                 broker_up,

@@ -35,15 +35,15 @@ const MAX_RESOURCES: i64 = 1000;
 #[derive(Clone)]
 pub struct TwinMcp {
     store: Store,
-    docs: Arc<DocIndex>,
+    docs: DocIndex,
     allow_propose: bool,
     /// `stdio`, or the user name of the bearer token.
     client: String,
 }
 
 impl TwinMcp {
-    pub fn new(store: Store, allow_propose: bool, client: &str) -> TwinMcp {
-        TwinMcp { store, docs: Arc::new(DocIndex::new()), allow_propose, client: client.to_string() }
+    pub fn new(store: Store, docs: DocIndex, allow_propose: bool, client: &str) -> TwinMcp {
+        TwinMcp { store, docs, allow_propose, client: client.to_string() }
     }
 
     fn offered(&self) -> impl Iterator<Item = &'static ToolDef> + '_ {
@@ -68,7 +68,7 @@ impl TwinMcp {
                 .map_err(|e| internal(&e))?
                 .with_caller("mcp");
         let (store, docs, who, arguments) =
-            (self.store.clone(), Arc::clone(&self.docs), caller.to_string(), args.to_string());
+            (self.store.clone(), self.docs.clone(), caller.to_string(), args.to_string());
         let started = Instant::now();
         let out = tokio::task::spawn_blocking(move || -> anyhow::Result<tools::ToolOutput> {
             let db = store.read()?;
@@ -239,10 +239,10 @@ impl ServerHandler for TwinMcp {
                     })?;
                 format!(
                     "{}\n\nTriage alarm {id}. Start with list_alarms to read its record.",
-                    include_str!("../prompts/triage.md")
+                    crate::agent::TRIAGE_PROMPT
                 )
             }
-            "shift_handover" => include_str!("../prompts/handover.md").to_string(),
+            "shift_handover" => crate::agent::HANDOVER_PROMPT.to_string(),
             other => {
                 return Err(McpError::invalid_params(
                     format!("no prompt '{other}'; use triage or shift_handover"),
@@ -257,7 +257,7 @@ impl ServerHandler for TwinMcp {
 /// `twinops mcp`: serves MCP on stdin/stdout until the host closes it.
 pub async fn serve_stdio(store: Store, allow_propose: bool) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
-    let server = TwinMcp::new(store, allow_propose, "stdio").serve(rmcp::transport::stdio()).await?;
+    let server = TwinMcp::new(store, DocIndex::new(), allow_propose, "stdio").serve(rmcp::transport::stdio()).await?;
     server.waiting().await?;
     Ok(())
 }

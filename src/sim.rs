@@ -95,7 +95,6 @@ pub struct SimReport {
 
 struct SimSensor<'a> {
     plan: SensorPlan<'a>,
-    prefix: Option<String>,
     /// The last hours of the seeded week, replayed in a loop.
     replay: Vec<f64>,
     points: Vec<Point>,
@@ -125,15 +124,14 @@ impl<'a> Generator<'a> {
                 let mut rng = Rng::from_label(&format!("{}/0", plan.sensor_id));
                 let replay = plan.signal.generate(start, week, &mut rng).split_off(week - REPLAY);
                 let t = plan.signal.template;
-                let prefix = plan.alarm_prefix().map(str::to_string);
-                let points = match prefix {
+                let points = match plan.alarm_prefix() {
                     Some(_) => seed::set_points(&t.limits)
                         .into_iter()
                         .map(|(l, sp)| Point::new(l, sp, t.deadband, 1))
                         .collect(),
                     None => Vec::new(),
                 };
-                SimSensor { plan, prefix, replay, points, disturbance: None }
+                SimSensor { plan, replay, points, disturbance: None }
             })
             .collect();
         Generator { sensors, rng: Rng::from_label(run), tick: 0, seq: 0, run: run.to_string() }
@@ -173,7 +171,7 @@ impl<'a> Generator<'a> {
                 None => round3(s.replay[self.tick % REPLAY]),
             };
             readings.push(json!({"type": "reading", "sensor_id": s.plan.sensor_id, "time": time, "value": value}));
-            let Some(prefix) = &s.prefix else { continue };
+            let Some(prefix) = s.plan.alarm_prefix() else { continue };
             for p in &mut s.points {
                 let Some(raised) = p.sample(value) else { continue };
                 let unit = &s.plan.signal.template.unit;

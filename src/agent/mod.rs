@@ -27,7 +27,7 @@ pub use model::{
     Usage,
 };
 pub use note::TriageNote;
-pub use run::{Agent, Outcome, Profile, RunReport, Task};
+pub use run::{Agent, HANDOVER_PROMPT, Outcome, Profile, RunReport, TRIAGE_PROMPT, Task};
 
 use std::sync::Arc;
 

@@ -32,9 +32,9 @@ use crate::rag::DocIndex;
 use crate::store::{Store, StoreError};
 use crate::tools::{self, ToolContext, ToolDef, ToolOutput};
 
-const TRIAGE_PROMPT: &str = include_str!("../../prompts/triage.md");
+pub const TRIAGE_PROMPT: &str = include_str!("../../prompts/triage.md");
 const CHAT_PROMPT: &str = include_str!("../../prompts/chat.md");
-const HANDOVER_PROMPT: &str = include_str!("../../prompts/handover.md");
+pub const HANDOVER_PROMPT: &str = include_str!("../../prompts/handover.md");
 
 /// What a run may do: its system prompt, the tools it is offered, and the shape of its
 /// final answer.
@@ -209,6 +209,11 @@ impl Agent {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The search index the tools use (cheap to clone; built once, shared).
+    pub fn docs(&self) -> &DocIndex {
+        &self.docs
     }
 
     /// Builds the triage task for an alarm occurrence and runs it.

@@ -103,6 +103,7 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceDoc>) -> std::io::Result
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes` (SHA-256 digests of documents, sessions and tokens).
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

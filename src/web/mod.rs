@@ -98,11 +98,11 @@ pub fn router(state: Arc<WebState>) -> Router {
 fn mcp_routes(state: &WebState) -> Router {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-    let (store, allow) = (state.store.clone(), state.mcp.allow_propose);
+    let (store, docs, allow) = (state.store.clone(), state.docs.clone(), state.mcp.allow_propose);
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.extend(state.mcp.allowed_hosts.iter().cloned());
     let service = StreamableHttpService::new(
-        move || Ok(crate::mcp::TwinMcp::new(store.clone(), allow, "http")),
+        move || Ok(crate::mcp::TwinMcp::new(store.clone(), docs.clone(), allow, "http")),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().with_allowed_hosts(hosts),
     );
