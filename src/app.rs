@@ -85,9 +85,10 @@ impl Daemon {
         let (stop, stop_rx) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let policy = QueuePolicy { capacity: opts.config.triage.queue_capacity };
-        let (ingest_task, broker_up) =
+        let ingest =
             ingest::mqtt::start(store.writer().clone(), mqtt.clone(), policy, Arc::clone(&wake), stop_rx.clone())?;
-        let mut tasks = vec![ingest_task];
+        let broker_up = ingest.broker_up;
+        let mut tasks = vec![ingest.task];
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
         tasks.push(tokio::spawn(crate::notify::mqtt_loop(
             store.clone(),

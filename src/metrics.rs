@@ -127,6 +127,14 @@ pub fn time(name: &'static str, l: &[(&'static str, &str)], d: Duration) {
     observe(name, l, d.as_secs_f64());
 }
 
+/// A histogram's observations so far, over all its label sets: (count, sum). For
+/// benchmarks that report what happened inside the pipeline they drove.
+pub fn totals(name: &'static str) -> (u64, f64) {
+    let r = registry().lock().expect("metrics lock");
+    let all = r.hists.range((name, Vec::new())..).take_while(|((n, _), _)| *n == name);
+    all.fold((0, 0.0), |(count, sum), (_, h)| (count + h.count, sum + h.sum))
+}
+
 /// Records a value in a histogram.
 pub fn observe(name: &'static str, l: &[(&'static str, &str)], v: f64) {
     defined(name, Histogram);

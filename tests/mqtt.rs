@@ -243,6 +243,21 @@ on_both_brokers!(
 struct Wire {
     delivered: Vec<u16>,
     acked: Vec<u16>,
+    /// DISCONNECT packets from the client.
+    disconnects: usize,
+}
+
+/// `broker_url`, or a fresh embedded broker's.
+async fn broker_or_embedded(broker_url: Option<String>) -> String {
+    match broker_url {
+        Some(url) => url,
+        None => {
+            let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            twinops::broker::start(listen).unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            format!("mqtt://{listen}")
+        }
+    }
 }
 
 /// Splits complete MQTT packets off the front of `buf`: (type, flags, body).
@@ -290,6 +305,7 @@ async fn pump(
                     w.delivered.push(u16::from_be_bytes([body[2 + topic_len], body[3 + topic_len]]));
                 }
                 (4, true) => w.acked.push(u16::from_be_bytes([body[0], body[1]])),
+                (14, true) => w.disconnects += 1,
                 _ => {}
             }
         }
@@ -318,15 +334,7 @@ async fn recording_proxy(upstream: String) -> (String, Arc<Mutex<Wire>>) {
 async fn acks_follow_arrival_order(broker_url: Option<String>) {
     let p = Plant::new();
     let run = format!("o{}", free_port());
-    let broker = match broker_url {
-        Some(url) => url,
-        None => {
-            let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            twinops::broker::start(listen).unwrap();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            format!("mqtt://{listen}")
-        }
-    };
+    let broker = broker_or_embedded(broker_url).await;
     let (proxy, wire) = recording_proxy(broker.trim_start_matches("mqtt://").to_string()).await;
     let server = ScriptedServer::cycling(vec![plain_note()]).await;
     let daemon = daemon_with_model(&p, &run, Some(&proxy), &server.openai_url(), "").await;
@@ -345,6 +353,66 @@ on_both_brokers!(
     embedded_broker_acks_follow_arrival_order,
     mosquitto_acks_follow_arrival_order,
     acks_follow_arrival_order
+);
+
+/// Ingest stopped in the middle of a stream: what it took in is committed and acked
+/// before it says goodbye (a clean DISCONNECT), nothing it did not commit is acked, and
+/// the next session gets the rest from the broker: every event once.
+async fn stop_mid_stream_acks_what_it_committed(broker_url: Option<String>) {
+    use twinops::ingest::mqtt;
+    let p = Plant::new();
+    let run = format!("g{}", free_port());
+    let broker = broker_or_embedded(broker_url).await;
+    let (proxy, wire) = recording_proxy(broker.trim_start_matches("mqtt://").to_string()).await;
+    let cfg = twinops::config::MqttConfig {
+        url: proxy,
+        client_id: format!("twinops-{run}"),
+        topics: vec![format!("{run}/scada/#")],
+        ..Default::default()
+    };
+    let start = |stop| mqtt::start(p.store.writer().clone(), cfg.clone(), Default::default(), Default::default(), stop);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut first = start(stop).unwrap();
+    first.broker_up.wait_for(|up| *up).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let events = 4_000;
+    let sim = SimOptions::burst(&broker, &run, events);
+    let publishing = tokio::spawn(async move { simulate(&sim).await.unwrap() });
+    let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
+    assert!(eventually(Duration::from_secs(60), || p.count(&journal) >= 500).await, "ingest started");
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), first.task).await.expect("stops within 10 s").unwrap();
+
+    let committed = p.count(&journal) as usize;
+    let acked = *first.acked.borrow() as usize;
+    // The DISCONNECT comes last on the wire: once the proxy has seen it, it has seen
+    // every ack before it.
+    let said_goodbye = eventually(Duration::from_secs(5), || wire.lock().unwrap().disconnects > 0).await;
+    assert!(said_goodbye, "a clean DISCONNECT");
+    {
+        let w = wire.lock().unwrap();
+        assert_eq!(w.disconnects, 1);
+        assert_eq!(w.acked.len(), acked, "the acked count is what reached the broker");
+        assert_eq!(acked, committed, "what was committed is acked, and nothing else");
+        assert_eq!(w.acked[..], w.delivered[..acked], "in arrival order");
+    }
+    assert!(committed < events, "stopped mid-stream ({committed} of {events})");
+
+    let report = publishing.await.unwrap();
+    assert_eq!(report.events, events);
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let _second = start(stop).unwrap();
+    let all = eventually(Duration::from_secs(60), || p.count(&journal) as usize >= events).await;
+    assert!(all, "the next session got the rest: {} of {events}", p.count(&journal));
+    let distinct = p.count(&format!("SELECT count(DISTINCT event_id) FROM alarm_events WHERE event_id LIKE '{run}-%'"));
+    assert_eq!((p.count(&journal), distinct), (events as i64, events as i64), "every event once");
+}
+
+on_both_brokers!(
+    embedded_broker_stop_mid_stream_acks_what_it_committed,
+    mosquitto_stop_mid_stream_acks_what_it_committed,
+    stop_mid_stream_acks_what_it_committed
 );
 
 /// The daemon process is killed with SIGKILL while a triage run waits on the model,

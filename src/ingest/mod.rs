@@ -51,29 +51,22 @@ pub fn apply(
     policy: QueuePolicy,
 ) -> Result<MessageEffect, StoreError> {
     let message = Message::parse(topic.to_string(), payload.to_vec());
-    writer.call(move |conn| {
-        let mut batch = Batch::default();
-        let effect = batch.apply(conn, &message, received, policy)?;
-        batch.rollups.flush(conn)?;
-        Ok(effect)
-    })
+    writer.call(move |conn| Ok(apply_batch(conn, [&message], received, policy)?.remove(0)))
 }
 
-/// Queues several messages (the MQTT batch) for one writer job; the receiver yields
-/// each one's effect, in order, once committed. Batches commit in submission order.
-pub fn submit_batch(
-    writer: &Writer,
-    messages: Vec<Message>,
+/// Applies several messages (an MQTT batch) inside the caller's transaction and
+/// returns each one's effect, in order.
+pub fn apply_batch<'a>(
+    conn: &Connection,
+    messages: impl IntoIterator<Item = &'a Message>,
     received: Timestamp,
     policy: QueuePolicy,
-) -> tokio::sync::oneshot::Receiver<Result<Vec<MessageEffect>, StoreError>> {
-    writer.submit(move |conn| {
-        let mut batch = Batch::default();
-        let effects =
-            messages.iter().map(|m| batch.apply(conn, m, received, policy)).collect::<Result<Vec<_>, StoreError>>()?;
-        batch.rollups.flush(conn)?;
-        Ok(effects)
-    })
+) -> Result<Vec<MessageEffect>, StoreError> {
+    let mut batch = Batch::default();
+    let effects =
+        messages.into_iter().map(|m| batch.apply(conn, m, received, policy)).collect::<Result<Vec<_>, _>>()?;
+    batch.rollups.flush(conn)?;
+    Ok(effects)
 }
 
 /// State shared by the messages of one transaction: sensor lookups and rollup sums.

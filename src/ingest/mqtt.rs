@@ -1,21 +1,26 @@
 //! The MQTT transport (rumqttc): QoS 1, a persistent session, manual acks.
 //!
 //! A message is acknowledged only after its effect (or its dead letter) is committed,
-//! and acks go out in arrival order: messages are batched (group commit: what arrived
-//! during the previous commit, up to `batch_max`, plus what arrives within `batch_ms`),
-//! the batch is committed in one transaction, then acked in order. rumqttc does not re-subscribe after a reconnect; we do, on every ConnAck.
-//! Messages received on a connection that has since dropped are committed (applying
-//! is idempotent) but not acked: their packet ids belong to the old connection, and
-//! the broker redelivers them.
+//! and acks go out in arrival order. Messages are parsed as they arrive and wait in an
+//! intake; the writer job takes what is waiting when it starts (group commit: what
+//! arrived during the previous commit, up to `batch_max`, after `batch_ms` if set),
+//! commits it in one transaction, and the PUBACKs of the commit are written in order
+//! and flushed together. rumqttc does not re-subscribe after a reconnect; we do, on
+//! every ConnAck. Messages received on a connection that has since dropped are
+//! committed (applying is idempotent) but not acked: their packet ids belong to the old
+//! connection, and the broker redelivers them.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS, Transport};
+use rumqttc::{
+    AsyncClient, Event, EventLoop, MqttOptions, Packet, PubAck, Publish, QoS, Request, Subscribe, SubscribeFilter,
+    Transport,
+};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::{Message, MessageEffect, submit_batch};
+use super::{Message, MessageEffect, apply_batch};
 use crate::alarms::Applied;
 use crate::alarms::QueuePolicy;
 use crate::config::MqttConfig;
@@ -98,203 +103,298 @@ fn tls_config(cfg: &MqttConfig) -> anyhow::Result<rustls::ClientConfig> {
     })
 }
 
-/// A received message and the connection it came on.
-struct Incoming {
-    publish: Publish,
-    connection: u64,
+/// A running MQTT ingest.
+pub struct Running {
+    /// Ends after a stop, once what arrived before it is committed and acknowledged.
+    pub task: tokio::task::JoinHandle<()>,
+    /// Whether the broker connection is up.
+    pub broker_up: watch::Receiver<bool>,
+    /// Messages acknowledged to the broker so far (written and flushed).
+    pub acked: watch::Receiver<u64>,
 }
 
 /// Runs the MQTT ingest until `stop`. `wake` is notified when new occurrences need
-/// triage. Returns the task and a watch of whether the broker connection is up.
+/// triage.
 pub fn start(
     writer: Writer,
     cfg: MqttConfig,
     policy: QueuePolicy,
     wake: Arc<Notify>,
     stop: watch::Receiver<bool>,
-) -> anyhow::Result<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)> {
+) -> anyhow::Result<Running> {
     let opts = options(&cfg, &cfg.client_id)?;
-    let (up_tx, up_rx) = watch::channel(false);
-    let (client, mut eventloop) = AsyncClient::new(opts, 4096);
-    let connection = Arc::new(AtomicU64::new(0));
-    // Unbounded on purpose: the poller must never wait on the ingest loop, or acks
-    // (which need the poller) and messages (which need the ingest loop) deadlock. What
-    // it holds is bounded by the broker's in-flight window for QoS 1: unacked messages.
-    let (tx, rx) = mpsc::unbounded_channel::<Incoming>();
-
-    // The event loop gets a task of its own and is never cancelled mid-poll.
-    let poll_client = client.clone();
-    let topics = cfg.topics.clone();
-    let conn_gen = Arc::clone(&connection);
-    let mut poll_stop = stop.clone();
-    let poller = tokio::spawn(async move {
-        let mut backoff = Duration::from_millis(250);
-        loop {
-            let event = tokio::select! {
-                e = eventloop.poll() => e,
-                _ = poll_stop.changed() => break,
-            };
-            match event {
-                Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                    let _ = up_tx.send(true);
-                    let generation = conn_gen.fetch_add(1, Ordering::SeqCst) + 1;
-                    tracing::info!(
-                        stage = "ingest",
-                        connection = generation,
-                        "connected to the MQTT broker; subscribing"
-                    );
-                    for topic in &topics {
-                        if let Err(e) = poll_client.try_subscribe(topic.clone(), QoS::AtLeastOnce) {
-                            tracing::error!(stage = "ingest", topic = %topic, error = %e, "subscribe failed");
-                        }
-                    }
-                    backoff = Duration::from_millis(250);
-                }
-                Ok(Event::Incoming(Packet::Publish(publish))) => {
-                    let incoming = Incoming { publish, connection: conn_gen.load(Ordering::SeqCst) };
-                    if tx.send(incoming).is_err() {
-                        break;
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    let _ = up_tx.send(false);
-                    tracing::warn!(stage = "ingest", error = %e, retry_in_ms = backoff.as_millis() as u64, "MQTT connection lost; reconnecting");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = poll_stop.changed() => break,
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
-                }
-            }
-        }
-    });
-
-    let committer = Committer { writer, client: client.clone(), connection, wake, policy };
-    let handle = tokio::spawn(async move {
-        ingest_loop(committer, rx, cfg.batch_max, Duration::from_millis(cfg.batch_ms), stop).await;
-        poller.abort();
-    });
-    Ok((handle, up_rx))
+    let (up, broker_up) = watch::channel(false);
+    let (acked_tx, acked) = watch::channel(0);
+    let (client, eventloop) = AsyncClient::new(opts, 16);
+    // Unbounded, but it holds one entry per writer job, and at most two are out.
+    let (committed_tx, committed) = mpsc::unbounded_channel::<Committed>();
+    let ingest = Ingest {
+        eventloop,
+        _client: client,
+        topics: cfg.topics.clone(),
+        connection: 0,
+        up,
+        acked: acked_tx,
+        writer,
+        policy,
+        wake,
+        committed_tx,
+        intake: Arc::default(),
+        waiting_since: None,
+        batch_max: cfg.batch_max,
+        batch_wait: Duration::from_millis(cfg.batch_ms),
+        jobs_out: 0,
+    };
+    let task = tokio::spawn(ingest.run(committed, stop));
+    Ok(Running { task, broker_up, acked })
 }
 
-/// Commits batches and acknowledges their messages.
-struct Committer {
+/// What acknowledges a message: the connection it came on, and its packet id there.
+type AckId = (u64, u16);
+
+/// A received message, parsed, with what acknowledges it once committed (none for
+/// QoS 0).
+struct Received {
+    message: Message,
+    ack: Option<AckId>,
+}
+
+/// Messages waiting for the writer. The writer job takes what is here when it starts,
+/// not when it was queued: whatever arrived while the last commit was on disk goes
+/// into the next one, so transactions (and fsyncs) grow with the load.
+#[derive(Default)]
+struct Intake {
+    waiting: Mutex<Vec<Received>>,
+    /// A job is queued that has not yet taken `waiting`.
+    job_queued: AtomicBool,
+}
+
+impl Intake {
+    fn is_empty(&self) -> bool {
+        self.waiting.lock().expect("intake lock").is_empty()
+    }
+}
+
+/// A writer job's outcome, sent from the writer thread: the packet ids to acknowledge,
+/// in arrival order (none if the commit failed).
+struct Committed(Vec<AckId>);
+
+/// The ingest task. It owns the rumqttc event loop and does everything between the
+/// socket and the writer thread, so a message crosses threads twice: to the writer and
+/// back as an ack.
+///
+/// Acks are written here, not sent through `AsyncClient::ack`: the event loop takes
+/// one request per turn and flushes after each, one write per message; here a commit's
+/// PUBACKs go out in one flush. Nothing is ever sent through the client's request
+/// channel, so when a commit lands `poll()` is only ever interrupted while waiting for
+/// the network or a timer, or in a flush whose bytes stay buffered: no packet is lost.
+struct Ingest {
+    eventloop: EventLoop,
+    /// Keeps the request channel open: the event loop ends once every client is gone.
+    _client: AsyncClient,
+    topics: Vec<String>,
+    /// The broker connection's generation: acks for messages of an older one are void
+    /// (their packet ids belong to that connection, and the broker redelivers them).
+    connection: u64,
+    up: watch::Sender<bool>,
+    acked: watch::Sender<u64>,
     writer: Writer,
-    client: AsyncClient,
-    /// The broker connection's generation: acks for messages of an older one are void.
-    connection: Arc<AtomicU64>,
+    policy: QueuePolicy,
     /// Told when new occurrences need triage.
     wake: Arc<Notify>,
-    policy: QueuePolicy,
-}
-
-/// A batch queued for commit, waiting to be acknowledged.
-struct Pending {
-    batch: Vec<Incoming>,
-    queued: std::time::Instant,
-    committed: tokio::sync::oneshot::Receiver<Result<Vec<MessageEffect>, StoreError>>,
-}
-
-/// Collects batches, parses them and queues them for the writer; a second task
-/// acknowledges each batch once it is committed, in order. So the next batch is parsed
-/// and queued while the last one commits (two in the queue at most: back-pressure).
-async fn ingest_loop(
-    c: Committer,
-    mut rx: mpsc::UnboundedReceiver<Incoming>,
+    committed_tx: mpsc::UnboundedSender<Committed>,
+    intake: Arc<Intake>,
+    /// When the oldest message not yet offered to a writer job arrived (for `batch_ms`).
+    waiting_since: Option<tokio::time::Instant>,
     batch_max: usize,
     batch_wait: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    let (pending_tx, mut pending_rx) = mpsc::channel::<Pending>(2);
-    let c = Arc::new(c);
-    let acker = {
-        let c = Arc::clone(&c);
-        tokio::spawn(async move {
-            while let Some(p) = pending_rx.recv().await {
-                c.ack(p).await;
+    /// Writer jobs queued whose outcome has not come back.
+    jobs_out: usize,
+}
+
+impl Ingest {
+    /// Runs until stopped: after `stop`, what already arrived is committed and
+    /// acknowledged; messages still arriving are neither, so the broker keeps them.
+    async fn run(mut self, mut committed: mpsc::UnboundedReceiver<Committed>, mut stop: watch::Receiver<bool>) {
+        let mut backoff = Duration::from_millis(250);
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        let mut stopping = false;
+        loop {
+            if self.job_due(stopping) {
+                self.queue_job();
             }
-        })
-    };
-    loop {
-        let mut batch: Vec<Incoming> = Vec::new();
-        let first = tokio::select! {
-            biased;
-            _ = stop.changed() => None,
-            m = rx.recv() => m,
-        };
-        let Some(first) = first else {
-            // Stopping: commit and ack what already arrived, then take no more.
-            while let Ok(m) = rx.try_recv() {
-                batch.push(m);
+            if stopping && self.jobs_out == 0 && self.intake.is_empty() {
+                break;
             }
-            if !batch.is_empty() {
-                let _ = pending_tx.send(c.submit(batch)).await;
-            }
-            break;
-        };
-        batch.push(first);
-        // Group commit: take what is already waiting (it piled up during the last
-        // commit), and wait up to `batch_wait` for more only if configured to. Waiting
-        // for a full batch would cap throughput at the broker's in-flight window per
-        // `batch_wait`.
-        let deadline = tokio::time::Instant::now() + batch_wait;
-        while batch.len() < batch_max {
-            match rx.try_recv() {
-                Ok(m) => batch.push(m),
-                Err(_) if batch_wait.is_zero() => break,
-                Err(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(m)) => batch.push(m),
-                    _ => break,
+            // With `batch_ms`, the first message waits that long for company.
+            let batch_deadline = self.waiting_since.filter(|_| !self.batch_wait.is_zero()).map(|t| t + self.batch_wait);
+            let now = tokio::time::Instant::now();
+            tokio::select! {
+                biased;
+                Some(done) = committed.recv() => self.write_acks(done, &mut committed).await,
+                _ = stop.changed(), if !stopping => stopping = true,
+                _ = tokio::time::sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() => retry_at = None,
+                _ = tokio::time::sleep_until(batch_deadline.unwrap_or(now)), if batch_deadline.is_some() => {}
+                event = self.eventloop.poll(), if retry_at.is_none() => match event {
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                        self.connection += 1;
+                        let _ = self.up.send(true);
+                        tracing::info!(stage = "ingest", connection = self.connection, "connected to the MQTT broker; subscribing");
+                        self.subscribe().await;
+                        backoff = Duration::from_millis(250);
+                    }
+                    Ok(Event::Incoming(Packet::Publish(publish))) if !stopping => self.take(publish),
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = self.up.send(false);
+                        tracing::warn!(stage = "ingest", error = %e, retry_in_ms = backoff.as_millis() as u64, "MQTT connection lost; reconnecting");
+                        retry_at = Some(tokio::time::Instant::now() + backoff);
+                        backoff = (backoff * 2).min(Duration::from_secs(30));
+                    }
                 },
             }
         }
-        if pending_tx.send(c.submit(batch)).await.is_err() {
-            break;
+        // A clean DISCONNECT: the session (and what was not acked) stays with the broker.
+        if let Some(network) = self.eventloop.network.as_mut() {
+            let _ = network.write(Packet::Disconnect).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), network.flush()).await;
         }
     }
-    drop(pending_tx);
-    let _ = acker.await;
-}
 
-impl Committer {
-    fn submit(&self, batch: Vec<Incoming>) -> Pending {
-        let messages: Vec<Message> =
-            batch.iter().map(|m| Message::parse(m.publish.topic.clone(), m.publish.payload.to_vec())).collect();
-        crate::metrics::count("twinops_ingest_messages_received_total", &[], batch.len() as f64);
-        crate::metrics::observe("twinops_ingest_batch_messages", &[], batch.len() as f64);
-        let committed = submit_batch(&self.writer, messages, Timestamp::now(), self.policy);
-        Pending { batch, queued: std::time::Instant::now(), committed }
+    /// Parses a message here, off the writer thread, and adds it to the intake.
+    fn take(&mut self, publish: Publish) {
+        let ack = (publish.qos == QoS::AtLeastOnce).then_some((self.connection, publish.pkid));
+        let message = Message::parse(publish.topic, publish.payload.to_vec());
+        self.intake.waiting.lock().expect("intake lock").push(Received { message, ack });
+        self.waiting_since.get_or_insert_with(tokio::time::Instant::now);
     }
 
-    async fn ack(&self, Pending { batch, queued, committed }: Pending) {
-        let effects = match committed.await {
-            Ok(Ok(e)) => {
-                crate::metrics::time("twinops_ingest_commit_seconds", &[], queued.elapsed());
-                crate::metrics::count("twinops_ingest_messages_committed_total", &[], batch.len() as f64);
-                e
-            }
-            Ok(Err(e)) => {
-                // Nothing committed, nothing acked: the broker redelivers.
-                tracing::error!(stage = "ingest", error = %e, messages = batch.len(), "commit failed; messages left unacked for redelivery");
+    /// Whether to queue a writer job now: none is queued, messages wait, and either we
+    /// stop, or `batch_max` wait, or `batch_ms` has passed (with `batch_ms` 0: the
+    /// messages read from the socket in one go are all in).
+    fn job_due(&self, stopping: bool) -> bool {
+        if self.intake.job_queued.load(Ordering::SeqCst) {
+            return false;
+        }
+        let waiting = self.intake.waiting.lock().expect("intake lock").len();
+        waiting > 0
+            && (stopping
+                || waiting >= self.batch_max
+                || match self.waiting_since {
+                    _ if self.batch_wait.is_zero() => self.eventloop.state.events.is_empty(),
+                    Some(since) => since.elapsed() >= self.batch_wait,
+                    None => true,
+                })
+    }
+
+    /// Queues a writer job that takes up to `batch_max` waiting messages when it starts
+    /// and, once they are committed, sends their acks back on the `committed` channel.
+    fn queue_job(&mut self) {
+        self.intake.job_queued.store(true, Ordering::SeqCst);
+        self.waiting_since = None;
+        self.jobs_out += 1;
+        let (intake, batch_max, policy) = (Arc::clone(&self.intake), self.batch_max, self.policy);
+        let queued = std::time::Instant::now();
+        let job = move |conn: &rusqlite::Connection| {
+            // Cleared before taking: a message added after the take sees no job queued
+            // and queues one.
+            intake.job_queued.store(false, Ordering::SeqCst);
+            let taken: Vec<Received> = {
+                let mut waiting = intake.waiting.lock().expect("intake lock");
+                let n = waiting.len().min(batch_max);
+                waiting.drain(..n).collect()
+            };
+            crate::metrics::count("twinops_ingest_messages_received_total", &[], taken.len() as f64);
+            crate::metrics::observe("twinops_ingest_batch_messages", &[], taken.len() as f64);
+            let effects = apply_batch(conn, taken.iter().map(|r| &r.message), Timestamp::now(), policy)?;
+            Ok::<_, StoreError>((effects, taken.into_iter().filter_map(|r| r.ack).collect::<Vec<_>>()))
+        };
+        let (done, wake) = (self.committed_tx.clone(), Arc::clone(&self.wake));
+        // Runs on the writer thread, right after the commit.
+        let then = move |outcome: Result<(Vec<MessageEffect>, Vec<AckId>), StoreError>| {
+            let acks = match outcome {
+                Ok((effects, acks)) => {
+                    crate::metrics::time("twinops_ingest_commit_seconds", &[], queued.elapsed());
+                    crate::metrics::count("twinops_ingest_messages_committed_total", &[], effects.len() as f64);
+                    if effects.iter().flat_map(|e| &e.alarms).any(|a| matches!(a, Applied::Raised { .. })) {
+                        wake.notify_waiters();
+                    }
+                    acks
+                }
+                Err(e) => {
+                    // Nothing committed, nothing acked: the broker redelivers.
+                    tracing::error!(stage = "ingest", error = %e, "commit failed; messages left unacked for redelivery");
+                    Vec::new()
+                }
+            };
+            // Fails only once the ingest task has ended.
+            let _ = done.send(Committed(acks));
+        };
+        self.writer.submit_then(job, then);
+    }
+
+    /// Subscribes to the ingest topics (rumqttc does not re-subscribe after a reconnect).
+    async fn subscribe(&mut self) {
+        let filters = self.topics.iter().map(|t| SubscribeFilter::new(t.clone(), QoS::AtLeastOnce));
+        let request = Request::Subscribe(Subscribe::new_many(filters));
+        let packet = match self.eventloop.state.handle_outgoing_packet(request) {
+            Ok(Some(packet)) => packet,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(stage = "ingest", topics = ?self.topics, error = %e, "subscribe failed");
                 return;
             }
-            Err(_) => return,
         };
-        let current = self.connection.load(Ordering::SeqCst);
-        let mut acked = 0;
-        for m in batch {
-            if m.connection != current {
-                continue;
+        if let Err(e) = self.send(vec![packet]).await {
+            tracing::error!(stage = "ingest", topics = ?self.topics, error = %e, "subscribe failed; reconnecting");
+            let _ = self.up.send(false);
+            self.eventloop.clean();
+        }
+    }
+
+    /// Writes the PUBACKs of this batch and of any committed behind it, in order, then
+    /// flushes once.
+    async fn write_acks(&mut self, first: Committed, more: &mut mpsc::UnboundedReceiver<Committed>) {
+        let mut packets = Vec::with_capacity(first.0.len());
+        let mut next = Some(first);
+        while let Some(Committed(ids)) = next {
+            self.jobs_out -= 1;
+            let current = ids.iter().filter(|(connection, _)| *connection == self.connection);
+            packets.extend(current.map(|&(_, pkid)| Packet::PubAck(PubAck::new(pkid))));
+            next = more.try_recv().ok();
+        }
+        if packets.is_empty() || self.eventloop.network.is_none() {
+            return;
+        }
+        let n = packets.len() as u64;
+        match self.send(packets).await {
+            Ok(()) => {
+                crate::metrics::count("twinops_ingest_messages_acked_total", &[], n as f64);
+                self.acked.send_modify(|acked| *acked += n);
             }
-            match self.client.ack(&m.publish).await {
-                Ok(()) => acked += 1,
-                Err(e) => tracing::warn!(stage = "ingest", error = %e, "ack not sent; the broker will redeliver"),
+            Err(e) => {
+                // The connection is gone; the broker redelivers what was not acked.
+                tracing::warn!(stage = "ingest", error = %e, "acks not sent; the broker will redeliver");
+                let _ = self.up.send(false);
+                self.eventloop.clean();
             }
         }
-        crate::metrics::count("twinops_ingest_messages_acked_total", &[], f64::from(acked));
-        if effects.iter().flat_map(|e| &e.alarms).any(|a| matches!(a, Applied::Raised { .. })) {
-            self.wake.notify_waiters();
-        }
+    }
+
+    /// Writes packets to the broker and flushes them, within the connection timeout.
+    async fn send(&mut self, packets: Vec<Packet>) -> anyhow::Result<()> {
+        let Some(network) = self.eventloop.network.as_mut() else {
+            anyhow::bail!("not connected");
+        };
+        let timeout = Duration::from_secs(self.eventloop.network_options.connection_timeout());
+        tokio::time::timeout(timeout, async {
+            for packet in packets {
+                network.write(packet).await?;
+            }
+            network.flush().await
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("the broker took more than {} s to take our packets", timeout.as_secs()))??;
+        Ok(())
     }
 }
