@@ -7,6 +7,29 @@ use std::net::SocketAddr;
 /// Starts the broker on `listen` (loopback by default) in a background thread.
 #[cfg(feature = "embedded-broker")]
 pub fn start(listen: SocketAddr) -> anyhow::Result<()> {
+    let mut broker = bind(listen, "set mqtt.embedded_listen, or mqtt.url to use a broker of your own")?;
+    std::thread::Builder::new().name("twinops-broker".into()).spawn(move || {
+        if let Err(e) = broker.start() {
+            tracing::error!(stage = "broker", error = %e, "embedded MQTT broker stopped");
+        }
+    })?;
+    Ok(())
+}
+
+/// Runs the broker on `listen` in this thread, until the process ends: `twinops
+/// broker`, for a daemon that must be able to restart (or crash) without the broker
+/// losing its session and the messages not yet acknowledged.
+#[cfg(feature = "embedded-broker")]
+pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
+    let mut broker = bind(listen, "pass another --listen")?;
+    eprintln!("twinops broker: MQTT on {listen} (in memory: what it holds is lost if it stops)");
+    broker.start().map_err(|e| anyhow::anyhow!("embedded MQTT broker stopped: {e}"))
+}
+
+/// The broker, configured for `listen`, which is checked to be free (else the error
+/// ends with `hint`).
+#[cfg(feature = "embedded-broker")]
+fn bind(listen: SocketAddr, hint: &str) -> anyhow::Result<rumqttd::Broker> {
     // rumqttd's configuration is its TOML; ours is a small, fixed one.
     let config = format!(
         r#"
@@ -31,16 +54,11 @@ next_connection_delay_ms = 1
     );
     let config: rumqttd::Config = toml::from_str(&config)?;
     // Fail here, clearly, if the port is taken: rumqttd would only log it.
-    drop(std::net::TcpListener::bind(listen).map_err(|e| {
-        anyhow::anyhow!("embedded MQTT broker cannot listen on {listen}: {e}; set mqtt.embedded_listen or mqtt.url")
-    })?);
-    std::thread::Builder::new().name("twinops-broker".into()).spawn(move || {
-        let mut broker = rumqttd::Broker::new(config);
-        if let Err(e) = broker.start() {
-            tracing::error!(stage = "broker", error = %e, "embedded MQTT broker stopped");
-        }
-    })?;
-    Ok(())
+    drop(
+        std::net::TcpListener::bind(listen)
+            .map_err(|e| anyhow::anyhow!("embedded MQTT broker cannot listen on {listen}: {e}; {hint}"))?,
+    );
+    Ok(rumqttd::Broker::new(config))
 }
 
 #[cfg(not(feature = "embedded-broker"))]
@@ -48,4 +66,9 @@ pub fn start(listen: SocketAddr) -> anyhow::Result<()> {
     anyhow::bail!(
         "this build has no embedded MQTT broker (feature embedded-broker); set mqtt.url to your broker, not {listen}"
     )
+}
+
+#[cfg(not(feature = "embedded-broker"))]
+pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
+    start(listen)
 }

@@ -90,6 +90,16 @@ enum Command {
         #[arg(long, default_value = "seed")]
         seed_from: PathBuf,
     },
+    /// Run the embedded MQTT broker on its own (in memory, loopback by default), for a
+    /// site without a broker whose daemon must restart or crash without losing what
+    /// the broker holds for it. Point mqtt.url at it.
+    #[command(
+        after_help = "Example:\n  twinops broker --listen 127.0.0.1:1883 &\n  TWINOPS_MQTT_URL=mqtt://127.0.0.1:1883 twinops serve"
+    )]
+    Broker {
+        #[arg(long, default_value = "127.0.0.1:1883")]
+        listen: std::net::SocketAddr,
+    },
     /// Publish simulated alarm events from the seed plant to an MQTT broker.
     #[command(
         after_help = "Example:\n  twinops simulate --broker mqtt://127.0.0.1:1883 --count 500 --rate 0 --duplicates 10 --malformed 1"
@@ -417,6 +427,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = cli.global.config()?;
             let opts = crate::app::ServeOptions { config, db: cli.global.db_path(), demo, seed_dir: seed_from };
             runtime()?.block_on(crate::app::serve(opts))?;
+        }
+        Command::Broker { listen } => {
+            crate::broker::run(listen)?;
         }
         Command::Simulate(opts) => {
             let r = runtime()?.block_on(crate::sim::simulate(&opts))?;

@@ -68,6 +68,7 @@ fn every_command_has_help_with_an_example() {
         &["tools", "list"],
         &["tools", "call"],
         &["bench", "tools"],
+        &["broker"],
     ] {
         let mut args: Vec<&str> = cmd.to_vec();
         args.push("--help");
@@ -76,6 +77,19 @@ fn every_command_has_help_with_an_example() {
         assert!(out.status.success() && text.contains("Example"), "{cmd:?}: {text}");
         assert!(text.contains("--db"), "{cmd:?} takes --db");
     }
+}
+
+/// `twinops broker` on a port that is taken says so and which setting to change,
+/// instead of running without a listener.
+#[test]
+fn broker_on_a_taken_port_fails_clearly() {
+    let p = Plant::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let out = twinops(&p, &["broker", "--listen", &listen]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cannot listen on {listen}")), "{err}");
 }
 
 #[test]

@@ -95,17 +95,38 @@ async fn loses_nothing(broker_url: Option<String>) {
 on_both_brokers!(embedded_broker_ingest_loses_nothing, mosquitto_ingest_loses_nothing, loses_nothing);
 
 /// The daemon process is killed with SIGKILL in the middle of a 20,000-event publish
-/// and started again: every event is stored exactly once. The broker (Mosquitto) keeps
-/// the daemon's session and redelivers what was not acknowledged; the publisher's own
-/// QoS 1 retries cover the rest.
+/// and started again: every event is stored exactly once. The broker keeps the
+/// daemon's session and redelivers what was not acknowledged; the publisher's own QoS 1
+/// retries cover the rest. On Mosquitto, and on the embedded broker run as a process
+/// of its own (`twinops broker`): inside the daemon it dies with it, and what it had
+/// accepted from the publisher but not yet delivered with it.
 #[tokio::test(flavor = "multi_thread")]
-async fn sigkill_mid_publish_loses_and_doubles_nothing() {
+async fn mosquitto_sigkill_mid_publish_loses_and_doubles_nothing() {
     let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
         println!(
-            "NOT RUN: sigkill_mid_publish_loses_and_doubles_nothing needs TWINOPS_TEST_MQTT_URL (a Mosquitto broker)"
+            "NOT RUN: mosquitto_sigkill_mid_publish_loses_and_doubles_nothing needs TWINOPS_TEST_MQTT_URL (a Mosquitto broker)"
         );
         return;
     };
+    sigkill_mid_publish(url).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn broker_process_sigkill_mid_publish_loses_and_doubles_nothing() {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut broker = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .args(["broker", "--listen", &listen])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = eventually(Duration::from_secs(10), || std::net::TcpStream::connect(&listen).is_ok()).await;
+    assert!(up, "twinops broker listens on {listen}");
+    sigkill_mid_publish(format!("mqtt://{listen}")).await;
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+}
+
+async fn sigkill_mid_publish(url: String) {
     let p = Plant::new();
     let run = format!("k{}", free_port());
     let spawn = || {
