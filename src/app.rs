@@ -43,6 +43,8 @@ pub struct Daemon {
     pub mqtt_url: String,
     /// Where the HMI listens, if it is on.
     pub web_addr: Option<SocketAddr>,
+    /// Whether ingest is connected and subscribed.
+    pub broker_up: watch::Receiver<bool>,
     /// The demo supervisor's name and password, made by `--demo` on a database with no
     /// users; shown once.
     pub demo_login: Option<(String, String)>,
@@ -87,7 +89,7 @@ impl Daemon {
         let policy = QueuePolicy { capacity: opts.config.triage.queue_capacity };
         let ingest =
             ingest::mqtt::start(store.writer().clone(), mqtt.clone(), policy, Arc::clone(&wake), stop_rx.clone())?;
-        let broker_up = ingest.broker_up;
+        let broker_up = ingest.broker_up.clone();
         let mut tasks = vec![ingest.task];
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
         tasks.push(tokio::spawn(crate::notify::mqtt_loop(
@@ -165,7 +167,18 @@ impl Daemon {
                 }
             }));
         }
-        Ok(Daemon { stop, tasks, simulator, scheduler, store, triage, mqtt_url: mqtt.url, web_addr, demo_login })
+        Ok(Daemon {
+            stop,
+            tasks,
+            simulator,
+            scheduler,
+            store,
+            triage,
+            mqtt_url: mqtt.url,
+            web_addr,
+            broker_up: ingest.broker_up,
+            demo_login,
+        })
     }
 
     /// Stops taking messages, commits and acks what is in flight, lets running triage

@@ -84,8 +84,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let cfg = MqttConfig { url: url.clone(), client_id: format!("{tag}-twinops"), topics: vec![format!("{tag}/ingest/#")], ..MqttConfig::default() };
         let mut ingest = crate::ingest::mqtt::start(store.writer().clone(), cfg, Default::default(), std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
-        ingest.broker_up.wait_for(|up| *up).await?;
-        tokio::time::sleep(Duration::from_millis(300)).await; // the SUBACK
+        ingest.broker_up.wait_for(|up| *up).await?; // connected and subscribed
         let db = store.read()?;
         let key: i64 = db.query_row("SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW'", [], |r| r.get(0))?;
         // Readings from the future are an interrupted run's; they would count as ours.

@@ -207,6 +207,7 @@ async fn the_hmi_in_a_real_browser() {
     let event = json!({"type": "alarm", "event_id": "browser-1", "asset_id": "PUMP-007", "sensor_id": "PUMP-007.VIB-DE",
                        "code": "VIB-HIHI", "severity": "critical", "state": "raised", "value": 7.4, "threshold": 7.1,
                        "time": Timestamp::now().to_rfc3339(), "message": "South booster pump 2: vibration high-high"});
+    common::until_subscribed(&daemon).await;
     twinops::sim::publish_all(&daemon.mqtt_url, "browser-pub", "scada/alarms", vec![event.to_string().into_bytes()])
         .await
         .unwrap();

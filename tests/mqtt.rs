@@ -70,8 +70,7 @@ async fn loses_nothing(broker_url: Option<String>) {
     let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
     let sim = SimOptions { duplicates: 10.0, malformed: 1.0, ..SimOptions::burst(&daemon.mqtt_url, &run, events) };
-    // The daemon subscribes on connect; give it a moment before publishing.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    common::until_subscribed(&daemon).await;
     let report = simulate(&sim).await.unwrap();
     assert!(report.duplicates > 0 && report.malformed > 0, "{report:?}");
 
@@ -143,8 +142,10 @@ async fn sigkill_mid_publish(url: String) {
             .spawn()
             .unwrap()
     };
+    // The daemon's session exists before it starts: nothing published is missed while
+    // it connects (a fixed wait was a race on a loaded machine).
+    open_session(&url, &format!("twinops-{run}"), &format!("{run}/#")).await;
     let mut daemon = spawn();
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let sim = SimOptions::burst(&url, &run, 20_000);
     let publisher = tokio::spawn(async move { simulate(&sim).await });
     let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
@@ -181,8 +182,7 @@ async fn daemon_with_model(p: &Plant, run: &str, broker_url: Option<&str>, model
     let config = Config::load(&path, &|_| None).unwrap();
     let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
-    // The daemon subscribes on connect; give it a moment before publishing.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    common::until_subscribed(&daemon).await;
     daemon
 }
 
@@ -266,6 +266,29 @@ struct Wire {
     acked: Vec<u16>,
     /// DISCONNECT packets from the client.
     disconnects: usize,
+}
+
+/// Opens a persistent session for `client_id` subscribed to `filter` and leaves it:
+/// from now on the broker keeps what is published there for that client.
+async fn open_session(url: &str, client_id: &str, filter: &str) {
+    let opts = twinops::ingest::mqtt::options(
+        &twinops::config::MqttConfig { url: url.into(), ..Default::default() },
+        client_id,
+    )
+    .unwrap();
+    let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, 10);
+    client.subscribe(filter, rumqttc::QoS::AtLeastOnce).await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_)) = eventloop.poll().await.unwrap() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(granted.is_ok(), "the broker at {url} granted the subscription");
+    client.disconnect().await.unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(2), eventloop.poll()).await;
 }
 
 /// `broker_url`, or a fresh embedded broker's.
@@ -395,7 +418,6 @@ async fn stop_mid_stream_acks_what_it_committed(broker_url: Option<String>) {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut first = start(stop).unwrap();
     first.broker_up.wait_for(|up| *up).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let events = 4_000;
     let sim = SimOptions::burst(&broker, &run, events);
@@ -484,15 +506,23 @@ async fn killed_triage_is_redone(broker_url: Option<String>) {
             .unwrap()
     };
     let mut daemon = spawn();
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let event = json!({"type": "alarm", "event_id": format!("{run}-1"), "asset_id": "PUMP-007", "code": "KILL-TEST",
                        "severity": "high", "state": "raised", "time": twinops::domain::Timestamp::now().to_rfc3339(),
                        "message": "drive-end vibration high"});
     let topic = format!("{run}/scada/alarms");
-    twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, vec![event.to_string().into_bytes()])
-        .await
-        .unwrap();
     let alarm = format!("(SELECT id FROM alarms WHERE event_id = '{run}-1')");
+    // The broker may be the daemon's own, so it cannot hold a session for it before it
+    // starts: send the event until it is stored (a repeat changes nothing).
+    let started = Instant::now();
+    let in_db = format!("SELECT count(*) FROM alarms WHERE event_id = '{run}-1'");
+    loop {
+        let payload = vec![event.to_string().into_bytes()];
+        let _ = twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, payload).await;
+        if eventually(Duration::from_secs(2), || p.count(&in_db) == 1).await {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the event never reached the daemon");
+    }
     let waiting = eventually(Duration::from_secs(30), || {
         p.count("SELECT count(*) FROM work_orders WHERE asset_id = 'PUMP-007' AND status = 'pending_approval'") == 1
             && server.requests().len() == 2
@@ -534,6 +564,7 @@ on_both_brokers!(embedded_broker_killed_triage_is_redone, mosquitto_killed_triag
 /// without, the broker refuses the connection.
 #[tokio::test(flavor = "multi_thread")]
 async fn mqtts_with_a_client_certificate() {
+    common::logs();
     let (Ok(tls_url), Ok(dir), Ok(plain_url)) = (
         std::env::var("TWINOPS_TEST_MQTTS_URL"),
         std::env::var("TWINOPS_TEST_MQTT_TLS_DIR"),
@@ -574,7 +605,7 @@ async fn mqtts_with_a_client_certificate() {
     config.mqtt.client_key_file = Some(dir.join("client.key"));
     let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    common::until_subscribed(&daemon).await;
     let report = simulate(&SimOptions::burst(&plain_url, &run, 200)).await.unwrap();
     let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
     let all = eventually(Duration::from_secs(30), || p.count(&journal) as usize == report.events).await;

@@ -366,7 +366,7 @@ async fn metrics_move_after_a_scripted_run() {
 
     let event = json!({"type": "alarm", "event_id": "metrics-1", "asset_id": "PUMP-007", "code": "METRICS-TEST",
                        "severity": "high", "state": "raised", "time": Timestamp::now().to_rfc3339()});
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    common::until_subscribed(&hmi.daemon).await;
     twinops::sim::publish_all(
         &hmi.daemon.mqtt_url,
         "metrics-pub",

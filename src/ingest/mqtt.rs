@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rumqttc::{
-    AsyncClient, Event, EventLoop, MqttOptions, Packet, PubAck, Publish, QoS, Request, Subscribe, SubscribeFilter,
-    Transport,
+    AsyncClient, Event, EventLoop, MqttOptions, Packet, PubAck, Publish, QoS, Request, SubAck, Subscribe,
+    SubscribeFilter, SubscribeReasonCode, Transport,
 };
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -107,7 +107,7 @@ fn tls_config(cfg: &MqttConfig) -> anyhow::Result<rustls::ClientConfig> {
 pub struct Running {
     /// Ends after a stop, once what arrived before it is committed and acknowledged.
     pub task: tokio::task::JoinHandle<()>,
-    /// Whether the broker connection is up.
+    /// Whether the broker connection is up and our subscriptions are granted.
     pub broker_up: watch::Receiver<bool>,
     /// Messages acknowledged to the broker so far (written and flushed).
     pub acked: watch::Receiver<u64>,
@@ -238,11 +238,11 @@ impl Ingest {
                 event = self.eventloop.poll(), if retry_at.is_none() => match event {
                     Ok(Event::Incoming(Packet::ConnAck(_))) => {
                         self.connection += 1;
-                        let _ = self.up.send(true);
                         tracing::info!(stage = "ingest", connection = self.connection, "connected to the MQTT broker; subscribing");
                         self.subscribe().await;
                         backoff = Duration::from_millis(250);
                     }
+                    Ok(Event::Incoming(Packet::SubAck(ack))) => self.subscribed(&ack),
                     Ok(Event::Incoming(Packet::Publish(publish))) if !stopping => self.take(publish),
                     Ok(_) => {}
                     Err(e) => {
@@ -350,6 +350,21 @@ impl Ingest {
             let _ = self.up.send(false);
             self.eventloop.clean();
         }
+    }
+
+    /// Up once the broker has granted the subscriptions: before, nothing arrives. A
+    /// refused filter (the broker's ACL) is an error that names it.
+    fn subscribed(&self, ack: &SubAck) {
+        let refused: Vec<&String> = (self.topics.iter().zip(&ack.return_codes))
+            .filter(|(_, code)| matches!(code, SubscribeReasonCode::Failure))
+            .map(|(topic, _)| topic)
+            .collect();
+        if refused.is_empty() {
+            tracing::info!(stage = "ingest", topics = ?self.topics, "subscribed");
+        } else {
+            tracing::error!(stage = "ingest", refused = ?refused, "the broker refused these mqtt.topics (check its ACL for our user and client id); nothing arrives on them");
+        }
+        let _ = self.up.send(refused.len() < self.topics.len());
     }
 
     /// Writes the PUBACKs of this batch and of any committed behind it, in order, then

@@ -98,6 +98,14 @@ impl Plant {
 }
 
 /// Logs to the test's output when `RUST_LOG` is set (e.g. `RUST_LOG=twinops=debug`).
+/// Waits until the daemon's ingest is connected and subscribed: what is published
+/// before that is not kept for it.
+pub async fn until_subscribed(daemon: &twinops::app::Daemon) {
+    let mut up = daemon.broker_up.clone();
+    let subscribed = tokio::time::timeout(std::time::Duration::from_secs(30), up.wait_for(|up| *up)).await;
+    assert!(matches!(subscribed, Ok(Ok(_))), "ingest not subscribed within 30 s");
+}
+
 pub fn logs() {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
