@@ -125,7 +125,13 @@ pub fn start(
     let opts = options(&cfg, &cfg.client_id)?;
     let (up, broker_up) = watch::channel(false);
     let (acked_tx, acked) = watch::channel(0);
-    let (client, eventloop) = AsyncClient::new(opts, 16);
+    let (client, mut eventloop) = AsyncClient::new(opts, 16);
+    // No Nagle: acks are already written one flush per commit, and held back behind an
+    // unacknowledged segment they would wait for the broker's delayed TCP ack while it
+    // waits for them (seen as rounds at half speed).
+    let mut network = eventloop.network_options();
+    network.set_tcp_nodelay(true);
+    eventloop.set_network_options(network);
     // Unbounded, but it holds one entry per writer job, and at most two are out.
     let (committed_tx, committed) = mpsc::unbounded_channel::<Committed>();
     let ingest = Ingest {
