@@ -95,9 +95,11 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         let batches_before = crate::metrics::totals("twinops_ingest_batch_messages");
         let commits_before = crate::metrics::totals("twinops_ingest_commit_seconds");
         for round in 0..args.rounds {
+            // The same payloads for both, each on its own topic.
             let msgs = messages(round);
+            let bare_msgs = msgs.clone();
             let started = Instant::now();
-            let publishing = publish(format!("{tag}/bare"), format!("{tag}-bare-pub"), msgs);
+            let publishing = publish(format!("{tag}/bare"), format!("{tag}-bare-pub"), bare_msgs);
             let mut received = 0;
             while received < n {
                 if let Event::Incoming(Packet::Publish(_)) = sub_loop.poll().await? {
@@ -107,7 +109,6 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
             bare.push(started.elapsed());
             publishing.await??;
 
-            let msgs = messages(round);
             let started = Instant::now();
             let publishing = publish(format!("{tag}/ingest/telemetry"), format!("{tag}-pub"), msgs);
             let target = ((round + 1) * n) as u64;

@@ -283,14 +283,12 @@ impl Ingest {
             return false;
         }
         let waiting = self.intake.waiting.lock().expect("intake lock").len();
-        waiting > 0
-            && (stopping
-                || waiting >= self.batch_max
-                || match self.waiting_since {
-                    _ if self.batch_wait.is_zero() => self.eventloop.state.events.is_empty(),
-                    Some(since) => since.elapsed() >= self.batch_wait,
-                    None => true,
-                })
+        let waited = if self.batch_wait.is_zero() {
+            self.eventloop.state.events.is_empty()
+        } else {
+            self.waiting_since.is_none_or(|since| since.elapsed() >= self.batch_wait)
+        };
+        waiting > 0 && (stopping || waiting >= self.batch_max || waited)
     }
 
     /// Queues a writer job that takes up to `batch_max` waiting messages when it starts

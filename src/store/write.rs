@@ -4,7 +4,7 @@
 //! caller hears back only after the transaction holding its work has committed.
 
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
 use rusqlite::Connection;
@@ -23,6 +23,41 @@ type Deliver = Box<dyn FnOnce(Option<StoreError>) + Send>;
 struct Job {
     run: Box<dyn FnOnce(&Connection) -> Deliver + Send>,
     abort: Box<dyn FnOnce(StoreError) + Send>,
+}
+
+impl Job {
+    /// Runs `f` inside a savepoint; `then` gets its result once the commit is known (a
+    /// failed commit turns success into that error), or the reason it never ran.
+    fn new<T, E, F, D>(f: F, then: D) -> Job
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        D: FnOnce(Result<T, E>) + Send + 'static,
+    {
+        // Exactly one of `run` and `abort` is ever called; the slot hands `then` to it.
+        let slot = Arc::new(Mutex::new(Some(then)));
+        let abort_slot = Arc::clone(&slot);
+        let reply = move |slot: &Mutex<Option<D>>, r: Result<T, E>| {
+            if let Some(then) = slot.lock().expect("reply lock").take() {
+                then(r);
+            }
+        };
+        let abort = Box::new(move |err: StoreError| reply(&abort_slot, Err(E::from(err))));
+        let run = Box::new(move |conn: &Connection| -> Deliver {
+            let outcome = in_savepoint(conn, f);
+            Box::new(move |commit_error| {
+                reply(
+                    &slot,
+                    match (outcome, commit_error) {
+                        (Ok(_), Some(err)) => Err(E::from(err)),
+                        (outcome, _) => outcome,
+                    },
+                )
+            })
+        });
+        Job { run, abort }
+    }
 }
 
 /// Handle to the writer thread. Cheap to clone; the thread stops when the last clone
@@ -74,22 +109,8 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
     {
         let (reply_tx, reply_rx) = mpsc::sync_channel::<Result<T, E>>(1);
-        let abort_tx = reply_tx.clone();
-        let abort = Box::new(move |err: StoreError| {
-            let _ = abort_tx.send(Err(E::from(err)));
-        });
-        let run = Box::new(move |conn: &Connection| -> Deliver {
-            let outcome = in_savepoint(conn, f);
-            Box::new(move |commit_error| {
-                let reply = match (outcome, commit_error) {
-                    (Ok(_), Some(err)) => Err(E::from(err)),
-                    (outcome, _) => outcome,
-                };
-                // The caller may have gone away; nothing to do then.
-                let _ = reply_tx.send(reply);
-            })
-        });
-        self.tx.send(Job { run, abort }).map_err(|_| E::from(StoreError::WriterGone))?;
+        let job = Job::new(f, move |r| drop(reply_tx.send(r)));
+        self.tx.send(job).map_err(|_| E::from(StoreError::WriterGone))?;
         reply_rx.recv().map_err(|_| E::from(StoreError::WriterGone))?
     }
 }
@@ -131,28 +152,7 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
         D: FnOnce(Result<T, E>) + Send + 'static,
     {
-        // Exactly one of `run` and `abort` is ever called; the slot hands `then` to it.
-        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(then)));
-        let abort_slot = std::sync::Arc::clone(&slot);
-        let reply = move |slot: &std::sync::Mutex<Option<D>>, r: Result<T, E>| {
-            if let Some(then) = slot.lock().expect("reply lock").take() {
-                then(r);
-            }
-        };
-        let abort = Box::new(move |err: StoreError| reply(&abort_slot, Err(E::from(err))));
-        let run = Box::new(move |conn: &Connection| -> Deliver {
-            let outcome = in_savepoint(conn, f);
-            Box::new(move |commit_error| {
-                reply(
-                    &slot,
-                    match (outcome, commit_error) {
-                        (Ok(_), Some(err)) => Err(E::from(err)),
-                        (outcome, _) => outcome,
-                    },
-                )
-            })
-        });
-        match self.tx.try_send(Job { run, abort }) {
+        match self.tx.try_send(Job::new(f, then)) {
             Ok(()) => {}
             // Back-pressure: wait for room off the async threads.
             Err(mpsc::TrySendError::Full(job)) => {
