@@ -143,10 +143,14 @@ pub struct MqttConfig {
     pub topics: Vec<String>,
     /// Where the embedded broker listens (loopback by default).
     pub embedded_listen: String,
-    /// Unacknowledged QoS 1 messages the broker may have in flight to us.
+    /// Our own QoS 1 publishes (notes, decisions) that may await the broker's ack. How
+    /// many the broker sends us unacknowledged is the broker's setting (MQTT 3.1.1
+    /// has no way to ask), e.g. Mosquitto's `max_inflight_messages`.
     pub inflight: u16,
     /// Most messages committed in one transaction. A batch is what arrived while the
-    /// previous one committed (group commit)...
+    /// previous one committed (group commit)... At most twice this many wait in
+    /// memory; past that, ingest stops reading from the broker until the writer
+    /// catches up.
     pub batch_max: usize,
     /// ...plus what arrives within this many milliseconds, if not 0.
     pub batch_ms: u64,

@@ -103,6 +103,55 @@ fn bad_input_is_dead_lettered_and_good_input_kept() {
     assert_eq!((dup.readings, dup.duplicate_readings), (0, 1));
 }
 
+/// A fault in storing one event (here a trigger that refuses one reading) costs that
+/// event alone: it becomes a `failed` dead letter with the error, and the other events
+/// of its message and the other messages of its batch are kept.
+#[test]
+fn a_fault_storing_one_event_spares_the_rest_of_the_batch() {
+    let p = Plant::new();
+    p.write(
+        "CREATE TRIGGER refuse_one BEFORE INSERT ON readings WHEN NEW.value = -12.5
+         BEGIN SELECT RAISE(ABORT, 'injected storage fault'); END;",
+    );
+    let reading = |min: i64, value: f64| json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(min).to_rfc3339(), "value": value});
+    let messages = [
+        json!([reading(10, 401.0)]),
+        json!([reading(11, 402.0), reading(12, -12.5), reading(13, 403.0)]),
+        json!([alarm("f1", "raised", 14), reading(15, 404.0)]),
+    ]
+    .map(|m| ingest::Message::parse("scada/plant".into(), m.to_string().into_bytes()));
+    let effects =
+        p.store.writer().call(move |conn| ingest::apply_batch(conn, &messages, at(16), Default::default())).unwrap();
+    let summary: Vec<_> = effects.iter().map(|e| (e.readings, e.alarms.len(), e.dead_letters)).collect();
+    assert_eq!(summary, [(1, 0, 0), (2, 0, 1), (1, 1, 0)]);
+    let stored = p.count(&format!(
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts >= {}",
+        at(10).unix()
+    ));
+    assert_eq!(stored, 4, "every reading but the refused one");
+    assert_eq!(p.count("SELECT count(*) FROM alarm_events WHERE event_id = 'f1'"), 1);
+    let (payload, detail): (String, String) = p
+        .store
+        .read()
+        .unwrap()
+        .query_row("SELECT CAST(payload AS TEXT), detail FROM dead_letters WHERE reason = 'failed'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert!(payload.contains("-12.5"), "the refused event is kept: {payload}");
+    assert!(detail.contains("injected storage fault"), "{detail}");
+    // The rollups hold the stored readings only.
+    let hourly_n = p.count(&format!(
+        "SELECT coalesce(sum(n), 0) FROM readings_hourly WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND hour >= {}",
+        at(10).unix().div_euclid(3600) * 3600
+    ));
+    let raw_n = p.count(&format!(
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts >= {}",
+        at(10).unix().div_euclid(3600) * 3600
+    ));
+    assert_eq!(hourly_n, raw_n, "rollups agree with the raw readings");
+}
+
 /// Ack and shelve through the library, every transition journalled with who and when.
 #[test]
 fn acknowledge_and_shelve() {

@@ -458,6 +458,104 @@ on_both_brokers!(
     stop_mid_stream_acks_what_it_committed
 );
 
+/// Ingest on its own (no triage, no HMI) on `broker`, for the scenarios that reach
+/// into it, with `batch_max`. It runs until the returned sender says stop, or is dropped.
+fn ingest_alone(
+    p: &Plant,
+    broker: &str,
+    run: &str,
+    batch_max: usize,
+) -> (twinops::ingest::mqtt::Running, tokio::sync::watch::Sender<bool>) {
+    let cfg = twinops::config::MqttConfig {
+        url: broker.into(),
+        client_id: format!("twinops-{run}"),
+        topics: vec![format!("{run}/scada/#")],
+        batch_max,
+        ..Default::default()
+    };
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let running =
+        twinops::ingest::mqtt::start(p.store.writer().clone(), cfg, Default::default(), Default::default(), stop);
+    (running.unwrap(), stop_tx)
+}
+
+/// Every event of `run` stored exactly once, and every message acknowledged once.
+async fn stored_once_and_acked(
+    p: &Plant,
+    run: &str,
+    ingest: &twinops::ingest::mqtt::Running,
+    report: &twinops::sim::SimReport,
+) {
+    let journal = format!("SELECT count(*) FROM alarm_events WHERE event_id LIKE '{run}-%'");
+    let all = eventually(Duration::from_secs(60), || p.count(&journal) as usize >= report.events).await;
+    assert!(all, "stored {} of {} events", p.count(&journal), report.events);
+    let distinct = p.count(&format!("SELECT count(DISTINCT event_id) FROM alarm_events WHERE event_id LIKE '{run}-%'"));
+    assert_eq!((p.count(&journal), distinct), (report.events as i64, report.events as i64), "every event once");
+    let acked = eventually(Duration::from_secs(30), || *ingest.acked.borrow() as usize >= report.published).await;
+    assert!(acked, "{} of {} messages acked", *ingest.acked.borrow(), report.published);
+    assert_eq!(*ingest.acked.borrow() as usize, report.published);
+}
+
+/// While the writer is busy, ingest holds at most twice `batch_max` messages (here 40)
+/// and stops reading: the rest wait at the broker, whose window for us is larger (100
+/// messages on the embedded broker, 1,000 on CI's Mosquitto). Once the writer is free,
+/// everything arrives.
+async fn intake_is_bounded_while_the_writer_is_busy(broker_url: Option<String>) {
+    let p = Plant::new();
+    let run = format!("b{}", free_port());
+    let broker = broker_or_embedded(broker_url).await;
+    let (ingest, _stop) = ingest_alone(&p, &broker, &run, 20);
+    ingest.broker_up.clone().wait_for(|up| *up).await.unwrap();
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let holding = p.store.writer().submit(move |_| {
+        let _ = held.recv();
+        Ok::<_, twinops::store::StoreError>(())
+    });
+
+    let report = simulate(&SimOptions::burst(&broker, &run, 2_000)).await.unwrap();
+    let filled = eventually(Duration::from_secs(30), || ingest.waiting() >= 40).await;
+    assert!(filled, "messages arrived while the writer was busy: {} waiting", ingest.waiting());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ingest.waiting(), 40, "no more than twice batch_max");
+    assert_eq!(*ingest.acked.borrow(), 0, "nothing acked before it is committed");
+
+    release.send(()).unwrap();
+    holding.await.unwrap().unwrap();
+    stored_once_and_acked(&p, &run, &ingest, &report).await;
+}
+
+on_both_brokers!(
+    embedded_broker_intake_is_bounded_while_the_writer_is_busy,
+    mosquitto_intake_is_bounded_while_the_writer_is_busy,
+    intake_is_bounded_while_the_writer_is_busy
+);
+
+/// Another process holds the database's write lock for longer than the writer waits
+/// for it (5 s): the batch is not committed, so not acked; ingest reconnects, the
+/// broker redelivers, and once the lock is released every event is stored once.
+async fn a_locked_database_delays_ingest_and_loses_nothing(broker_url: Option<String>) {
+    let p = Plant::new();
+    let run = format!("l{}", free_port());
+    let broker = broker_or_embedded(broker_url).await;
+    let (ingest, _stop) = ingest_alone(&p, &broker, &run, 500);
+    ingest.broker_up.clone().wait_for(|up| *up).await.unwrap();
+    let lock = rusqlite::Connection::open(p.db_path()).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let report = simulate(&SimOptions::burst(&broker, &run, 1_000)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(*ingest.acked.borrow(), 0, "nothing acked while nothing can be committed");
+    lock.execute_batch("COMMIT").unwrap();
+    drop(lock);
+    stored_once_and_acked(&p, &run, &ingest, &report).await;
+}
+
+on_both_brokers!(
+    embedded_broker_a_locked_database_delays_ingest_and_loses_nothing,
+    mosquitto_a_locked_database_delays_ingest_and_loses_nothing,
+    a_locked_database_delays_ingest_and_loses_nothing
+);
+
 /// The daemon process is killed with SIGKILL while a triage run waits on the model,
 /// after the run proposed a work order. Started again, it redoes the job: one note for
 /// the occurrence, and still one pending work order (the proposal's idempotency key).

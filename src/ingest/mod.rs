@@ -14,7 +14,7 @@ pub use payload::{AlarmEvent, Event, Reading, Rejected, Transition, parse};
 use crate::alarms::{self, Applied, QueuePolicy};
 
 use crate::domain::{SensorId, Timestamp};
-use crate::store::{Limits, Rollups, StoreError, Writer};
+use crate::store::{self, Limits, Rollups, StoreError, Writer};
 
 /// What one message did.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -38,6 +38,11 @@ impl Message {
         let parsed = parse(&payload);
         Message { topic, payload, parsed }
     }
+
+    /// The payload's size in bytes.
+    pub fn payload_len(&self) -> usize {
+        self.payload.len()
+    }
 }
 
 /// Commits the effects of one MQTT message: alarm transitions (enqueueing triage for
@@ -56,27 +61,116 @@ pub fn apply(
 
 /// Applies several messages (an MQTT batch) inside the caller's transaction and
 /// returns each one's effect, in order.
+///
+/// The batch is applied as a whole first. Should that fail (a fault in storing some
+/// event, not bad input, which is already a dead letter), it is applied again one event
+/// at a time, and an event that still fails becomes a dead letter with reason `failed`:
+/// one such event does not hold back the rest, nor the messages behind it. An error is
+/// returned only when even the dead letter cannot be written (disk full, I/O error);
+/// then nothing of the batch is kept and the caller must not acknowledge it.
 pub fn apply_batch<'a>(
     conn: &Connection,
     messages: impl IntoIterator<Item = &'a Message>,
     received: Timestamp,
     policy: QueuePolicy,
 ) -> Result<Vec<MessageEffect>, StoreError> {
-    let mut batch = Batch::default();
-    let effects =
-        messages.into_iter().map(|m| batch.apply(conn, m, received, policy)).collect::<Result<Vec<_>, _>>()?;
-    batch.rollups.flush(conn)?;
-    Ok(effects)
+    let messages: Vec<&Message> = messages.into_iter().collect();
+    let whole = store::savepoint(conn, "batch", |conn| {
+        let mut batch = Batch::new(received, policy);
+        let effects = messages.iter().map(|m| batch.apply(conn, m)).collect::<Result<Vec<_>, StoreError>>()?;
+        batch.rollups.flush(conn)?;
+        Ok::<_, StoreError>(effects)
+    });
+    match whole {
+        Ok(effects) => Ok(effects),
+        Err(e) => {
+            tracing::warn!(stage = "ingest", error = %e, messages = messages.len(), "a batch failed to apply; applying its events one at a time");
+            messages.iter().map(|m| apply_isolated(conn, m, received, policy)).collect()
+        }
+    }
+}
+
+/// One message, each event in a savepoint of its own; an event that fails to apply is
+/// dead-lettered (reason `failed`) with the error.
+fn apply_isolated(
+    conn: &Connection,
+    m: &Message,
+    received: Timestamp,
+    policy: QueuePolicy,
+) -> Result<MessageEffect, StoreError> {
+    let mut effect = MessageEffect::default();
+    let Some(events) = m.accepted(conn, received, &mut effect)? else {
+        return Ok(effect);
+    };
+    for (event, raw) in events {
+        let one = store::savepoint(conn, "event", |conn| {
+            let mut batch = Batch::new(received, policy);
+            let mut alone = MessageEffect::default();
+            batch.apply_event(conn, &m.topic, event, raw, &mut alone)?;
+            batch.rollups.flush(conn)?;
+            Ok::<_, StoreError>(alone)
+        });
+        match one {
+            Ok(alone) => effect.add(alone),
+            Err(e) => {
+                let detail = format!("could not be stored: {e}; the other events of its batch were kept");
+                tracing::error!(stage = "ingest", topic = %m.topic, error = %e, "an event failed to apply; dead-lettered as `failed`");
+                let failed = Rejected { reason: "failed", detail, event: String::new() };
+                dead_letter(conn, &m.topic, raw.to_string().as_bytes(), &failed, received)?;
+                effect.dead_letters += 1;
+            }
+        }
+    }
+    Ok(effect)
+}
+
+impl MessageEffect {
+    fn add(&mut self, other: MessageEffect) {
+        self.alarms.extend(other.alarms);
+        self.readings += other.readings;
+        self.duplicate_readings += other.duplicate_readings;
+        self.dead_letters += other.dead_letters;
+    }
+}
+
+impl Message {
+    /// Dead-letters what did not parse (the whole message, or single events of a
+    /// batch) and returns the events that did, if any.
+    fn accepted(
+        &self,
+        conn: &Connection,
+        received: Timestamp,
+        effect: &mut MessageEffect,
+    ) -> Result<Option<&[(Event, serde_json::Value)]>, StoreError> {
+        let (events, rejected) = match &self.parsed {
+            Ok(parsed) => parsed,
+            Err(whole) => {
+                dead_letter(conn, &self.topic, &self.payload, whole, received)?;
+                effect.dead_letters = 1;
+                return Ok(None);
+            }
+        };
+        for r in rejected {
+            dead_letter(conn, &self.topic, r.event.as_bytes(), r, received)?;
+            effect.dead_letters += 1;
+        }
+        Ok(Some(events))
+    }
 }
 
 /// State shared by the messages of one transaction: sensor lookups and rollup sums.
-#[derive(Default)]
 struct Batch {
     sensors: HashMap<SensorId, Option<(i64, Limits)>>,
     rollups: Rollups,
+    received: Timestamp,
+    policy: QueuePolicy,
 }
 
 impl Batch {
+    fn new(received: Timestamp, policy: QueuePolicy) -> Batch {
+        Batch { sensors: HashMap::new(), rollups: Rollups::default(), received, policy }
+    }
+
     fn sensor(&mut self, conn: &Connection, id: &SensorId) -> rusqlite::Result<Option<(i64, Limits)>> {
         if let Some(found) = self.sensors.get(id) {
             return Ok(*found);
@@ -89,55 +183,53 @@ impl Batch {
         Ok(found)
     }
 
-    fn apply(
-        &mut self,
-        conn: &Connection,
-        m: &Message,
-        received: Timestamp,
-        policy: QueuePolicy,
-    ) -> Result<MessageEffect, StoreError> {
+    fn apply(&mut self, conn: &Connection, m: &Message) -> Result<MessageEffect, StoreError> {
         let mut effect = MessageEffect::default();
-        let (events, rejected) = match &m.parsed {
-            Ok(parsed) => parsed,
-            Err(whole) => {
-                dead_letter(conn, &m.topic, &m.payload, whole, received)?;
-                effect.dead_letters = 1;
-                return Ok(effect);
+        if let Some(events) = m.accepted(conn, self.received, &mut effect)? {
+            for (event, raw) in events {
+                self.apply_event(conn, &m.topic, event, raw, &mut effect)?;
             }
-        };
-        for r in rejected {
-            dead_letter(conn, &m.topic, r.event.as_bytes(), r, received)?;
-            effect.dead_letters += 1;
-        }
-        for (event, raw) in events {
-            let refused = match event {
-                Event::Alarm(a) => match alarms::apply(conn, a, received, policy)? {
-                    Err(refusal) => {
-                        Rejected { reason: refusal.reason(), detail: refusal.to_string(), event: String::new() }
-                    }
-                    Ok(applied) => {
-                        effect.alarms.push(applied);
-                        continue;
-                    }
-                },
-                Event::Reading(r) => match self.sensor(conn, &r.sensor_id)? {
-                    Some((key, limits)) => {
-                        let new = self.rollups.insert(conn, key, &limits, r.time.unix(), r.value)?;
-                        effect.readings += usize::from(new);
-                        effect.duplicate_readings += usize::from(!new);
-                        continue;
-                    }
-                    None => Rejected {
-                        reason: "unknown_sensor",
-                        detail: format!("no sensor {}", r.sensor_id),
-                        event: String::new(),
-                    },
-                },
-            };
-            dead_letter(conn, &m.topic, raw.to_string().as_bytes(), &refused, received)?;
-            effect.dead_letters += 1;
         }
         Ok(effect)
+    }
+
+    /// One event's effect, or its dead letter when the twin refuses it (unknown
+    /// sensor, a clear with no raise, ...).
+    fn apply_event(
+        &mut self,
+        conn: &Connection,
+        topic: &str,
+        event: &Event,
+        raw: &serde_json::Value,
+        effect: &mut MessageEffect,
+    ) -> Result<(), StoreError> {
+        let refused = match event {
+            Event::Alarm(a) => match alarms::apply(conn, a, self.received, self.policy)? {
+                Err(refusal) => {
+                    Rejected { reason: refusal.reason(), detail: refusal.to_string(), event: String::new() }
+                }
+                Ok(applied) => {
+                    effect.alarms.push(applied);
+                    return Ok(());
+                }
+            },
+            Event::Reading(r) => match self.sensor(conn, &r.sensor_id)? {
+                Some((key, limits)) => {
+                    let new = self.rollups.insert(conn, key, &limits, r.time.unix(), r.value)?;
+                    effect.readings += usize::from(new);
+                    effect.duplicate_readings += usize::from(!new);
+                    return Ok(());
+                }
+                None => Rejected {
+                    reason: "unknown_sensor",
+                    detail: format!("no sensor {}", r.sensor_id),
+                    event: String::new(),
+                },
+            },
+        };
+        dead_letter(conn, topic, raw.to_string().as_bytes(), &refused, self.received)?;
+        effect.dead_letters += 1;
+        Ok(())
     }
 }
 

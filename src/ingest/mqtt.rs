@@ -9,8 +9,14 @@
 //! every ConnAck. Messages received on a connection that has since dropped are
 //! committed (applying is idempotent) but not acked: their packet ids belong to the old
 //! connection, and the broker redelivers them.
+//!
+//! The intake is bounded (twice `batch_max` messages, or [`INTAKE_BYTES`]): when it is
+//! full, the socket is not read until the writer catches up, so the broker, not our
+//! memory, holds a backlog. A batch that cannot be committed at all (the database
+//! locked by another process past its busy timeout, a full disk) is not acked; ingest
+//! then reconnects, with backoff, so that the broker redelivers it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,7 +117,18 @@ pub struct Running {
     pub broker_up: watch::Receiver<bool>,
     /// Messages acknowledged to the broker so far (written and flushed).
     pub acked: watch::Receiver<u64>,
+    intake: Arc<Intake>,
 }
+
+impl Running {
+    /// Messages received and parsed, waiting for the writer.
+    pub fn waiting(&self) -> usize {
+        self.intake.waiting.lock().expect("intake lock").messages.len()
+    }
+}
+
+/// Most payload bytes waiting for the writer, whatever their count.
+pub const INTAKE_BYTES: usize = 32 << 20;
 
 /// Runs the MQTT ingest until `stop`. `wake` is notified when new occurrences need
 /// triage.
@@ -134,6 +151,7 @@ pub fn start(
     eventloop.set_network_options(network);
     // Unbounded, but it holds one entry per writer job, and at most two are out.
     let (committed_tx, committed) = mpsc::unbounded_channel::<Committed>();
+    let intake = Arc::new(Intake::default());
     let ingest = Ingest {
         eventloop,
         _client: client,
@@ -145,14 +163,18 @@ pub fn start(
         policy,
         wake,
         committed_tx,
-        intake: Arc::default(),
+        intake: Arc::clone(&intake),
         waiting_since: None,
         batch_max: cfg.batch_max,
         batch_wait: Duration::from_millis(cfg.batch_ms),
         jobs_out: 0,
+        jobs_queued: 0,
+        retry_at: None,
+        backoff: FIRST_BACKOFF,
+        commit_failing: false,
     };
     let task = tokio::spawn(ingest.run(committed, stop));
-    Ok(Running { task, broker_up, acked })
+    Ok(Running { task, broker_up, acked, intake })
 }
 
 /// What acknowledges a message: the connection it came on, and its packet id there.
@@ -170,20 +192,40 @@ struct Received {
 /// into the next one, so transactions (and fsyncs) grow with the load.
 #[derive(Default)]
 struct Intake {
-    waiting: Mutex<Vec<Received>>,
-    /// A job is queued that has not yet taken `waiting`.
-    job_queued: AtomicBool,
+    waiting: Mutex<Waiting>,
+    /// The number of the writer job queued that has not yet taken from `waiting`, or 0.
+    /// A number, not a flag, so that a job the writer gives up on before running it
+    /// clears only its own claim.
+    job_queued: AtomicU64,
+}
+
+#[derive(Default)]
+struct Waiting {
+    messages: Vec<Received>,
+    /// Their payloads' bytes.
+    bytes: usize,
 }
 
 impl Intake {
     fn is_empty(&self) -> bool {
-        self.waiting.lock().expect("intake lock").is_empty()
+        self.waiting.lock().expect("intake lock").messages.is_empty()
+    }
+
+    /// Clears `job`'s claim, if it is still the queued one.
+    fn unqueue(&self, job: u64) {
+        let _ = self.job_queued.compare_exchange(job, 0, Ordering::SeqCst, Ordering::SeqCst);
     }
 }
 
 /// A writer job's outcome, sent from the writer thread: the packet ids to acknowledge,
-/// in arrival order (none if the commit failed).
-struct Committed(Vec<AckId>);
+/// in arrival order, or that nothing was committed.
+enum Committed {
+    Acks(Vec<AckId>),
+    Failed,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The ingest task. It owns the rumqttc event loop and does everything between the
 /// socket and the writer thread, so a message crosses threads twice: to the writer and
@@ -216,14 +258,20 @@ struct Ingest {
     batch_wait: Duration,
     /// Writer jobs queued whose outcome has not come back.
     jobs_out: usize,
+    /// Writer jobs queued so far (numbers them).
+    jobs_queued: u64,
+    /// When to reconnect, after the connection dropped or a batch failed to commit.
+    retry_at: Option<tokio::time::Instant>,
+    backoff: Duration,
+    /// The last batch failed to commit: the backoff keeps growing across reconnects
+    /// until one commits.
+    commit_failing: bool,
 }
 
 impl Ingest {
     /// Runs until stopped: after `stop`, what already arrived is committed and
     /// acknowledged; messages still arriving are neither, so the broker keeps them.
     async fn run(mut self, mut committed: mpsc::UnboundedReceiver<Committed>, mut stop: watch::Receiver<bool>) {
-        let mut backoff = Duration::from_millis(250);
-        let mut retry_at: Option<tokio::time::Instant> = None;
         let mut stopping = false;
         loop {
             if self.job_due(stopping) {
@@ -235,27 +283,26 @@ impl Ingest {
             // With `batch_ms`, the first message waits that long for company.
             let batch_deadline = self.waiting_since.filter(|_| !self.batch_wait.is_zero()).map(|t| t + self.batch_wait);
             let now = tokio::time::Instant::now();
+            // A full intake is not added to: the broker keeps the rest until it drains.
+            let reading = self.retry_at.is_none() && !self.intake_full();
             tokio::select! {
                 biased;
                 Some(done) = committed.recv() => self.write_acks(done, &mut committed).await,
                 _ = stop.changed(), if !stopping => stopping = true,
-                _ = tokio::time::sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() => retry_at = None,
+                _ = tokio::time::sleep_until(self.retry_at.unwrap_or(now)), if self.retry_at.is_some() => self.retry_at = None,
                 _ = tokio::time::sleep_until(batch_deadline.unwrap_or(now)), if batch_deadline.is_some() => {}
-                event = self.eventloop.poll(), if retry_at.is_none() => match event {
+                event = self.eventloop.poll(), if reading => match event {
                     Ok(Event::Incoming(Packet::ConnAck(_))) => {
                         self.connection += 1;
                         tracing::info!(stage = "ingest", connection = self.connection, "connected to the MQTT broker; subscribing");
                         self.subscribe().await;
-                        backoff = Duration::from_millis(250);
                     }
                     Ok(Event::Incoming(Packet::SubAck(ack))) => self.subscribed(&ack),
                     Ok(Event::Incoming(Packet::Publish(publish))) if !stopping => self.take(publish),
                     Ok(_) => {}
                     Err(e) => {
-                        let _ = self.up.send(false);
-                        tracing::warn!(stage = "ingest", error = %e, retry_in_ms = backoff.as_millis() as u64, "MQTT connection lost; reconnecting");
-                        retry_at = Some(tokio::time::Instant::now() + backoff);
-                        backoff = (backoff * 2).min(Duration::from_secs(30));
+                        tracing::warn!(stage = "ingest", error = %e, retry_in_ms = self.backoff.as_millis() as u64, "MQTT connection lost; reconnecting");
+                        self.reconnect_later();
                     }
                 },
             }
@@ -270,19 +317,40 @@ impl Ingest {
     /// Parses a message here, off the writer thread, and adds it to the intake.
     fn take(&mut self, publish: Publish) {
         let ack = (publish.qos == QoS::AtLeastOnce).then_some((self.connection, publish.pkid));
+        let bytes = publish.payload.len();
         let message = Message::parse(publish.topic, publish.payload.to_vec());
-        self.intake.waiting.lock().expect("intake lock").push(Received { message, ack });
+        let mut waiting = self.intake.waiting.lock().expect("intake lock");
+        waiting.messages.push(Received { message, ack });
+        waiting.bytes += bytes;
         self.waiting_since.get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    fn intake_full(&self) -> bool {
+        let waiting = self.intake.waiting.lock().expect("intake lock");
+        waiting.messages.len() >= 2 * self.batch_max || waiting.bytes >= INTAKE_BYTES
+    }
+
+    /// Drops the connection (if still up) and connects again after the backoff, which
+    /// doubles each time until a connection is subscribed (and, after a failed batch,
+    /// one commits).
+    fn reconnect_later(&mut self) {
+        let _ = self.up.send(false);
+        self.eventloop.clean();
+        // Packets read but not yet taken belong to this connection: their packet ids
+        // mean other messages on the next one. The broker redelivers them.
+        self.eventloop.state.events.clear();
+        self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
 
     /// Whether to queue a writer job now: none is queued, messages wait, and either we
     /// stop, or `batch_max` wait, or `batch_ms` has passed (with `batch_ms` 0: the
     /// messages read from the socket in one go are all in).
     fn job_due(&self, stopping: bool) -> bool {
-        if self.intake.job_queued.load(Ordering::SeqCst) {
+        if self.intake.job_queued.load(Ordering::SeqCst) != 0 {
             return false;
         }
-        let waiting = self.intake.waiting.lock().expect("intake lock").len();
+        let waiting = self.intake.waiting.lock().expect("intake lock").messages.len();
         let waited = if self.batch_wait.is_zero() {
             self.eventloop.state.events.is_empty()
         } else {
@@ -294,7 +362,9 @@ impl Ingest {
     /// Queues a writer job that takes up to `batch_max` waiting messages when it starts
     /// and, once they are committed, sends their acks back on the `committed` channel.
     fn queue_job(&mut self) {
-        self.intake.job_queued.store(true, Ordering::SeqCst);
+        self.jobs_queued += 1;
+        let number = self.jobs_queued;
+        self.intake.job_queued.store(number, Ordering::SeqCst);
         self.waiting_since = None;
         self.jobs_out += 1;
         let (intake, batch_max, policy) = (Arc::clone(&self.intake), self.batch_max, self.policy);
@@ -302,37 +372,39 @@ impl Ingest {
         let job = move |conn: &rusqlite::Connection| {
             // Cleared before taking: a message added after the take sees no job queued
             // and queues one.
-            intake.job_queued.store(false, Ordering::SeqCst);
+            intake.unqueue(number);
             let taken: Vec<Received> = {
                 let mut waiting = intake.waiting.lock().expect("intake lock");
-                let n = waiting.len().min(batch_max);
-                waiting.drain(..n).collect()
+                let n = waiting.messages.len().min(batch_max);
+                waiting.bytes -= waiting.messages[..n].iter().map(|r| r.message.payload_len()).sum::<usize>();
+                waiting.messages.drain(..n).collect()
             };
             crate::metrics::count("twinops_ingest_messages_received_total", &[], taken.len() as f64);
             crate::metrics::observe("twinops_ingest_batch_messages", &[], taken.len() as f64);
             let effects = apply_batch(conn, taken.iter().map(|r| &r.message), Timestamp::now(), policy)?;
             Ok::<_, StoreError>((effects, taken.into_iter().filter_map(|r| r.ack).collect::<Vec<_>>()))
         };
-        let (done, wake) = (self.committed_tx.clone(), Arc::clone(&self.wake));
-        // Runs on the writer thread, right after the commit.
+        let (done, wake, intake) = (self.committed_tx.clone(), Arc::clone(&self.wake), Arc::clone(&self.intake));
+        // Runs on the writer thread, right after the commit (or at once, should the
+        // writer give up on the job before running it: then its claim is cleared here).
         let then = move |outcome: Result<(Vec<MessageEffect>, Vec<AckId>), StoreError>| {
-            let acks = match outcome {
+            intake.unqueue(number);
+            let committed = match outcome {
                 Ok((effects, acks)) => {
                     crate::metrics::time("twinops_ingest_commit_seconds", &[], queued.elapsed());
                     crate::metrics::count("twinops_ingest_messages_committed_total", &[], effects.len() as f64);
                     if effects.iter().flat_map(|e| &e.alarms).any(|a| matches!(a, Applied::Raised { .. })) {
                         wake.notify_waiters();
                     }
-                    acks
+                    Committed::Acks(acks)
                 }
                 Err(e) => {
-                    // Nothing committed, nothing acked: the broker redelivers.
-                    tracing::error!(stage = "ingest", error = %e, "commit failed; messages left unacked for redelivery");
-                    Vec::new()
+                    tracing::error!(stage = "ingest", error = %e, "a batch could not be committed; it stays unacked, and ingest reconnects so that the broker redelivers it");
+                    Committed::Failed
                 }
             };
             // Fails only once the ingest task has ended.
-            let _ = done.send(Committed(acks));
+            let _ = done.send(committed);
         };
         self.writer.submit_then(job, then);
     }
@@ -351,14 +423,13 @@ impl Ingest {
         };
         if let Err(e) = self.send(vec![packet]).await {
             tracing::error!(stage = "ingest", topics = ?self.topics, error = %e, "subscribe failed; reconnecting");
-            let _ = self.up.send(false);
-            self.eventloop.clean();
+            self.reconnect_later();
         }
     }
 
     /// Up once the broker has granted the subscriptions: before, nothing arrives. A
     /// refused filter (the broker's ACL) is an error that names it.
-    fn subscribed(&self, ack: &SubAck) {
+    fn subscribed(&mut self, ack: &SubAck) {
         let refused: Vec<&String> = (self.topics.iter().zip(&ack.return_codes))
             .filter(|(_, code)| matches!(code, SubscribeReasonCode::Failure))
             .map(|(topic, _)| topic)
@@ -369,34 +440,54 @@ impl Ingest {
             tracing::error!(stage = "ingest", refused = ?refused, "the broker refused these mqtt.topics (check its ACL for our user and client id); nothing arrives on them");
         }
         let _ = self.up.send(refused.len() < self.topics.len());
+        if !self.commit_failing {
+            self.backoff = FIRST_BACKOFF;
+        }
     }
 
     /// Writes the PUBACKs of this batch and of any committed behind it, in order, then
-    /// flushes once.
+    /// flushes once. After a batch that failed, nothing more is acked on this
+    /// connection (acks must keep arrival order): it is dropped so that the broker
+    /// redelivers everything from the failed batch on.
     async fn write_acks(&mut self, first: Committed, more: &mut mpsc::UnboundedReceiver<Committed>) {
-        let mut packets = Vec::with_capacity(first.0.len());
+        let mut packets = Vec::new();
+        let mut failed = false;
         let mut next = Some(first);
-        while let Some(Committed(ids)) = next {
+        while let Some(committed) = next {
             self.jobs_out -= 1;
-            let current = ids.iter().filter(|(connection, _)| *connection == self.connection);
-            packets.extend(current.map(|&(_, pkid)| Packet::PubAck(PubAck::new(pkid))));
+            match committed {
+                Committed::Acks(ids) if !failed => {
+                    let current = ids.iter().filter(|(connection, _)| *connection == self.connection);
+                    packets.extend(current.map(|&(_, pkid)| Packet::PubAck(PubAck::new(pkid))));
+                }
+                Committed::Acks(_) => {}
+                Committed::Failed => failed = true,
+            }
             next = more.try_recv().ok();
         }
-        if packets.is_empty() || self.eventloop.network.is_none() {
-            return;
+        if !packets.is_empty() && self.eventloop.network.is_some() {
+            let n = packets.len() as u64;
+            match self.send(packets).await {
+                Ok(()) => {
+                    crate::metrics::count("twinops_ingest_messages_acked_total", &[], n as f64);
+                    self.acked.send_modify(|acked| *acked += n);
+                }
+                Err(e) => {
+                    // The connection is gone; the broker redelivers what was not acked.
+                    tracing::warn!(stage = "ingest", error = %e, "acks not sent; the broker will redeliver");
+                    self.reconnect_later();
+                    return;
+                }
+            }
         }
-        let n = packets.len() as u64;
-        match self.send(packets).await {
-            Ok(()) => {
-                crate::metrics::count("twinops_ingest_messages_acked_total", &[], n as f64);
-                self.acked.send_modify(|acked| *acked += n);
+        if failed {
+            self.commit_failing = true;
+            if self.eventloop.network.is_some() {
+                self.reconnect_later();
             }
-            Err(e) => {
-                // The connection is gone; the broker redelivers what was not acked.
-                tracing::warn!(stage = "ingest", error = %e, "acks not sent; the broker will redeliver");
-                let _ = self.up.send(false);
-                self.eventloop.clean();
-            }
+        } else if self.commit_failing {
+            self.commit_failing = false;
+            self.backoff = FIRST_BACKOFF;
         }
     }
 

@@ -45,7 +45,7 @@ impl Job {
         };
         let abort = Box::new(move |err: StoreError| reply(&abort_slot, Err(E::from(err))));
         let run = Box::new(move |conn: &Connection| -> Deliver {
-            let outcome = in_savepoint(conn, f);
+            let outcome = savepoint(conn, "job", f);
             Box::new(move |commit_error| {
                 reply(
                     &slot,
@@ -168,21 +168,24 @@ impl Writer {
     }
 }
 
-fn in_savepoint<T, E, F>(conn: &Connection, f: F) -> Result<T, E>
+/// Runs `f` inside a savepoint named `name`: kept if `f` succeeds, rolled back (and
+/// the enclosing transaction kept) if it fails. Savepoints nest; the writer wraps
+/// every job in one named `job`.
+pub fn savepoint<T, E, F>(conn: &Connection, name: &str, f: F) -> Result<T, E>
 where
     E: From<StoreError>,
     F: FnOnce(&Connection) -> Result<T, E>,
 {
-    let sql = |s: &str| exec(conn, s).map_err(|e| E::from(StoreError::Sqlite(e)));
-    sql("SAVEPOINT job")?;
+    let sql = |verb: &str| exec(conn, &format!("{verb} {name}")).map_err(|e| E::from(StoreError::Sqlite(e)));
+    sql("SAVEPOINT")?;
     match f(conn) {
         Ok(value) => {
-            sql("RELEASE job")?;
+            sql("RELEASE")?;
             Ok(value)
         }
         Err(err) => {
-            sql("ROLLBACK TO job")?;
-            sql("RELEASE job")?;
+            sql("ROLLBACK TO")?;
+            sql("RELEASE")?;
             Err(err)
         }
     }
