@@ -388,7 +388,7 @@ impl Config {
             }
         }
         let m = &self.mqtt;
-        if !m.url.is_empty() && !(m.url.starts_with("mqtt://") || m.url.starts_with("mqtts://")) {
+        if !(m.url.is_empty() || m.url.starts_with("mqtt://") || m.url.starts_with("mqtts://")) {
             bail!("mqtt.url must start with mqtt:// or mqtts://, got '{}'", m.url);
         }
         if m.topics.is_empty() {

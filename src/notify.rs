@@ -101,7 +101,7 @@ async fn each_note<F, Fut>(
                     consumer = what,
                     "fell behind; catching up from the notes table"
                 );
-                let missed = match store.read().map_err(StoreError::from).and_then(|db| notes_after(&db, last)) {
+                let missed = match store.read().and_then(|db| notes_after(&db, last)) {
                     Ok(missed) => missed,
                     Err(e) => {
                         tracing::warn!(stage = "notify", consumer = what, error = %e, "cannot read the notes missed (they are stored)");

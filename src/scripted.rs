@@ -201,6 +201,7 @@ fn check_openai_tool_ids(messages: &[Value]) -> Result<(), String> {
 
 /// Parses and records a request, checks its tool ids with `check`, and takes the next
 /// scripted reply; or the error response a real API would give.
+#[allow(clippy::result_large_err)] // an error response is an ordinary outcome here, returned at once
 fn take(
     script: &Mutex<Script>,
     raw: &[u8],

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 /// Sends `state` (e.g. `READY=1`) to the socket named by `$NOTIFY_SOCKET`, if any.
 pub fn notify(state: &str) {
-    if let Some(path) = std::env::var_os("NOTIFY_SOCKET") {
-        if let Err(e) = send(std::path::Path::new(&path), state) {
-            tracing::warn!(stage = "app", error = %e, "systemd notification not sent");
-        }
+    if let Some(path) = std::env::var_os("NOTIFY_SOCKET")
+        && let Err(e) = send(std::path::Path::new(&path), state)
+    {
+        tracing::warn!(stage = "app", error = %e, "systemd notification not sent");
     }
 }
 

@@ -290,6 +290,7 @@ async fn the_hmi_in_a_real_browser() {
 
     let _ = http.delete(&b.session).send().await;
     let _ = chromedriver.kill();
+    let _ = chromedriver.wait();
     daemon.shutdown().await;
     println!("screenshots in {}", shots.display());
 }

@@ -171,7 +171,8 @@ fn insert_steps(c: &rusqlite::Connection, run_id: i64, steps: &[(i64, Step, i64)
 /// A run's trace as text, for `twinops runs show`.
 pub fn render_run(store: &Store, run_id: i64) -> anyhow::Result<String> {
     let db = store.read()?;
-    let run: Option<(String, String, Option<String>, Option<String>, i64, Option<i64>, i64, i64, Option<String>)> = db
+    type RunRow = (String, String, Option<String>, Option<String>, i64, Option<i64>, i64, i64, Option<String>);
+    let run: Option<RunRow> = db
         .query_row(
             "SELECT profile, trigger, outcome, model, started_at, finished_at, tokens_in, tokens_out, error FROM agent_runs WHERE id = ?1",
             [run_id],

@@ -85,7 +85,7 @@ fn phone_at(c: &[char], i: usize) -> Option<usize> {
     if end < c.len() && c[end].is_alphanumeric() {
         return None;
     }
-    (digits >= 9 && digits <= 15 && (plus || separators >= 2)).then_some(end)
+    ((9..=15).contains(&digits) && (plus || separators >= 2)).then_some(end)
 }
 
 /// Wraps untrusted text as data. Marker look-alikes inside are defused, so the text

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-pub use payload::{AlarmEvent, Event, Reading, Rejected, Transition, parse};
+pub use payload::{AlarmEvent, Event, Parsed, Reading, Rejected, Transition, parse};
 
 use crate::alarms::{self, Applied, QueuePolicy};
 
@@ -30,7 +30,7 @@ pub struct MessageEffect {
 pub struct Message {
     topic: String,
     payload: Vec<u8>,
-    parsed: Result<(Vec<(Event, serde_json::Value)>, Vec<Rejected>), Rejected>,
+    parsed: Result<Parsed, Rejected>,
 }
 
 impl Message {

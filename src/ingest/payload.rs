@@ -59,6 +59,10 @@ pub enum Event {
     Reading(Reading),
 }
 
+/// A payload's events that parsed, each with its JSON (for a dead letter should it not
+/// apply), and the ones rejected.
+pub type Parsed = (Vec<(Event, Value)>, Vec<Rejected>);
+
 /// Why (part of) a message was not accepted. `reason` is the dead-letter reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rejected {
@@ -104,7 +108,7 @@ enum Wire {
 /// a dead letter should it not apply) and the ones rejected. A message that is not JSON
 /// at all, or too large, is one rejection; in a batch, each bad event is rejected alone
 /// and the good ones are kept.
-pub fn parse(payload: &[u8]) -> Result<(Vec<(Event, Value)>, Vec<Rejected>), Rejected> {
+pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
     if payload.len() > MAX_MESSAGE_BYTES {
         return Err(Rejected::message(
             "oversized",

@@ -74,7 +74,9 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         "SELECT key, id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh
          FROM sensors WHERE asset_id = ?1 ORDER BY id",
     )?;
-    let rows: Vec<(i64, String, String, String, String, [Option<f64>; 4])> = stmt
+    // key, id, kind, description, unit, limits (ll, l, h, hh)
+    type SensorRow = (i64, String, String, String, String, [Option<f64>; 4]);
+    let rows: Vec<SensorRow> = stmt
         .query_map([&id], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?]))
         })?

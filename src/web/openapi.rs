@@ -29,10 +29,9 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
         }
         let mut responses = Map::new();
         responses.insert("200".into(), json!({"description": "OK", "content": {e.produces: {}}}));
-        if e.role.is_some() {
+        if let Some(role) = e.role {
             responses.insert("401".into(), json!({"description": "Not logged in and no bearer token"}));
-            responses
-                .insert("403".into(), json!({"description": format!("Below the {} role", e.role.expect("checked"))}));
+            responses.insert("403".into(), json!({"description": format!("Below the {role} role")}));
         }
         op.insert("responses".into(), Value::Object(responses));
         if let Some(role) = e.role {
