@@ -137,7 +137,13 @@ pub fn audit(store: &Store, actor: &str, action: &str, detail: &str, address: Op
     store.writer().call(move |c| Ok(audit_in(c, &actor, &action, &detail, address.as_deref())?))
 }
 
-fn audit_in(c: &Connection, actor: &str, action: &str, detail: &str, address: Option<&str>) -> rusqlite::Result<()> {
+pub(crate) fn audit_in(
+    c: &Connection,
+    actor: &str,
+    action: &str,
+    detail: &str,
+    address: Option<&str>,
+) -> rusqlite::Result<()> {
     c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail, address) VALUES (?1, ?2, ?3, ?4, ?5)")?
         .execute(params![Timestamp::now().unix(), actor, action, detail, address])?;
     Ok(())

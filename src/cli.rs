@@ -12,6 +12,7 @@ use crate::alarms;
 use crate::approvals::{Approvals, Proposer};
 use crate::config::Config;
 use crate::domain::{AssetId, Timestamp, parse_time};
+use crate::ingest::replay;
 use crate::store::Store;
 use crate::tools::{self, ToolContext};
 use crate::{bench, rag, seed};
@@ -142,6 +143,9 @@ enum Command {
     /// Alarms: list, acknowledge, shelve (as a local operator).
     #[command(subcommand)]
     Alarms(AlarmsCommand),
+    /// Messages and events ingest refused: list them, replay them once the cause is fixed.
+    #[command(subcommand)]
+    DeadLetters(DeadLettersCommand),
     /// Serve the twin's read-only tools to an MCP host over stdio (the host spawns it).
     #[command(
         after_help = "Examples:\n  twinops --db /var/lib/twinops/twinops.db mcp\n  (Claude Desktop: see README, \"Connecting an MCP host\")"
@@ -223,6 +227,38 @@ enum AlarmsCommand {
         minutes: i64,
         #[arg(long)]
         reason: String,
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum DeadLettersCommand {
+    /// List dead letters not yet replayed, oldest first.
+    #[command(
+        after_help = "Examples:\n  twinops dead-letters list\n  twinops dead-letters list --reason unknown_sensor --all"
+    )]
+    List {
+        /// Only this reason: malformed, oversized, invalid, unknown_asset, unknown_sensor,
+        /// unmatched_clear, failed.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Include those already replayed.
+        #[arg(long)]
+        all: bool,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Apply dead letters again, by id or all of one reason; one refused again stays as it
+    /// was, with the reason printed.
+    #[command(
+        after_help = "Examples:\n  twinops dead-letters replay 17 18\n  twinops dead-letters replay --reason unknown_sensor --user operator.kaur"
+    )]
+    Replay {
+        ids: Vec<i64>,
+        /// Every dead letter of this reason not yet replayed (instead of ids).
+        #[arg(long, conflicts_with = "ids")]
+        reason: Option<String>,
         #[arg(long, env = "USER", default_value = "cli")]
         user: String,
     },
@@ -550,6 +586,66 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let store = cli.global.open()?;
             alarms::shelve(store.writer(), alarm_id, &user, minutes * 60, &reason, Timestamp::now())?;
             println!("alarm {alarm_id} is shelved for {minutes} minutes");
+        }
+        Command::DeadLetters(DeadLettersCommand::List { reason, all, limit }) => {
+            let store = cli.global.open()?;
+            let letters = replay::list(&*store.read()?, reason.as_deref(), all, limit)?;
+            println!("{:>6}  {:<20} {:<15} {:>7}  {:<28} detail", "id", "received", "reason", "bytes", "topic");
+            for d in &letters {
+                let replayed = d.replayed_at.map(|t| format!(" (replayed {})", t.to_rfc3339())).unwrap_or_default();
+                println!(
+                    "{:>6}  {:<20} {:<15} {:>7}  {:<28} {}{replayed}",
+                    d.id,
+                    d.received_at.to_rfc3339(),
+                    d.reason,
+                    d.bytes,
+                    d.topic,
+                    d.detail.chars().take(120).collect::<String>()
+                );
+            }
+            if letters.is_empty() {
+                println!("(none)");
+            }
+        }
+        Command::DeadLetters(DeadLettersCommand::Replay { ids, reason, user }) => {
+            let store = cli.global.open()?;
+            let ids = match reason {
+                Some(reason) => {
+                    replay::list(&*store.read()?, Some(&reason), false, u32::MAX)?.iter().map(|d| d.id).collect()
+                }
+                None if ids.is_empty() => {
+                    anyhow::bail!("name dead letters by id, or --reason; `twinops dead-letters list` shows them")
+                }
+                None => ids,
+            };
+            let policy = alarms::QueuePolicy { capacity: cli.global.config()?.triage.queue_capacity };
+            let (mut applied, mut refused) = (0, 0);
+            for id in ids {
+                match replay::replay(store.writer(), id, &user, policy)? {
+                    replay::Replay::Applied(e) => {
+                        applied += 1;
+                        println!(
+                            "{id}: applied ({} alarm events, {} readings, {} already stored)",
+                            e.alarms.len(),
+                            e.readings,
+                            e.duplicate_readings
+                        );
+                    }
+                    replay::Replay::Refused { reason, detail } => {
+                        refused += 1;
+                        println!("{id}: refused again, {reason}: {detail}");
+                    }
+                    replay::Replay::AlreadyReplayed(at) => println!("{id}: already replayed at {}", at.to_rfc3339()),
+                    replay::Replay::NotFound => {
+                        refused += 1;
+                        println!("{id}: no such dead letter; `twinops dead-letters list --all` shows them");
+                    }
+                }
+            }
+            println!("{applied} applied, {refused} not");
+            if refused > 0 {
+                return Ok(ExitCode::from(1));
+            }
         }
         Command::Runs(RunsCommand::Show { run_id }) => {
             let store = cli.global.open()?;

@@ -69,6 +69,8 @@ fn every_command_has_help_with_an_example() {
         &["tools", "call"],
         &["bench", "tools"],
         &["broker"],
+        &["dead-letters", "list"],
+        &["dead-letters", "replay"],
     ] {
         let mut args: Vec<&str> = cmd.to_vec();
         args.push("--help");
@@ -77,6 +79,46 @@ fn every_command_has_help_with_an_example() {
         assert!(out.status.success() && text.contains("Example"), "{cmd:?}: {text}");
         assert!(text.contains("--db"), "{cmd:?} takes --db");
     }
+}
+
+/// The operator's view of dead letters: listed with their reason, replayed by reason,
+/// and the exit code says whether any was refused again.
+#[test]
+fn dead_letters_list_and_replay() {
+    let p = Plant::new();
+    let message =
+        r#"[{"type": "reading", "sensor_id": "PUMP-001.FLOW2", "time": "2026-11-30T12:00:00Z", "value": 12.0}]"#;
+    twinops::ingest::apply(
+        p.store.writer(),
+        "scada/telemetry",
+        message.as_bytes(),
+        twinops::domain::Timestamp::now(),
+        Default::default(),
+    )
+    .unwrap();
+    let out = twinops(&p, &["dead-letters", "list"]);
+    let text = stdout(&out);
+    assert!(
+        out.status.success() && text.contains("unknown_sensor") && text.contains("no sensor PUMP-001.FLOW2"),
+        "{text}"
+    );
+
+    let out = twinops(&p, &["dead-letters", "replay", "--reason", "unknown_sensor", "--user", "operator.kaur"]);
+    assert_eq!(out.status.code(), Some(1), "refused again: {}", stdout(&out));
+    assert!(stdout(&out).contains("refused again, unknown_sensor"), "{}", stdout(&out));
+
+    p.write(
+        "INSERT INTO sensors (id, asset_id, kind, description, unit) VALUES ('PUMP-001.FLOW2', 'PUMP-001', 'flow', 'second flow meter', 'm3/h')",
+    );
+    let out = twinops(&p, &["dead-letters", "replay", "--reason", "unknown_sensor"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(stdout(&out).contains("1 applied, 0 not"), "{}", stdout(&out));
+    assert!(stdout(&twinops(&p, &["dead-letters", "list"])).contains("(none)"));
+    assert!(stdout(&twinops(&p, &["dead-letters", "list", "--all"])).contains("(replayed "));
+
+    let out = twinops(&p, &["dead-letters", "replay"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("name dead letters by id, or --reason"));
 }
 
 /// `twinops broker` on a port that is taken says so and which setting to change,

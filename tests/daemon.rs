@@ -152,6 +152,46 @@ fn a_fault_storing_one_event_spares_the_rest_of_the_batch() {
     assert_eq!(hourly_n, raw_n, "rollups agree with the raw readings");
 }
 
+/// A dead letter replayed once its cause is fixed: while the sensor is unknown the
+/// replay is refused again and changes nothing; once the sensor is in the twin it is
+/// applied with its original reception time, marked replayed, and journalled with who
+/// did it; a second replay does nothing.
+#[test]
+fn a_dead_letter_replays_once_its_cause_is_fixed() {
+    use ingest::replay::{self, Replay};
+    let p = Plant::new();
+    let reading = json!({"type": "reading", "sensor_id": "PUMP-001.FLOW2", "time": at(20).to_rfc3339(), "value": 12.0});
+    assert_eq!(send(&p, &reading).dead_letters, 1);
+    let pending = |all| replay::list(&p.store.read().unwrap(), Some("unknown_sensor"), all, 10).unwrap();
+    let id = pending(false)[0].id;
+
+    let again = replay::replay(p.store.writer(), id, "operator.kaur", Default::default()).unwrap();
+    assert!(
+        matches!(&again, Replay::Refused { reason, detail } if reason == "unknown_sensor" && detail.contains("PUMP-001.FLOW2")),
+        "{again:?}"
+    );
+    assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 1, "a refused replay adds nothing");
+    assert_eq!(pending(false).len(), 1, "and leaves the dead letter pending");
+
+    p.write(
+        "INSERT INTO sensors (id, asset_id, kind, description, unit) VALUES ('PUMP-001.FLOW2', 'PUMP-001', 'flow', 'second flow meter', 'm3/h')",
+    );
+    let done = replay::replay(p.store.writer(), id, "operator.kaur", Default::default()).unwrap();
+    assert!(matches!(&done, Replay::Applied(e) if e.readings == 1 && e.dead_letters == 0), "{done:?}");
+    let stored =
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW2')";
+    assert_eq!(p.count(stored), 1);
+    assert!(pending(false).is_empty(), "no longer pending");
+    assert!(pending(true)[0].replayed_at.is_some());
+    let journalled = "SELECT count(*) FROM audit_log WHERE action = 'dead_letter_replayed' AND actor = 'operator.kaur'";
+    assert_eq!(p.count(journalled), 1);
+
+    let twice = replay::replay(p.store.writer(), id, "operator.kaur", Default::default()).unwrap();
+    assert!(matches!(twice, Replay::AlreadyReplayed(_)), "{twice:?}");
+    assert_eq!(p.count(stored), 1);
+    assert_eq!(replay::replay(p.store.writer(), id + 1000, "x", Default::default()).unwrap(), Replay::NotFound);
+}
+
 /// Ack and shelve through the library, every transition journalled with who and when.
 #[test]
 fn acknowledge_and_shelve() {

@@ -4,6 +4,7 @@
 
 pub mod mqtt;
 pub mod payload;
+pub mod replay;
 
 use std::collections::HashMap;
 

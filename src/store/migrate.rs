@@ -49,6 +49,9 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX chat_messages_user ON chat_messages(user_id, id);
      -- The status last published on twinops/work_orders/{asset} (decisions out).
      ALTER TABLE work_orders ADD COLUMN published TEXT;",
+    // 4: dead letters replayed once their cause was fixed (`twinops dead-letters replay`).
+    "ALTER TABLE dead_letters ADD COLUMN replayed_at INTEGER;
+     ALTER TABLE dead_letters ADD COLUMN replayed_by TEXT;",
 ];
 
 /// The schema version this build writes.
