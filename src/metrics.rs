@@ -34,6 +34,11 @@ pub const DEFINED: &[Def] = &[
     def("twinops_ingest_messages_committed_total", Counter, "MQTT messages whose effects were committed."),
     def("twinops_ingest_messages_acked_total", Counter, "MQTT messages acknowledged to the broker after commit."),
     def("twinops_ingest_dead_letters_total", Counter, "Messages or events refused into dead_letters, by reason."),
+    def(
+        "twinops_ingest_batches_failed_total",
+        Counter,
+        "Ingest batches that could not be committed (left unacked; ingest reconnects for redelivery).",
+    ),
     def("twinops_ingest_batch_messages", Histogram, "Messages per ingest batch (one transaction)."),
     def("twinops_ingest_commit_seconds", Histogram, "From queueing a batch to its commit."),
     def("twinops_alarms_raised_total", Counter, "New alarm occurrences, by severity."),

@@ -399,6 +399,7 @@ impl Ingest {
                     Committed::Acks(acks)
                 }
                 Err(e) => {
+                    crate::metrics::count("twinops_ingest_batches_failed_total", &[], 1.0);
                     tracing::error!(stage = "ingest", error = %e, "a batch could not be committed; it stays unacked, and ingest reconnects so that the broker redelivers it");
                     Committed::Failed
                 }
