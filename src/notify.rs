@@ -239,9 +239,16 @@ pub async fn work_orders_loop(
             let marked = w
                 .call_async(move |c| {
                     c.prepare_cached(
-                        "UPDATE work_orders SET published = ?2, status = CASE WHEN status = 'approved' THEN 'dispatched' ELSE status END WHERE id = ?1",
+                        "UPDATE work_orders SET published = ?2,
+                             dispatched_at = CASE WHEN status = 'approved' THEN ?3 ELSE dispatched_at END,
+                             status = CASE WHEN status = 'approved' THEN 'dispatched' ELSE status END
+                         WHERE id = ?1",
                     )?
-                    .execute(rusqlite::params![id, next])?;
+                    .execute(rusqlite::params![
+                        id,
+                        next,
+                        crate::domain::Timestamp::now().unix()
+                    ])?;
                     Ok::<_, StoreError>(())
                 })
                 .await;

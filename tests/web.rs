@@ -185,6 +185,50 @@ async fn roles_decide_who_may_do_what() {
     hmi.daemon.shutdown().await;
 }
 
+/// The HMI's event feed tells of a dispatch however long after the decision it comes
+/// (here a work order approved a minute ago, as if the broker had been down since):
+/// without the event the page would show "approved" until reloaded.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_event_feed_tells_of_a_late_dispatch() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let viewer = hmi.session("viewer.ng").await;
+    let mut feed = hmi.get("/events", &viewer).await;
+    assert_eq!(feed.status(), StatusCode::OK);
+
+    let wo = pending_work_order(&p);
+    let long_ago = Timestamp::now().unix() - 60;
+    p.store
+        .writer()
+        .call(move |c| {
+            c.execute(
+                "UPDATE work_orders SET status = 'approved', proposed_at = ?2, decided_at = ?2, decided_by = 'supervisor.ruiz',
+                     decision_reason = 'zone C' WHERE id = ?1",
+                rusqlite::params![wo, long_ago],
+            )
+            .map_err(twinops::store::StoreError::from)
+        })
+        .unwrap();
+
+    let wanted = format!(r#"{{"id":{wo},"status":"dispatched""#);
+    let mut seen = String::new();
+    let told = tokio::time::timeout(std::time::Duration::from_secs(15), async {
+        while let Some(chunk) = feed.chunk().await.unwrap() {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.contains(&wanted) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(told.is_ok(), "no work_order event saying dispatched; the feed said: {seen}");
+    let dispatched_at = p.count(&format!("SELECT dispatched_at FROM work_orders WHERE id = {wo}"));
+    assert!(dispatched_at >= long_ago + 60, "dispatched_at is recorded");
+    drop(feed);
+    hmi.daemon.shutdown().await;
+}
+
 /// A state-changing request from another site is refused, with a session or without;
 /// a bearer token (no ambient credential) is not a cross-site risk.
 #[tokio::test(flavor = "multi_thread")]

@@ -581,7 +581,8 @@ async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>) -> Result
         "SELECT json_object('id', id, 'asset_id', asset_id, 'alarm_id', alarm_id, 'action', action, 'priority', priority,
                 'title', title, 'justification', justification, 'evidence', json(evidence), 'status', status,
                 'proposed_by', proposed_by, 'run_id', run_id, 'proposed_at', proposed_at, 'expires_at', expires_at,
-                'decided_by', decided_by, 'decided_at', decided_at, 'decision_reason', decision_reason)
+                'decided_by', decided_by, 'decided_at', decided_at, 'decision_reason', decision_reason,
+                'dispatched_at', dispatched_at)
          FROM work_orders WHERE ?1 IS NULL OR status = ?1 ORDER BY proposed_at DESC, id DESC LIMIT 200",
     )?;
     let rows = json_rows(&mut stmt, [q.status])?;

@@ -82,7 +82,7 @@ fn poll(s: &WebState, c: &mut Cursor) -> anyhow::Result<()> {
     for (_, v) in rows(
         &db,
         "SELECT id, json_object('id', id, 'status', status, 'asset_id', asset_id)
-         FROM work_orders WHERE max(proposed_at, coalesce(decided_at, 0)) >= ?1 ORDER BY id",
+         FROM work_orders WHERE max(proposed_at, coalesce(decided_at, 0), coalesce(dispatched_at, 0)) >= ?1 ORDER BY id",
         c.work_orders_since,
     )? {
         c.queue.push_back(Event::default().event("work_order").data(v.to_string()));
