@@ -556,6 +556,58 @@ on_both_brokers!(
     a_locked_database_delays_ingest_and_loses_nothing
 );
 
+/// A batch that cannot be stored at all: one reading fails to insert and its dead
+/// letter fails too (two triggers stand in for a storage fault). The batch is not
+/// acked, ingest reconnects with backoff and the broker redelivers it, again and
+/// again; once the fault is gone, every reading is stored and every message acked.
+async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: Option<String>) {
+    let p = Plant::new();
+    let run = format!("f{}", free_port());
+    let broker = broker_or_embedded(broker_url).await;
+    let (ingest, _stop) = ingest_alone(&p, &broker, &run, 500);
+    ingest.broker_up.clone().wait_for(|up| *up).await.unwrap();
+    p.write(
+        "CREATE TRIGGER fault_reading BEFORE INSERT ON readings WHEN NEW.value = -777
+         BEGIN SELECT RAISE(ABORT, 'injected storage fault'); END;
+         CREATE TRIGGER fault_dead_letter BEFORE INSERT ON dead_letters WHEN NEW.reason = 'failed'
+         BEGIN SELECT RAISE(ABORT, 'injected storage fault'); END;",
+    );
+
+    // 300 readings a second apart, far in the future so no seeded reading collides.
+    let (count, start) = (300, twinops::domain::Timestamp::now().unix() + 86_400 * 400);
+    let messages: Vec<Vec<u8>> = (0..count)
+        .map(|i| {
+            let value = if i == count / 2 { -777.0 } else { 400.0 };
+            let time = twinops::domain::Timestamp::from_unix(start + i as i64).to_rfc3339();
+            json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": time, "value": value})
+                .to_string()
+                .into_bytes()
+        })
+        .collect();
+    let topic = format!("{run}/scada/telemetry");
+    twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, messages).await.unwrap();
+    let stored = format!(
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts >= {start}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!((p.count(&stored) as usize) < count, "the faulty batch is not stored");
+    assert!((*ingest.acked.borrow() as usize) < count, "nor acknowledged");
+
+    p.write("DROP TRIGGER fault_reading; DROP TRIGGER fault_dead_letter;");
+    // The backoff has reached 4-8 s by now: the next attempt comes well within 30 s.
+    let all = eventually(Duration::from_secs(30), || p.count(&stored) as usize == count).await;
+    assert!(all, "redelivered and stored: {} of {count}", p.count(&stored));
+    let acked = eventually(Duration::from_secs(30), || *ingest.acked.borrow() as usize == count).await;
+    assert!(acked, "{} of {count} messages acked", *ingest.acked.borrow());
+    assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 0, "nothing dead-lettered: the fault was not the input's");
+}
+
+on_both_brokers!(
+    embedded_broker_a_batch_that_cannot_be_stored_is_redelivered_until_it_can,
+    mosquitto_a_batch_that_cannot_be_stored_is_redelivered_until_it_can,
+    a_batch_that_cannot_be_stored_is_redelivered_until_it_can
+);
+
 /// The daemon process is killed with SIGKILL while a triage run waits on the model,
 /// after the run proposed a work order. Started again, it redoes the job: one note for
 /// the occurrence, and still one pending work order (the proposal's idempotency key).
