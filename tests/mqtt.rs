@@ -458,25 +458,34 @@ on_both_brokers!(
     stop_mid_stream_acks_what_it_committed
 );
 
-/// Ingest on its own (no triage, no HMI) on `broker`, for the scenarios that reach
-/// into it, with `batch_max`. It runs until the returned sender says stop, or is dropped.
-fn ingest_alone(
-    p: &Plant,
-    broker: &str,
-    run: &str,
-    batch_max: usize,
-) -> (twinops::ingest::mqtt::Running, tokio::sync::watch::Sender<bool>) {
+/// Ingest on its own (no triage, no HMI) on a seeded twin, subscribed to `{run}/scada/#`
+/// on `broker_url` (or a fresh embedded broker), for the scenarios that reach into it.
+struct Alone {
+    p: Plant,
+    run: String,
+    broker: String,
+    ingest: twinops::ingest::mqtt::Running,
+    /// Ingest runs until this says stop, or is dropped.
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn ingest_alone(broker_url: Option<String>, run_prefix: &str, batch_max: usize) -> Alone {
+    let p = Plant::new();
+    let run = format!("{run_prefix}{}", free_port());
+    let broker = broker_or_embedded(broker_url).await;
     let cfg = twinops::config::MqttConfig {
-        url: broker.into(),
+        url: broker.clone(),
         client_id: format!("twinops-{run}"),
         topics: vec![format!("{run}/scada/#")],
         batch_max,
         ..Default::default()
     };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let running =
-        twinops::ingest::mqtt::start(p.store.writer().clone(), cfg, Default::default(), Default::default(), stop);
-    (running.unwrap(), stop_tx)
+    let ingest =
+        twinops::ingest::mqtt::start(p.store.writer().clone(), cfg, Default::default(), Default::default(), stop)
+            .unwrap();
+    ingest.broker_up.clone().wait_for(|up| *up).await.unwrap();
+    Alone { p, run, broker, ingest, _stop: stop_tx }
 }
 
 /// Every event of `run` stored exactly once, and every message acknowledged once.
@@ -501,11 +510,7 @@ async fn stored_once_and_acked(
 /// messages on the embedded broker, 1,000 on CI's Mosquitto). Once the writer is free,
 /// everything arrives.
 async fn intake_is_bounded_while_the_writer_is_busy(broker_url: Option<String>) {
-    let p = Plant::new();
-    let run = format!("b{}", free_port());
-    let broker = broker_or_embedded(broker_url).await;
-    let (ingest, _stop) = ingest_alone(&p, &broker, &run, 20);
-    ingest.broker_up.clone().wait_for(|up| *up).await.unwrap();
+    let Alone { p, run, broker, ingest, _stop } = ingest_alone(broker_url, "b", 20).await;
     let (release, held) = std::sync::mpsc::channel::<()>();
     let holding = p.store.writer().submit(move |_| {
         let _ = held.recv();
@@ -534,11 +539,7 @@ on_both_brokers!(
 /// for it (5 s): the batch is not committed, so not acked; ingest reconnects, the
 /// broker redelivers, and once the lock is released every event is stored once.
 async fn a_locked_database_delays_ingest_and_loses_nothing(broker_url: Option<String>) {
-    let p = Plant::new();
-    let run = format!("l{}", free_port());
-    let broker = broker_or_embedded(broker_url).await;
-    let (ingest, _stop) = ingest_alone(&p, &broker, &run, 500);
-    ingest.broker_up.clone().wait_for(|up| *up).await.unwrap();
+    let Alone { p, run, broker, ingest, _stop } = ingest_alone(broker_url, "l", 500).await;
     let lock = rusqlite::Connection::open(p.db_path()).unwrap();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
 
@@ -561,11 +562,7 @@ on_both_brokers!(
 /// acked, ingest reconnects with backoff and the broker redelivers it, again and
 /// again; once the fault is gone, every reading is stored and every message acked.
 async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: Option<String>) {
-    let p = Plant::new();
-    let run = format!("f{}", free_port());
-    let broker = broker_or_embedded(broker_url).await;
-    let (ingest, _stop) = ingest_alone(&p, &broker, &run, 500);
-    ingest.broker_up.clone().wait_for(|up| *up).await.unwrap();
+    let Alone { p, run, broker, ingest, _stop } = ingest_alone(broker_url, "f", 500).await;
     p.write(
         "CREATE TRIGGER fault_reading BEFORE INSERT ON readings WHEN NEW.value = -777
          BEGIN SELECT RAISE(ABORT, 'injected storage fault'); END;
