@@ -30,7 +30,10 @@ pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
 /// ends with `hint`).
 #[cfg(feature = "embedded-broker")]
 fn bind(listen: SocketAddr, hint: &str) -> anyhow::Result<rumqttd::Broker> {
-    // rumqttd's configuration is its TOML; ours is a small, fixed one.
+    // rumqttd's configuration is its TOML; ours is a small, fixed one. The payload limit
+    // leaves room for the longest topic and the packet id, so that every message it
+    // takes is a packet ingest can read (and dead-letter, if over its own limit).
+    let max_payload = crate::ingest::payload::MAX_PACKET_BYTES - (2 + 65_535 + 2);
     let config = format!(
         r#"
 id = 0
@@ -47,7 +50,7 @@ listen = "{listen}"
 next_connection_delay_ms = 1
     [v4.1.connections]
     connection_timeout_ms = 60000
-    max_payload_size = 300000
+    max_payload_size = {max_payload}
     max_inflight_count = 2000
     dynamic_filters = true
 "#

@@ -97,6 +97,25 @@ fn bad_input_is_dead_lettered_and_good_input_kept() {
     }
     let stored = p.count("SELECT length(payload) FROM dead_letters WHERE reason = 'oversized'");
     assert_eq!(stored, 300_000, "the whole message is kept for inspection");
+    // Of a message over 1 MiB, the first MiB.
+    let huge = vec![b'x'; 3 * ingest::DEAD_LETTER_BYTES];
+    assert_eq!(
+        ingest::apply(p.store.writer(), "scada/alarms", &huge, at(7), Default::default()).unwrap().dead_letters,
+        1
+    );
+    let (kept, detail): (i64, String) = p
+        .store
+        .read()
+        .unwrap()
+        .query_row("SELECT length(payload), detail FROM dead_letters ORDER BY id DESC LIMIT 1", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(kept as usize, ingest::DEAD_LETTER_BYTES);
+    assert!(
+        detail.starts_with("3145728 bytes; the limit is 262144") && detail.ends_with("(its first 1048576 bytes kept)"),
+        "{detail}"
+    );
     // A duplicate reading changes nothing.
     let dup =
         send(&p, &json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(5).to_rfc3339(), "value": 999.0}));

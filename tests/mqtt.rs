@@ -599,6 +599,36 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
     assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 0, "nothing dead-lettered: the fault was not the input's");
 }
 
+/// A message over ingest's size limit (256 KiB) arrives over MQTT: it becomes an
+/// `oversized` dead letter, is acked, and what follows it is stored. Refused at the
+/// socket instead, it would drop the connection, and the broker would redeliver it to
+/// every new one, for ever.
+async fn an_oversized_message_is_dead_lettered_once(broker_url: Option<String>) {
+    let Alone { p, run, broker, ingest, _stop } = ingest_alone(broker_url, "z", 500).await;
+    let time = twinops::domain::Timestamp::now().unix() + 86_400 * 500;
+    let reading = json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": twinops::domain::Timestamp::from_unix(time).to_rfc3339(), "value": 400.0});
+    // Over 256 KiB, and far under what the brokers take.
+    let big = vec![b' '; 280_000];
+    let topic = format!("{run}/scada/telemetry");
+    twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, vec![big, reading.to_string().into_bytes()])
+        .await
+        .unwrap();
+    let stored = format!(
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts = {time}"
+    );
+    let through = eventually(Duration::from_secs(30), || p.count(&stored) == 1).await;
+    let dead = p.count("SELECT count(*) FROM dead_letters WHERE reason = 'oversized'");
+    assert!(through, "the message behind the oversized one was not stored ({dead} oversized dead letters)");
+    assert_eq!(dead, 1);
+    assert!(eventually(Duration::from_secs(10), || *ingest.acked.borrow() == 2).await, "both acked");
+}
+
+on_both_brokers!(
+    embedded_broker_an_oversized_message_is_dead_lettered_once,
+    mosquitto_an_oversized_message_is_dead_lettered_once,
+    an_oversized_message_is_dead_lettered_once
+);
+
 on_both_brokers!(
     embedded_broker_a_batch_that_cannot_be_stored_is_redelivered_until_it_can,
     mosquitto_a_batch_that_cannot_be_stored_is_redelivered_until_it_can,

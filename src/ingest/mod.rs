@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-pub use payload::{AlarmEvent, Event, Parsed, Reading, Rejected, Transition, parse};
+pub use payload::{AlarmEvent, DEAD_LETTER_BYTES, Event, Parsed, Reading, Rejected, Transition, parse};
 
 use crate::alarms::{self, Applied, QueuePolicy};
 
@@ -234,11 +234,18 @@ impl Batch {
     }
 }
 
+/// Stores a refusal with its payload (the first [`DEAD_LETTER_BYTES`] of a larger one).
 fn dead_letter(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at: Timestamp) -> rusqlite::Result<()> {
     crate::metrics::count("twinops_ingest_dead_letters_total", &[("reason", r.reason)], 1.0);
+    let (kept, detail) = match payload.get(..DEAD_LETTER_BYTES) {
+        Some(head) if head.len() < payload.len() => {
+            (head, format!("{} (its first {DEAD_LETTER_BYTES} bytes kept)", r.detail))
+        }
+        _ => (payload, r.detail.clone()),
+    };
     conn.prepare_cached(
         "INSERT INTO dead_letters (received_at, topic, payload, reason, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![at.unix(), topic, payload, r.reason, r.detail])?;
+    .execute(params![at.unix(), topic, kept, r.reason, detail])?;
     Ok(())
 }

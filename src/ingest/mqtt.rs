@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rumqttc::{
-    AsyncClient, Event, EventLoop, MqttOptions, Packet, PubAck, Publish, QoS, Request, SubAck, Subscribe,
-    SubscribeFilter, SubscribeReasonCode, Transport,
+    AsyncClient, ConnectionError, Event, EventLoop, MqttOptions, Packet, PubAck, Publish, QoS, Request, StateError,
+    SubAck, Subscribe, SubscribeFilter, SubscribeReasonCode, Transport, mqttbytes::Error as MqttError,
 };
 use tokio::sync::{Notify, mpsc, watch};
 
+use super::payload::MAX_PACKET_BYTES;
 use super::{Message, MessageEffect, apply_batch};
 use crate::alarms::Applied;
 use crate::alarms::QueuePolicy;
@@ -46,7 +47,7 @@ pub fn options(cfg: &MqttConfig, client_id: &str) -> anyhow::Result<MqttOptions>
     opts.set_clean_session(false);
     opts.set_manual_acks(true);
     opts.set_keep_alive(Duration::from_secs(30));
-    opts.set_max_packet_size(super::payload::MAX_MESSAGE_BYTES + 1024, 1024 * 1024);
+    opts.set_max_packet_size(super::payload::MAX_PACKET_BYTES, 1024 * 1024);
     opts.set_inflight(cfg.inflight);
     opts.set_request_channel_capacity(4096);
     if tls {
@@ -171,7 +172,7 @@ pub fn start(
         jobs_queued: 0,
         retry_at: None,
         backoff: FIRST_BACKOFF,
-        commit_failing: false,
+        failing: false,
     };
     let task = tokio::spawn(ingest.run(committed, stop));
     Ok(Running { task, broker_up, acked, intake })
@@ -263,9 +264,10 @@ struct Ingest {
     /// When to reconnect, after the connection dropped or a batch failed to commit.
     retry_at: Option<tokio::time::Instant>,
     backoff: Duration,
-    /// The last batch failed to commit: the backoff keeps growing across reconnects
-    /// until one commits.
-    commit_failing: bool,
+    /// The last connection ended on what a reconnect alone does not cure (a batch that
+    /// failed to commit, a packet too large to read): the backoff keeps growing across
+    /// reconnects until a commit succeeds.
+    failing: bool,
 }
 
 impl Ingest {
@@ -300,6 +302,16 @@ impl Ingest {
                     Ok(Event::Incoming(Packet::SubAck(ack))) => self.subscribed(&ack),
                     Ok(Event::Incoming(Packet::Publish(publish))) if !stopping => self.take(publish),
                     Ok(_) => {}
+                    Err(ConnectionError::MqttState(StateError::Deserialization(MqttError::PayloadSizeLimitExceeded(size)))) => {
+                        tracing::error!(
+                            stage = "ingest", size, limit = MAX_PACKET_BYTES, retry_in_ms = self.backoff.as_millis() as u64,
+                            "the broker holds a message for us larger than ingest can read and offers it on every connection, so \
+                             ingest is stuck behind it; set the broker's message size limit under this limit (Mosquitto: \
+                             max_packet_size 16777216) and clear the message from the broker"
+                        );
+                        self.failing = true;
+                        self.reconnect_later();
+                    }
                     Err(e) => {
                         tracing::warn!(stage = "ingest", error = %e, retry_in_ms = self.backoff.as_millis() as u64, "MQTT connection lost; reconnecting");
                         self.reconnect_later();
@@ -441,7 +453,7 @@ impl Ingest {
             tracing::error!(stage = "ingest", refused = ?refused, "the broker refused these mqtt.topics (check its ACL for our user and client id); nothing arrives on them");
         }
         let _ = self.up.send(refused.len() < self.topics.len());
-        if !self.commit_failing {
+        if !self.failing {
             self.backoff = FIRST_BACKOFF;
         }
     }
@@ -482,12 +494,12 @@ impl Ingest {
             }
         }
         if failed {
-            self.commit_failing = true;
+            self.failing = true;
             if self.eventloop.network.is_some() {
                 self.reconnect_later();
             }
-        } else if self.commit_failing {
-            self.commit_failing = false;
+        } else if self.failing {
+            self.failing = false;
             self.backoff = FIRST_BACKOFF;
         }
     }

@@ -18,6 +18,14 @@ use crate::domain::{AssetId, SensorId, Severity, Timestamp, parse_time};
 
 /// Largest message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+/// Largest MQTT packet ingest reads. Anything between this and [`MAX_MESSAGE_BYTES`] is
+/// read so that it can be dead-lettered and acknowledged: a packet the client refused
+/// at the socket would drop the connection, and the broker would redeliver it to every
+/// new one. The broker must refuse larger messages (Mosquitto: `max_packet_size`);
+/// the embedded broker does.
+pub const MAX_PACKET_BYTES: usize = 16 * 1024 * 1024;
+/// Most bytes of a refused message kept in its dead letter.
+pub const DEAD_LETTER_BYTES: usize = 1024 * 1024;
 /// Most events in one message.
 pub const MAX_BATCH: usize = 1_000;
 const MAX_EVENT_ID: usize = 128;
