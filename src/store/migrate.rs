@@ -52,6 +52,18 @@ const MIGRATIONS: &[&str] = &[
     // 4: dead letters replayed once their cause was fixed (`twinops dead-letters replay`).
     "ALTER TABLE dead_letters ADD COLUMN replayed_at INTEGER;
      ALTER TABLE dead_letters ADD COLUMN replayed_by TEXT;",
+    // 5: work-order changes as a journal, which the HMI's event feed reads by id as it
+    // reads alarm_events and notes (a time window missed a late dispatch). Triggers, so
+    // that no writer of work_orders can forget it.
+    "CREATE TABLE work_order_changes (
+         id            INTEGER PRIMARY KEY,
+         work_order_id INTEGER NOT NULL REFERENCES work_orders(id) ON DELETE CASCADE,
+         status        TEXT NOT NULL
+     ) STRICT;
+     CREATE TRIGGER work_order_proposed AFTER INSERT ON work_orders
+     BEGIN INSERT INTO work_order_changes (work_order_id, status) VALUES (NEW.id, NEW.status); END;
+     CREATE TRIGGER work_order_status_changed AFTER UPDATE OF status ON work_orders WHEN NEW.status IS NOT OLD.status
+     BEGIN INSERT INTO work_order_changes (work_order_id, status) VALUES (NEW.id, NEW.status); END;",
 ];
 
 /// The schema version this build writes.

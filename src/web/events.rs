@@ -14,13 +14,12 @@ use rusqlite::params;
 use serde_json::Value;
 
 use super::{ApiError, WebState};
-use crate::domain::Timestamp;
 
 /// Where a client's feed has got to.
 struct Cursor {
     alarm_event: i64,
     note: i64,
-    work_orders_since: i64,
+    work_order_change: i64,
     queue: std::collections::VecDeque<Event>,
 }
 
@@ -28,13 +27,14 @@ pub async fn stream(
     State(s): State<Arc<WebState>>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let db = s.store.read()?;
-    let (alarm_event, note): (i64, i64) = db.query_row(
-        "SELECT (SELECT coalesce(max(id), 0) FROM alarm_events), (SELECT coalesce(max(id), 0) FROM notes)",
+    let (alarm_event, note, work_order_change): (i64, i64, i64) = db.query_row(
+        "SELECT (SELECT coalesce(max(id), 0) FROM alarm_events), (SELECT coalesce(max(id), 0) FROM notes),
+                (SELECT coalesce(max(id), 0) FROM work_order_changes)",
         [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
     drop(db);
-    let start = Cursor { alarm_event, note, work_orders_since: Timestamp::now().unix(), queue: Default::default() };
+    let start = Cursor { alarm_event, note, work_order_change, queue: Default::default() };
     let stream = futures_util::stream::unfold((s, start), |(s, mut c)| async move {
         loop {
             if let Some(e) = c.queue.pop_front() {
@@ -78,16 +78,14 @@ fn poll(s: &WebState, c: &mut Cursor) -> anyhow::Result<()> {
         c.note = id;
         c.queue.push_back(Event::default().event("note").id(format!("n{id}")).data(v.to_string()));
     }
-    let now = Timestamp::now().unix();
-    for (_, v) in rows(
+    for (id, v) in rows(
         &db,
-        "SELECT id, json_object('id', id, 'status', status, 'asset_id', asset_id)
-         FROM work_orders WHERE max(proposed_at, coalesce(decided_at, 0), coalesce(dispatched_at, 0)) >= ?1 ORDER BY id",
-        c.work_orders_since,
+        "SELECT c.id, json_object('id', c.work_order_id, 'status', c.status, 'asset_id', w.asset_id)
+         FROM work_order_changes c JOIN work_orders w ON w.id = c.work_order_id WHERE c.id > ?1 ORDER BY c.id LIMIT 500",
+        c.work_order_change,
     )? {
-        c.queue.push_back(Event::default().event("work_order").data(v.to_string()));
+        c.work_order_change = id;
+        c.queue.push_back(Event::default().event("work_order").id(format!("w{id}")).data(v.to_string()));
     }
-    // Second resolution: look again at this second next time (the page de-duplicates).
-    c.work_orders_since = now;
     Ok(())
 }
