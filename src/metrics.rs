@@ -41,6 +41,11 @@ pub const DEFINED: &[Def] = &[
     ),
     def("twinops_ingest_batch_messages", Histogram, "Messages per ingest batch (one transaction)."),
     def("twinops_ingest_commit_seconds", Histogram, "From queueing a batch to its commit."),
+    def(
+        "twinops_store_writer_busy_seconds_total",
+        Counter,
+        "Time the single writer spent in transactions, BEGIN to COMMIT (its rate: the fraction of time it is busy).",
+    ),
     def("twinops_alarms_raised_total", Counter, "New alarm occurrences, by severity."),
     def(
         "twinops_alarms_raised_by_code_total",
@@ -138,6 +143,12 @@ pub fn totals(name: &'static str) -> (u64, f64) {
     let r = registry().lock().expect("metrics lock");
     let all = r.hists.range((name, Vec::new())..).take_while(|((n, _), _)| *n == name);
     all.fold((0, 0.0), |(count, sum), (_, h)| (count + h.count, sum + h.sum))
+}
+
+/// A counter's value, summed over its label sets. For benchmarks, like [`totals`].
+pub fn counter(name: &'static str) -> f64 {
+    let r = registry().lock().expect("metrics lock");
+    r.counters.range((name, Vec::new())..).take_while(|((n, _), _)| *n == name).map(|(_, v)| v).sum()
 }
 
 /// Records a value in a histogram.

@@ -199,6 +199,7 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 
 fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
     while let Ok(first) = rx.recv() {
+        let busy = std::time::Instant::now();
         if let Err(err) = exec(&conn, "BEGIN IMMEDIATE") {
             tracing::error!(stage = "store", error = %err, "cannot begin a write transaction");
             (first.abort)(StoreError::Sqlite(err));
@@ -216,6 +217,7 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
             tracing::error!(stage = "store", error = %err, jobs = delivers.len(), "commit failed");
             let _ = exec(&conn, "ROLLBACK");
         }
+        crate::metrics::count("twinops_store_writer_busy_seconds_total", &[], busy.elapsed().as_secs_f64());
         for deliver in delivers {
             deliver(commit.as_ref().err().map(|e| StoreError::Commit(e.to_string())));
         }
