@@ -10,7 +10,6 @@ use anyhow::Context;
 use tokio::sync::{Notify, watch};
 
 use crate::agent::{self, Agent};
-use crate::alarms::QueuePolicy;
 use crate::config::Config;
 use crate::domain::{Role, Timestamp};
 use crate::ingest;
@@ -86,7 +85,7 @@ impl Daemon {
 
         let (stop, stop_rx) = watch::channel(false);
         let wake = Arc::new(Notify::new());
-        let policy = QueuePolicy { capacity: opts.config.triage.queue_capacity };
+        let policy = opts.config.triage.queue_policy();
         let ingest =
             ingest::mqtt::start(store.writer().clone(), mqtt.clone(), policy, Arc::clone(&wake), stop_rx.clone())?;
         let broker_up = ingest.broker_up.clone();

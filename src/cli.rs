@@ -618,7 +618,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 None => ids,
             };
-            let policy = alarms::QueuePolicy { capacity: cli.global.config()?.triage.queue_capacity };
+            let policy = cli.global.config()?.triage.queue_policy();
             let (mut applied, mut refused) = (0, 0);
             for id in ids {
                 match replay::replay(store.writer(), id, &user, policy)? {

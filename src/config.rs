@@ -197,6 +197,13 @@ impl Default for TriageConfig {
     }
 }
 
+impl TriageConfig {
+    /// How new occurrences are queued, for ingest (the daemon's and a replay's alike).
+    pub fn queue_policy(&self) -> crate::alarms::QueuePolicy {
+        crate::alarms::QueuePolicy { capacity: self.queue_capacity }
+    }
+}
+
 /// The `[notify]` part.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]

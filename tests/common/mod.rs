@@ -97,7 +97,6 @@ impl Plant {
     }
 }
 
-/// Logs to the test's output when `RUST_LOG` is set (e.g. `RUST_LOG=twinops=debug`).
 /// Waits until the daemon's ingest is connected and subscribed: what is published
 /// before that is not kept for it.
 pub async fn until_subscribed(daemon: &twinops::app::Daemon) {
@@ -106,6 +105,7 @@ pub async fn until_subscribed(daemon: &twinops::app::Daemon) {
     assert!(matches!(subscribed, Ok(Ok(_))), "ingest not subscribed within 30 s");
 }
 
+/// Logs to the test's output when `RUST_LOG` is set (e.g. `RUST_LOG=twinops=debug`).
 pub fn logs() {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
