@@ -92,6 +92,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         store.writer().call(clear)?;
 
         let (mut bare, mut ours) = (Vec::new(), Vec::new());
+        let (mut bare_cpu, mut ours_cpu) = (Duration::ZERO, Duration::ZERO);
         let batches_before = crate::metrics::totals("twinops_ingest_batch_messages");
         let commits_before = crate::metrics::totals("twinops_ingest_commit_seconds");
         let writer_before = crate::metrics::counter("twinops_store_writer_busy_seconds_total");
@@ -99,7 +100,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
             // The same payloads for both, each on its own topic.
             let msgs = messages(round);
             let bare_msgs = msgs.clone();
-            let started = Instant::now();
+            let (started, cpu) = (Instant::now(), process_cpu());
             let publishing = publish(format!("{tag}/bare"), format!("{tag}-bare-pub"), bare_msgs);
             let mut received = 0;
             while received < n {
@@ -108,14 +109,16 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
                 }
             }
             bare.push(started.elapsed());
+            bare_cpu += process_cpu().saturating_sub(cpu);
             publishing.await??;
 
-            let started = Instant::now();
+            let (started, cpu) = (Instant::now(), process_cpu());
             let publishing = publish(format!("{tag}/ingest/telemetry"), format!("{tag}-pub"), msgs);
             let target = ((round + 1) * n) as u64;
             let acked = tokio::time::timeout(Duration::from_secs(300), ingest.acked.wait_for(|acked| *acked >= target)).await.is_ok();
             anyhow::ensure!(acked, "ingest stalled at {} of {target} acks", *ingest.acked.borrow());
             ours.push(started.elapsed());
+            ours_cpu += process_cpu().saturating_sub(cpu);
             publishing.await??;
             let stored: i64 = db.query_row(
                 "SELECT count(*) FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3",
@@ -153,9 +156,27 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         let writer_secs = crate::metrics::counter("twinops_store_writer_busy_seconds_total") - writer_before;
         let measured: f64 = ours.iter().map(Duration::as_secs_f64).sum();
         println!("twinops writer: in a transaction {:.0}% of the measured time", 100.0 * writer_secs / measured);
+ let per_message = |cpu: Duration| format!("{:.1} µs", cpu.as_secs_f64() * 1e6 / (n * args.rounds) as f64);
+        println!(
+            "CPU per message, this process (publisher, subscriber{}): bare {}, twinops {}",
+            if args.broker.is_some() { "" } else { ", broker" },
+            per_message(bare_cpu),
+            per_message(ours_cpu)
+        );
         println!("twinops / bare: {:.0}% (medians; goal >= 80%)", 100.0 * rate(&ours_med) / rate(&bare_med));
         Ok::<_, anyhow::Error>(())
     })
+}
+
+/// CPU time this process has used so far, all its threads (Linux schedstat, in ns; zero
+/// where the kernel does not keep it).
+fn process_cpu() -> Duration {
+    let threads = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
+    let ns = threads
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
 }
 
 #[derive(clap::Args)]

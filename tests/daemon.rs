@@ -86,6 +86,13 @@ fn bad_input_is_dead_lettered_and_good_input_kept() {
         .query_row("SELECT detail FROM dead_letters WHERE reason = 'malformed'", [], |r| r.get(0))
         .unwrap();
     assert!(detail.contains("urgent"), "{detail}");
+    let kept: String = p
+        .store
+        .read()
+        .unwrap()
+        .query_row("SELECT CAST(payload AS TEXT) FROM dead_letters WHERE reason = 'unknown_sensor'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(kept, batch["events"][1].to_string(), "a refused event is kept as it was sent, alone");
     assert!(p.count("SELECT count(*) FROM readings_hourly WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW')") >= before);
 
     for (payload, reason) in [(&b"{not json"[..], "malformed"), (&vec![b'['; 300_000][..], "oversized")] {

@@ -8,9 +8,10 @@ pub mod replay;
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
-pub use payload::{AlarmEvent, DEAD_LETTER_BYTES, Event, Parsed, Reading, Rejected, Transition, parse};
+pub use payload::{AlarmEvent, DEAD_LETTER_BYTES, Event, Parsed, ParsedEvent, Reading, Rejected, Transition, parse};
 
 use crate::alarms::{self, Applied, QueuePolicy};
 
@@ -30,12 +31,14 @@ pub struct MessageEffect {
 /// of ingest that needs no lock), with what a dead letter needs.
 pub struct Message {
     topic: String,
-    payload: Vec<u8>,
+    /// Shared with the MQTT client's read buffer, not copied out of it.
+    payload: Bytes,
     parsed: Result<Parsed, Rejected>,
 }
 
 impl Message {
-    pub fn parse(topic: String, payload: Vec<u8>) -> Message {
+    pub fn parse(topic: String, payload: impl Into<Bytes>) -> Message {
+        let payload = payload.into();
         let parsed = parse(&payload);
         Message { topic, payload, parsed }
     }
@@ -103,7 +106,8 @@ fn apply_isolated(
     let Some(events) = m.accepted(conn, received, &mut effect)? else {
         return Ok(effect);
     };
-    for (event, raw) in events {
+    for (event, span) in events {
+        let raw = &m.payload[span.clone()];
         let one = store::savepoint(conn, "event", |conn| {
             let mut batch = Batch::new(received, policy);
             let mut alone = MessageEffect::default();
@@ -117,7 +121,7 @@ fn apply_isolated(
                 let detail = format!("could not be stored: {e}; the other events of its batch were kept");
                 tracing::error!(stage = "ingest", topic = %m.topic, error = %e, "an event failed to apply; dead-lettered as `failed`");
                 let failed = Rejected { reason: "failed", detail, event: String::new() };
-                dead_letter(conn, &m.topic, raw.to_string().as_bytes(), &failed, received)?;
+                dead_letter(conn, &m.topic, raw, &failed, received)?;
                 effect.dead_letters += 1;
             }
         }
@@ -142,7 +146,7 @@ impl Message {
         conn: &Connection,
         received: Timestamp,
         effect: &mut MessageEffect,
-    ) -> Result<Option<&[(Event, serde_json::Value)]>, StoreError> {
+    ) -> Result<Option<&[ParsedEvent]>, StoreError> {
         let (events, rejected) = match &self.parsed {
             Ok(parsed) => parsed,
             Err(whole) => {
@@ -187,8 +191,8 @@ impl Batch {
     fn apply(&mut self, conn: &Connection, m: &Message) -> Result<MessageEffect, StoreError> {
         let mut effect = MessageEffect::default();
         if let Some(events) = m.accepted(conn, self.received, &mut effect)? {
-            for (event, raw) in events {
-                self.apply_event(conn, &m.topic, event, raw, &mut effect)?;
+            for (event, span) in events {
+                self.apply_event(conn, &m.topic, event, &m.payload[span.clone()], &mut effect)?;
             }
         }
         Ok(effect)
@@ -201,7 +205,7 @@ impl Batch {
         conn: &Connection,
         topic: &str,
         event: &Event,
-        raw: &serde_json::Value,
+        raw: &[u8],
         effect: &mut MessageEffect,
     ) -> Result<(), StoreError> {
         let refused = match event {
@@ -228,7 +232,7 @@ impl Batch {
                 },
             },
         };
-        dead_letter(conn, topic, raw.to_string().as_bytes(), &refused, self.received)?;
+        dead_letter(conn, topic, raw, &refused, self.received)?;
         effect.dead_letters += 1;
         Ok(())
     }

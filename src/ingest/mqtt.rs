@@ -329,7 +329,7 @@ impl Ingest {
     /// Parses a message here, off the writer thread, and adds it to the intake.
     fn take(&mut self, publish: Publish) {
         let ack = (publish.qos == QoS::AtLeastOnce).then_some((self.connection, publish.pkid));
-        let message = Message::parse(publish.topic, publish.payload.to_vec());
+        let message = Message::parse(publish.topic, publish.payload);
         let mut waiting = self.intake.waiting.lock().expect("intake lock");
         waiting.bytes += message.payload_len();
         waiting.messages.push(Received { message, ack });

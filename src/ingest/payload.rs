@@ -11,8 +11,11 @@
 //! ```
 //! A batch is a JSON array of these, or `{"events": [...]}`.
 
+use std::borrow::Cow;
+use std::ops::Range;
+
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::domain::{AssetId, SensorId, Severity, Timestamp, parse_time};
 
@@ -67,9 +70,12 @@ pub enum Event {
     Reading(Reading),
 }
 
-/// A payload's events that parsed, each with its JSON (for a dead letter should it not
-/// apply), and the ones rejected.
-pub type Parsed = (Vec<(Event, Value)>, Vec<Rejected>);
+/// An event that parsed, with where its JSON lies in the payload (for a dead letter
+/// should it not apply).
+pub type ParsedEvent = (Event, Range<usize>);
+
+/// A payload's events that parsed, and the ones rejected.
+pub type Parsed = (Vec<ParsedEvent>, Vec<Rejected>);
 
 /// Why (part of) a message was not accepted. `reason` is the dead-letter reason.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,36 +92,77 @@ impl Rejected {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-enum Wire {
-    Alarm {
-        event_id: String,
-        asset_id: String,
-        #[serde(default)]
-        sensor_id: Option<String>,
-        code: String,
-        severity: Severity,
-        state: Transition,
-        #[serde(default)]
-        value: Option<f64>,
-        #[serde(default)]
-        threshold: Option<f64>,
-        time: String,
-        #[serde(default)]
-        message: String,
-    },
-    Reading {
-        sensor_id: String,
-        time: String,
-        value: f64,
-    },
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Kind {
+    Alarm,
+    Reading,
 }
 
-/// Parses one MQTT payload into the events it holds (each with its own JSON, kept for
-/// a dead letter should it not apply) and the ones rejected. A message that is not JSON
-/// at all, or too large, is one rejection; in a batch, each bad event is rejected alone
-/// and the good ones are kept.
+/// One event as sent: every field of both kinds, checked against its kind in
+/// [`event`]. Flat rather than a tagged enum because serde buffers a tagged enum's
+/// fields before it reads the tag; this reads each event in one pass, strings borrowed
+/// from the payload where they hold no escapes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire<'a> {
+    #[serde(rename = "type")]
+    kind: Option<Kind>,
+    #[serde(borrow, default)]
+    event_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    asset_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    sensor_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    code: Option<Text<'a>>,
+    #[serde(default)]
+    severity: Option<Severity>,
+    #[serde(default)]
+    state: Option<Transition>,
+    #[serde(default)]
+    value: Option<f64>,
+    #[serde(default)]
+    threshold: Option<f64>,
+    #[serde(borrow, default)]
+    time: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    message: Option<Text<'a>>,
+}
+
+/// A JSON string, borrowed from the payload unless it holds escapes.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(Visitor)
+    }
+}
+
+/// Just the `events` of a batch object; anything else in it is ignored.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    events: Option<&'a RawValue>,
+}
+
+/// Parses one MQTT payload into the events it holds (each with where its JSON lies, kept
+/// for a dead letter should it not apply) and the ones rejected. A message that is not
+/// JSON at all, or too large, is one rejection; in a batch, each bad event is rejected
+/// alone and the good ones are kept.
 pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
     if payload.len() > MAX_MESSAGE_BYTES {
         return Err(Rejected::message(
@@ -123,16 +170,32 @@ pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
             format!("{} bytes; the limit is {MAX_MESSAGE_BYTES}", payload.len()),
         ));
     }
-    let value: Value =
-        serde_json::from_slice(payload).map_err(|e| Rejected::message("malformed", format!("not JSON: {e}")))?;
-    let items = match value {
-        Value::Array(items) => items,
-        Value::Object(mut obj) if obj.contains_key("events") => match obj.remove("events") {
-            Some(Value::Array(items)) => items,
-            _ => return Err(Rejected::message("malformed", "`events` must be an array".into())),
-        },
-        obj @ Value::Object(_) => vec![obj],
-        other => {
+    let not_json = |e: serde_json::Error| Rejected::message("malformed", format!("not JSON: {e}"));
+    let items: Vec<&RawValue> = match payload.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => serde_json::from_slice(payload).map_err(not_json)?,
+        // One event (the usual case, read in one pass), or `{"events": [...]}`.
+        Some(b'{') => {
+            let one = serde_json::from_slice::<Wire>(payload);
+            let envelope = match &one {
+                Ok(_) => None,
+                Err(_) => serde_json::from_slice::<Envelope>(payload).map_err(not_json)?.events,
+            };
+            match envelope {
+                Some(events) => serde_json::from_str(events.get())
+                    .map_err(|_| Rejected::message("malformed", "`events` must be an array".into()))?,
+                None => {
+                    return Ok(match one.map_err(|e| ("malformed", e.to_string())).and_then(event) {
+                        Ok(e) => (vec![(e, 0..payload.len())], Vec::new()),
+                        Err((reason, detail)) => {
+                            let event = String::from_utf8_lossy(payload).into_owned();
+                            (Vec::new(), vec![Rejected { reason, detail, event }])
+                        }
+                    });
+                }
+            }
+        }
+        _ => {
+            let other: serde_json::Value = serde_json::from_slice(payload).map_err(not_json)?;
             return Err(Rejected::message("malformed", format!("expected an event object or an array, got {other}")));
         }
     };
@@ -145,34 +208,69 @@ pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
     let mut events = Vec::with_capacity(items.len());
     let mut rejected = Vec::new();
     for item in items {
-        match event(&item) {
-            Ok(e) => events.push((e, item)),
-            Err((reason, detail)) => rejected.push(Rejected { reason, detail, event: item.to_string() }),
+        let wire = serde_json::from_str::<Wire>(item.get()).map_err(|e| ("malformed", e.to_string()));
+        match wire.and_then(event) {
+            Ok(e) => events.push((e, span(payload, item.get()))),
+            Err((reason, detail)) => rejected.push(Rejected { reason, detail, event: item.get().to_string() }),
         }
     }
     Ok((events, rejected))
 }
 
-fn event(item: &Value) -> Result<Event, (&'static str, String)> {
-    let wire = Wire::deserialize(item).map_err(|e| ("malformed", e.to_string()))?;
+/// Where `part`, borrowed from `payload`, lies in it.
+fn span(payload: &[u8], part: &str) -> Range<usize> {
+    let start = part.as_ptr() as usize - payload.as_ptr() as usize;
+    start..start + part.len()
+}
+
+fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
     let invalid = |d: String| ("invalid", d);
     let time = |t: &str| parse_time(t).map_err(|e| invalid(format!("time: {e}")));
     let finite = |name: &str, v: Option<f64>| match v {
         Some(x) if !x.is_finite() => Err(invalid(format!("{name} is not a finite number"))),
         _ => Ok(v),
     };
-    match wire {
-        Wire::Reading { sensor_id, time: t, value } => Ok(Event::Reading(Reading {
-            sensor_id: SensorId::parse(&sensor_id).map_err(|e| invalid(format!("sensor_id: {e}")))?,
-            time: time(&t)?,
-            value: finite("value", Some(value))?.expect("given"),
-        })),
-        Wire::Alarm { event_id, asset_id, sensor_id, code, severity, state, value, threshold, time: t, message } => {
-            let event_id = event_id.trim().to_string();
+    let Wire { kind, event_id, asset_id, sensor_id, code, severity, state, value, threshold, time: t, message } = wire;
+    let kind = kind.ok_or_else(|| ("malformed", "missing field `type`: \"alarm\" or \"reading\"".to_string()))?;
+    let missing = |field: &str, fields: &str| ("malformed", format!("missing field `{field}`: {fields}"));
+    match kind {
+        Kind::Reading => {
+            const FIELDS: &str = "a reading has sensor_id, time and value";
+            let extra = [
+                ("event_id", event_id.is_some()),
+                ("asset_id", asset_id.is_some()),
+                ("code", code.is_some()),
+                ("severity", severity.is_some()),
+                ("state", state.is_some()),
+                ("threshold", threshold.is_some()),
+                ("message", message.is_some()),
+            ];
+            if let Some((field, _)) = extra.iter().find(|(_, given)| *given) {
+                return Err(("malformed", format!("field `{field}` is not part of a reading: {FIELDS}")));
+            }
+            let sensor_id = sensor_id.ok_or_else(|| missing("sensor_id", FIELDS))?;
+            let t = t.ok_or_else(|| missing("time", FIELDS))?;
+            let value = value.ok_or_else(|| missing("value", FIELDS))?;
+            Ok(Event::Reading(Reading {
+                sensor_id: SensorId::parse(&sensor_id.0).map_err(|e| invalid(format!("sensor_id: {e}")))?,
+                time: time(&t.0)?,
+                value: finite("value", Some(value))?.expect("given"),
+            }))
+        }
+        Kind::Alarm => {
+            const FIELDS: &str = "an alarm event has event_id, asset_id, code, severity, state and time; sensor_id, \
+                                  value, threshold and message are optional";
+            let event_id = event_id.ok_or_else(|| missing("event_id", FIELDS))?;
+            let asset_id = asset_id.ok_or_else(|| missing("asset_id", FIELDS))?;
+            let code = code.ok_or_else(|| missing("code", FIELDS))?;
+            let severity = severity.ok_or_else(|| missing("severity", FIELDS))?;
+            let state = state.ok_or_else(|| missing("state", FIELDS))?;
+            let t = t.ok_or_else(|| missing("time", FIELDS))?;
+            let event_id = event_id.0.trim().to_string();
             if event_id.is_empty() || event_id.len() > MAX_EVENT_ID || event_id.chars().any(char::is_control) {
                 return Err(invalid(format!("event_id must be 1 to {MAX_EVENT_ID} printable characters")));
             }
-            let code = code.trim().to_ascii_uppercase();
+            let code = code.0.trim().to_ascii_uppercase();
             let code_ok = !code.is_empty()
                 && code.len() <= MAX_CODE
                 && code
@@ -181,16 +279,18 @@ fn event(item: &Value) -> Result<Event, (&'static str, String)> {
             if !code_ok {
                 return Err(invalid(format!("code '{code}' is not an alarm code like VIB-HI")));
             }
-            let asset_id = AssetId::parse(&asset_id).map_err(|e| invalid(format!("asset_id: {e}")))?;
+            let asset_id = AssetId::parse(&asset_id.0).map_err(|e| invalid(format!("asset_id: {e}")))?;
             let sensor_id =
-                sensor_id.map(|s| SensorId::parse(&s)).transpose().map_err(|e| invalid(format!("sensor_id: {e}")))?;
+                sensor_id.map(|s| SensorId::parse(&s.0)).transpose().map_err(|e| invalid(format!("sensor_id: {e}")))?;
             if let Some(s) = &sensor_id
                 && s.asset() != asset_id
             {
                 return Err(invalid(format!("sensor_id {s} belongs to {}, not {asset_id}", s.asset())));
             }
-            let message: String =
-                message.chars().filter(|c| !c.is_control() || *c == '\n').take(MAX_MESSAGE_CHARS).collect();
+            let message: String = (message.map(|m| m.0).unwrap_or_default().chars())
+                .filter(|c| !c.is_control() || *c == '\n')
+                .take(MAX_MESSAGE_CHARS)
+                .collect();
             Ok(Event::Alarm(AlarmEvent {
                 event_id,
                 asset_id,
@@ -200,7 +300,7 @@ fn event(item: &Value) -> Result<Event, (&'static str, String)> {
                 transition: state,
                 value: finite("value", value)?,
                 threshold: finite("threshold", threshold)?,
-                time: time(&t)?,
+                time: time(&t.0)?,
                 message,
             }))
         }
@@ -229,6 +329,47 @@ mod tests {
         assert!(reasons[0].1.contains("not a time"), "{reasons:?}");
         assert!(reasons[1].1.contains("belongs to PUMP-004"), "{reasons:?}");
         assert_eq!(reasons[2].0, "malformed");
+    }
+
+    #[test]
+    fn events_keep_their_own_bytes_and_escaped_text() {
+        let payload = br#"[ {"type":"reading", "sensor_id":"PUMP-007.FLOW","time":"2026-11-30T12:00:00Z","value":1.5} ,
+            {"type":"alarm","event_id":"e\u0031","asset_id":"PUMP-007","code":"VIB-HI","severity":"low","state":"raised",
+             "time":"2026-11-30T12:00:00Z","message":"say \"hi\"\tthen\nstop"} ]"#;
+        let (events, rejected) = parse(payload).unwrap();
+        assert!(rejected.is_empty(), "{rejected:?}");
+        let text = std::str::from_utf8(payload).unwrap();
+        let first = &text[events[0].1.clone()];
+        assert!(first.starts_with(r#"{"type":"reading""#) && first.ends_with("1.5}"), "{first}");
+        assert!(text[events[1].1.clone()].ends_with(r#"then\nstop"}"#));
+        let Event::Alarm(a) = &events[1].0 else { panic!() };
+        assert_eq!(
+            (a.event_id.as_str(), a.message.as_str()),
+            ("e1", "say \"hi\"then\nstop"),
+            "escapes decoded, tab dropped"
+        );
+
+        let one = br#" {"type":"reading","sensor_id":"PUMP-007.FLOW","time":"2026-11-30T12:00:00Z","value":2} "#;
+        let (events, _) = parse(one).unwrap();
+        assert_eq!(events[0].1, 0..one.len(), "a single event is the whole payload");
+    }
+
+    #[test]
+    fn each_kind_names_its_fields() {
+        let detail = |payload: &[u8]| parse(payload).unwrap().1.remove(0).detail;
+        let reading_with_code =
+            br#"{"type":"reading","sensor_id":"PUMP-007.FLOW","time":"2026-11-30T12:00:00Z","value":1,"code":"X"}"#;
+        assert_eq!(
+            detail(reading_with_code),
+            "field `code` is not part of a reading: a reading has sensor_id, time and value"
+        );
+        assert!(
+            detail(br#"{"type":"alarm","event_id":"e1"}"#).starts_with("missing field `asset_id`: an alarm event has")
+        );
+        assert!(detail(br#"{"sensor_id":"PUMP-007.FLOW"}"#).starts_with("missing field `type`"));
+        assert!(detail(br#"{"type":"gossip"}"#).contains("unknown variant `gossip`"));
+        assert!(detail(br#"{"type":"reading","colour":"red"}"#).contains("unknown field `colour`"));
+        assert_eq!(parse(br#"{"events": 5}"#).unwrap_err().detail, "`events` must be an array");
     }
 
     #[test]
