@@ -259,13 +259,35 @@ on_both_brokers!(
 );
 
 /// Packet ids seen by a recording TCP proxy between the daemon and the broker: QoS 1
-/// PUBLISH packets the broker sent, and PUBACK packets the daemon sent back, in order.
+/// PUBLISH packets the broker sent, and PUBACK packets the daemon sent back, in order,
+/// each with the number of the connection it crossed (0 for the first).
 #[derive(Default)]
 struct Wire {
-    delivered: Vec<u16>,
-    acked: Vec<u16>,
+    delivered: Vec<(usize, u16)>,
+    acked: Vec<(usize, u16)>,
     /// DISCONNECT packets from the client.
     disconnects: usize,
+}
+
+impl Wire {
+    /// On every connection, the acks are the deliveries of that connection in order, up
+    /// to some point: no ack for what another connection delivered (its packet id means
+    /// another message here), none out of order, none twice.
+    /// Returns how many connections there were.
+    fn assert_acks_follow_deliveries_per_connection(&self) -> usize {
+        let on = |list: &[(usize, u16)], c: usize| {
+            list.iter().filter(|(conn, _)| *conn == c).map(|(_, id)| *id).collect::<Vec<_>>()
+        };
+        let connections = self.delivered.iter().chain(&self.acked).map(|(c, _)| c + 1).max().unwrap_or(0);
+        for c in 0..connections {
+            let (delivered, acked) = (on(&self.delivered, c), on(&self.acked, c));
+            assert!(
+                acked.len() <= delivered.len() && acked[..] == delivered[..acked.len()],
+                "connection {c}: acks {acked:?} are not the deliveries {delivered:?} in order"
+            );
+        }
+        connections
+    }
 }
 
 /// Opens a persistent session for `client_id` subscribed to `filter` and leaves it:
@@ -331,6 +353,7 @@ async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     wire: Arc<Mutex<Wire>>,
+    connection: usize,
     upstream: bool,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -346,9 +369,9 @@ async fn pump(
                 // PUBLISH at QoS 1 from the broker: topic, then the packet id.
                 (3, false) if (flags >> 1) & 3 == 1 => {
                     let topic_len = u16::from_be_bytes([body[0], body[1]]) as usize;
-                    w.delivered.push(u16::from_be_bytes([body[2 + topic_len], body[3 + topic_len]]));
+                    w.delivered.push((connection, u16::from_be_bytes([body[2 + topic_len], body[3 + topic_len]])));
                 }
-                (4, true) => w.acked.push(u16::from_be_bytes([body[0], body[1]])),
+                (4, true) => w.acked.push((connection, u16::from_be_bytes([body[0], body[1]]))),
                 (14, true) => w.disconnects += 1,
                 _ => {}
             }
@@ -362,11 +385,13 @@ async fn recording_proxy(upstream: String) -> (String, Arc<Mutex<Wire>>) {
     let wire = Arc::new(Mutex::new(Wire::default()));
     let w = Arc::clone(&wire);
     tokio::spawn(async move {
+        let mut connection = 0;
         while let Ok((client, _)) = listener.accept().await {
             let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
             let ((cr, cw), (sr, sw)) = (client.into_split(), server.into_split());
-            tokio::spawn(pump(cr, sw, Arc::clone(&w), true));
-            tokio::spawn(pump(sr, cw, Arc::clone(&w), false));
+            tokio::spawn(pump(cr, sw, Arc::clone(&w), connection, true));
+            tokio::spawn(pump(sr, cw, Arc::clone(&w), connection, false));
+            connection += 1;
         }
     });
     (format!("mqtt://{addr}"), wire)
@@ -459,12 +484,16 @@ on_both_brokers!(
 );
 
 /// Ingest on its own (no triage, no HMI) on a seeded twin, subscribed to `{run}/scada/#`
-/// on `broker_url` (or a fresh embedded broker), for the scenarios that reach into it.
+/// on `broker_url` (or a fresh embedded broker) through a recording proxy, for the
+/// scenarios that reach into it.
 struct Alone {
     p: Plant,
     run: String,
+    /// The broker itself, for publishers.
     broker: String,
     ingest: twinops::ingest::mqtt::Running,
+    /// What crossed the proxy.
+    wire: Arc<Mutex<Wire>>,
     /// Ingest runs until this says stop, or is dropped.
     _stop: tokio::sync::watch::Sender<bool>,
 }
@@ -473,8 +502,9 @@ async fn ingest_alone(broker_url: Option<String>, run_prefix: &str, batch_max: u
     let p = Plant::new();
     let run = format!("{run_prefix}{}", free_port());
     let broker = broker_or_embedded(broker_url).await;
+    let (proxy, wire) = recording_proxy(broker.trim_start_matches("mqtt://").to_string()).await;
     let cfg = twinops::config::MqttConfig {
-        url: broker.clone(),
+        url: proxy,
         client_id: format!("twinops-{run}"),
         topics: vec![format!("{run}/scada/#")],
         batch_max,
@@ -485,7 +515,7 @@ async fn ingest_alone(broker_url: Option<String>, run_prefix: &str, batch_max: u
         twinops::ingest::mqtt::start(p.store.writer().clone(), cfg, Default::default(), Default::default(), stop)
             .unwrap();
     ingest.broker_up.clone().wait_for(|up| *up).await.unwrap();
-    Alone { p, run, broker, ingest, _stop: stop_tx }
+    Alone { p, run, broker, ingest, wire, _stop: stop_tx }
 }
 
 /// Every event of `run` stored exactly once, and every message acknowledged once.
@@ -510,7 +540,7 @@ async fn stored_once_and_acked(
 /// messages on the embedded broker, 1,000 on CI's Mosquitto). Once the writer is free,
 /// everything arrives.
 async fn intake_is_bounded_while_the_writer_is_busy(broker_url: Option<String>) {
-    let Alone { p, run, broker, ingest, _stop } = ingest_alone(broker_url, "b", 20).await;
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "b", 20).await;
     let (release, held) = std::sync::mpsc::channel::<()>();
     let holding = p.store.writer().submit(move |_| {
         let _ = held.recv();
@@ -527,6 +557,7 @@ async fn intake_is_bounded_while_the_writer_is_busy(broker_url: Option<String>) 
     release.send(()).unwrap();
     holding.await.unwrap().unwrap();
     stored_once_and_acked(&p, &run, &ingest, &report).await;
+    wire.lock().unwrap().assert_acks_follow_deliveries_per_connection();
 }
 
 on_both_brokers!(
@@ -539,7 +570,7 @@ on_both_brokers!(
 /// for it (5 s): the batch is not committed, so not acked; ingest reconnects, the
 /// broker redelivers, and once the lock is released every event is stored once.
 async fn a_locked_database_delays_ingest_and_loses_nothing(broker_url: Option<String>) {
-    let Alone { p, run, broker, ingest, _stop } = ingest_alone(broker_url, "l", 500).await;
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "l", 500).await;
     let lock = rusqlite::Connection::open(p.db_path()).unwrap();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
 
@@ -549,6 +580,8 @@ async fn a_locked_database_delays_ingest_and_loses_nothing(broker_url: Option<St
     lock.execute_batch("COMMIT").unwrap();
     drop(lock);
     stored_once_and_acked(&p, &run, &ingest, &report).await;
+    let connections = wire.lock().unwrap().assert_acks_follow_deliveries_per_connection();
+    assert!(connections > 1, "ingest reconnected for the redelivery");
 }
 
 on_both_brokers!(
@@ -562,7 +595,7 @@ on_both_brokers!(
 /// acked, ingest reconnects with backoff and the broker redelivers it, again and
 /// again; once the fault is gone, every reading is stored and every message acked.
 async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: Option<String>) {
-    let Alone { p, run, broker, ingest, _stop } = ingest_alone(broker_url, "f", 500).await;
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "f", 500).await;
     p.write(
         "CREATE TRIGGER fault_reading BEFORE INSERT ON readings WHEN NEW.value = -777
          BEGIN SELECT RAISE(ABORT, 'injected storage fault'); END;
@@ -597,6 +630,10 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
     let acked = eventually(Duration::from_secs(30), || *ingest.acked.borrow() as usize == count).await;
     assert!(acked, "{} of {count} messages acked", *ingest.acked.borrow());
     assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 0, "nothing dead-lettered: the fault was not the input's");
+    // Messages read before a reconnect but not yet taken were dropped, not acked on the
+    // next connection under their old packet ids.
+    let connections = wire.lock().unwrap().assert_acks_follow_deliveries_per_connection();
+    assert!(connections > 1, "ingest reconnected for the redelivery");
 }
 
 /// A message over ingest's size limit (256 KiB) arrives over MQTT: it becomes an
@@ -604,7 +641,7 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
 /// socket instead, it would drop the connection, and the broker would redeliver it to
 /// every new one, for ever.
 async fn an_oversized_message_is_dead_lettered_once(broker_url: Option<String>) {
-    let Alone { p, run, broker, ingest, _stop } = ingest_alone(broker_url, "z", 500).await;
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "z", 500).await;
     let time = twinops::domain::Timestamp::now().unix() + 86_400 * 500;
     let reading = json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": twinops::domain::Timestamp::from_unix(time).to_rfc3339(), "value": 400.0});
     // Over 256 KiB, and far under what the brokers take.
@@ -621,6 +658,8 @@ async fn an_oversized_message_is_dead_lettered_once(broker_url: Option<String>) 
     assert!(through, "the message behind the oversized one was not stored ({dead} oversized dead letters)");
     assert_eq!(dead, 1);
     assert!(eventually(Duration::from_secs(10), || *ingest.acked.borrow() == 2).await, "both acked");
+    let connections = wire.lock().unwrap().assert_acks_follow_deliveries_per_connection();
+    assert_eq!(connections, 1, "the oversized message did not cost the connection");
 }
 
 on_both_brokers!(
