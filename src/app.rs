@@ -72,6 +72,14 @@ impl Daemon {
             crate::broker::start(listen)?;
             mqtt.url = format!("mqtt://{listen}");
             tracing::info!(stage = "app", %listen, "embedded MQTT broker started");
+            if mqtt.batch_ms > 0 {
+                tracing::warn!(
+                    stage = "app",
+                    batch_ms = mqtt.batch_ms,
+                    "mqtt.batch_ms is above 0 with the embedded broker, which sends at most 100 messages before our \
+                     acks: ingest waits with that window full and runs several times slower; set mqtt.batch_ms = 0"
+                );
+            }
         }
 
         let llm = &opts.config.llm;

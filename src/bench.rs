@@ -26,6 +26,10 @@ pub struct IngestBenchArgs {
     /// embedded one on a free loopback port.
     #[arg(long)]
     broker: Option<String>,
+    /// Ingest's `mqtt.batch_ms` (how long a first message waits for company before its
+    /// commit starts); default: the daemon's.
+    #[arg(long)]
+    batch_ms: Option<u64>,
     /// Database to use; seeded with one day of the demo plant if it holds none.
     #[arg(long, default_value = "data/bench-ingest.db")]
     bench_db: PathBuf,
@@ -82,7 +86,9 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         }
         // twinops: the ingest pipeline, committing in batches and acking after commit.
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        let cfg = MqttConfig { url: url.clone(), client_id: format!("{tag}-twinops"), topics: vec![format!("{tag}/ingest/#")], ..MqttConfig::default() };
+        let defaults = MqttConfig::default();
+        let batch_ms = args.batch_ms.unwrap_or(defaults.batch_ms);
+        let cfg = MqttConfig { url: url.clone(), client_id: format!("{tag}-twinops"), topics: vec![format!("{tag}/ingest/#")], batch_ms, ..defaults };
         let mut ingest = crate::ingest::mqtt::start(store.writer().clone(), cfg, Default::default(), std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
         ingest.broker_up.wait_for(|up| *up).await?; // connected and subscribed
         let db = store.read()?;

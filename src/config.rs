@@ -152,7 +152,10 @@ pub struct MqttConfig {
     /// memory; past that, ingest stops reading from the broker until the writer
     /// catches up.
     pub batch_max: usize,
-    /// ...plus what arrives within this many milliseconds, if not 0.
+    /// ...plus what arrives within this many milliseconds, if not 0. Worth 1 with a
+    /// broker whose window for us is large (Mosquitto `max_inflight_messages 1000`):
+    /// fewer, larger commits. Keep 0 with a small window (the embedded broker's 100),
+    /// which waiting leaves full.
     pub batch_ms: u64,
     /// Notes are published on `{notes_topic}/{asset}`.
     pub notes_topic: String,

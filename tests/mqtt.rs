@@ -498,18 +498,22 @@ struct Alone {
     _stop: tokio::sync::watch::Sender<bool>,
 }
 
-async fn ingest_alone(broker_url: Option<String>, run_prefix: &str, batch_max: usize) -> Alone {
+async fn ingest_alone(
+    broker_url: Option<String>,
+    run_prefix: &str,
+    tune: impl FnOnce(&mut twinops::config::MqttConfig),
+) -> Alone {
     let p = Plant::new();
     let run = format!("{run_prefix}{}", free_port());
     let broker = broker_or_embedded(broker_url).await;
     let (proxy, wire) = recording_proxy(broker.trim_start_matches("mqtt://").to_string()).await;
-    let cfg = twinops::config::MqttConfig {
+    let mut cfg = twinops::config::MqttConfig {
         url: proxy,
         client_id: format!("twinops-{run}"),
         topics: vec![format!("{run}/scada/#")],
-        batch_max,
         ..Default::default()
     };
+    tune(&mut cfg);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let ingest =
         twinops::ingest::mqtt::start(p.store.writer().clone(), cfg, Default::default(), Default::default(), stop)
@@ -540,7 +544,7 @@ async fn stored_once_and_acked(
 /// messages on the embedded broker, 1,000 on CI's Mosquitto). Once the writer is free,
 /// everything arrives.
 async fn intake_is_bounded_while_the_writer_is_busy(broker_url: Option<String>) {
-    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "b", 20).await;
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "b", |c| c.batch_max = 20).await;
     let (release, held) = std::sync::mpsc::channel::<()>();
     let holding = p.store.writer().submit(move |_| {
         let _ = held.recv();
@@ -566,11 +570,28 @@ on_both_brokers!(
     intake_is_bounded_while_the_writer_is_busy
 );
 
+/// With `mqtt.batch_ms`, a first message waits that long for company before its commit
+/// starts, and everything is still stored and acked in order. (A deadline that passed
+/// while a job was queued, or after a job had taken every message, once made ingest
+/// spin without reading the socket again.)
+async fn batch_ms_stores_and_acks_everything(broker_url: Option<String>) {
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "w", |c| c.batch_ms = 1).await;
+    let report = simulate(&SimOptions::burst(&broker, &run, 3_000)).await.unwrap();
+    stored_once_and_acked(&p, &run, &ingest, &report).await;
+    wire.lock().unwrap().assert_acks_follow_deliveries_per_connection();
+}
+
+on_both_brokers!(
+    embedded_broker_batch_ms_stores_and_acks_everything,
+    mosquitto_batch_ms_stores_and_acks_everything,
+    batch_ms_stores_and_acks_everything
+);
+
 /// Another process holds the database's write lock for longer than the writer waits
 /// for it (5 s): the batch is not committed, so not acked; ingest reconnects, the
 /// broker redelivers, and once the lock is released every event is stored once.
 async fn a_locked_database_delays_ingest_and_loses_nothing(broker_url: Option<String>) {
-    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "l", 500).await;
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "l", |_| {}).await;
     let lock = rusqlite::Connection::open(p.db_path()).unwrap();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
 
@@ -595,7 +616,7 @@ on_both_brokers!(
 /// acked, ingest reconnects with backoff and the broker redelivers it, again and
 /// again; once the fault is gone, every reading is stored and every message acked.
 async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: Option<String>) {
-    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "f", 500).await;
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "f", |_| {}).await;
     p.write(
         "CREATE TRIGGER fault_reading BEFORE INSERT ON readings WHEN NEW.value = -777
          BEGIN SELECT RAISE(ABORT, 'injected storage fault'); END;
@@ -641,7 +662,7 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
 /// socket instead, it would drop the connection, and the broker would redeliver it to
 /// every new one, for ever.
 async fn an_oversized_message_is_dead_lettered_once(broker_url: Option<String>) {
-    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "z", 500).await;
+    let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "z", |_| {}).await;
     let time = twinops::domain::Timestamp::now().unix() + 86_400 * 500;
     let reading = json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": twinops::domain::Timestamp::from_unix(time).to_rfc3339(), "value": 400.0});
     // Over 256 KiB, and far under what the brokers take.

@@ -279,11 +279,20 @@ impl Ingest {
             if self.job_due(stopping) {
                 self.queue_job();
             }
-            if stopping && self.jobs_out == 0 && self.intake.is_empty() {
+            let idle = self.intake.is_empty();
+            if stopping && self.jobs_out == 0 && idle {
                 break;
             }
-            // With `batch_ms`, the first message waits that long for company.
-            let batch_deadline = self.waiting_since.filter(|_| !self.batch_wait.is_zero()).map(|t| t + self.batch_wait);
+            if idle {
+                // A job took them all, including any that came after it was queued.
+                self.waiting_since = None;
+            }
+            // With `batch_ms`, the first message waits that long for company; not while a
+            // job is queued, which will take it anyway (a deadline already past would
+            // win every turn of the biased select, and the socket would never be read).
+            let job_queued = self.intake.job_queued.load(Ordering::SeqCst) != 0;
+            let batch_deadline =
+                (self.waiting_since).filter(|_| !self.batch_wait.is_zero() && !job_queued).map(|t| t + self.batch_wait);
             let now = tokio::time::Instant::now();
             // A full intake is not added to: the broker keeps the rest until it drains.
             let reading = self.retry_at.is_none() && !self.intake_full();
