@@ -79,19 +79,9 @@ fn bad_input_is_dead_lettered_and_good_input_kept() {
         stmt.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
     };
     assert_eq!(reasons, ["invalid", "malformed", "unknown_sensor", "unknown_asset", "unmatched_clear"]);
-    let detail: String = p
-        .store
-        .read()
-        .unwrap()
-        .query_row("SELECT detail FROM dead_letters WHERE reason = 'malformed'", [], |r| r.get(0))
-        .unwrap();
+    let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'malformed'");
     assert!(detail.contains("urgent"), "{detail}");
-    let kept: String = p
-        .store
-        .read()
-        .unwrap()
-        .query_row("SELECT CAST(payload AS TEXT) FROM dead_letters WHERE reason = 'unknown_sensor'", [], |r| r.get(0))
-        .unwrap();
+    let kept = p.text("SELECT CAST(payload AS TEXT) FROM dead_letters WHERE reason = 'unknown_sensor'");
     assert_eq!(kept, batch["events"][1].to_string(), "a refused event is kept as it was sent, alone");
     assert!(p.count("SELECT count(*) FROM readings_hourly WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW')") >= before);
 

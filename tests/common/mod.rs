@@ -95,6 +95,11 @@ impl Plant {
     pub fn count(&self, sql: &str) -> i64 {
         self.store.read().unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
     }
+
+    /// The text of the first column of the first row.
+    pub fn text(&self, sql: &str) -> String {
+        self.store.read().unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
+    }
 }
 
 /// Waits until the daemon's ingest is connected and subscribed: what is published
