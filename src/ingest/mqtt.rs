@@ -212,6 +212,23 @@ impl Intake {
         self.waiting.lock().expect("intake lock").messages.is_empty()
     }
 
+    /// Holds as much as it may: twice `batch_max` messages, or [`INTAKE_BYTES`].
+    fn full(&self, batch_max: usize) -> bool {
+        let waiting = self.waiting.lock().expect("intake lock");
+        waiting.messages.len() >= 2 * batch_max || waiting.bytes >= INTAKE_BYTES
+    }
+
+    /// Whether to queue a writer job now: none is queued, messages wait, and either we
+    /// stop, or `batch_max` wait, or the intake is full, or they have `waited` enough.
+    /// A full intake is not read from, so it must not wait for anything more.
+    fn job_due(&self, batch_max: usize, stopping: bool, waited: bool) -> bool {
+        if self.job_queued.load(Ordering::SeqCst) != 0 {
+            return false;
+        }
+        let waiting = self.waiting.lock().expect("intake lock").messages.len();
+        waiting > 0 && (stopping || waiting >= batch_max || self.full(batch_max) || waited)
+    }
+
     /// Clears `job`'s claim, if it is still the queued one.
     fn unqueue(&self, job: u64) {
         let _ = self.job_queued.compare_exchange(job, 0, Ordering::SeqCst, Ordering::SeqCst);
@@ -295,7 +312,7 @@ impl Ingest {
                 (self.waiting_since).filter(|_| !self.batch_wait.is_zero() && !job_queued).map(|t| t + self.batch_wait);
             let now = tokio::time::Instant::now();
             // A full intake is not added to: the broker keeps the rest until it drains.
-            let reading = self.retry_at.is_none() && !self.intake_full();
+            let reading = self.retry_at.is_none() && !self.intake.full(self.batch_max);
             tokio::select! {
                 biased;
                 Some(done) = committed.recv() => self.write_acks(done, &mut committed).await,
@@ -345,11 +362,6 @@ impl Ingest {
         self.waiting_since.get_or_insert_with(tokio::time::Instant::now);
     }
 
-    fn intake_full(&self) -> bool {
-        let waiting = self.intake.waiting.lock().expect("intake lock");
-        waiting.messages.len() >= 2 * self.batch_max || waiting.bytes >= INTAKE_BYTES
-    }
-
     /// Drops the connection (if still up) and connects again after the backoff, which
     /// doubles each time until a connection is subscribed (and, after a failed batch,
     /// one commits).
@@ -363,20 +375,16 @@ impl Ingest {
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
 
-    /// Whether to queue a writer job now: none is queued, messages wait, and either we
-    /// stop, or `batch_max` wait, or `batch_ms` has passed (with `batch_ms` 0: the
-    /// messages read from the socket in one go are all in).
+    /// Whether to queue a writer job now (see [`Intake::job_due`]); the messages have
+    /// waited enough once `batch_ms` has passed, or with `batch_ms` 0, once the packets
+    /// the client read from the socket in one go are all taken.
     fn job_due(&self, stopping: bool) -> bool {
-        if self.intake.job_queued.load(Ordering::SeqCst) != 0 {
-            return false;
-        }
-        let waiting = self.intake.waiting.lock().expect("intake lock").messages.len();
         let waited = if self.batch_wait.is_zero() {
             self.eventloop.state.events.is_empty()
         } else {
             self.waiting_since.is_none_or(|since| since.elapsed() >= self.batch_wait)
         };
-        waiting > 0 && (stopping || waiting >= self.batch_max || waited)
+        self.intake.job_due(self.batch_max, stopping, waited)
     }
 
     /// Queues a writer job that takes up to `batch_max` waiting messages when it starts
@@ -527,5 +535,38 @@ impl Ingest {
         .await
         .map_err(|_| anyhow::anyhow!("the broker took more than {} s to take our packets", timeout.as_secs()))??;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(intake: &Intake, payload_bytes: usize) {
+        let message = Message::parse("scada/telemetry".into(), vec![b' '; payload_bytes]);
+        let mut waiting = intake.waiting.lock().unwrap();
+        waiting.bytes += message.payload_len();
+        waiting.messages.push(Received { message, ack: Some((1, 1)) });
+    }
+
+    /// A full intake stops ingest reading the socket, so a commit must not wait for the
+    /// packets the client still holds: they would never be taken, and ingest would
+    /// stall for good (as it once did when large messages filled it by bytes).
+    #[test]
+    fn a_full_intake_is_committed_without_waiting_for_unread_packets() {
+        let intake = Intake::default();
+        add(&intake, 1_000);
+        assert!(!intake.job_due(500, false, false), "packets still unread: wait for them");
+        assert!(intake.job_due(500, false, true), "all taken: commit");
+        assert!(intake.job_due(500, true, false), "stopping: commit");
+
+        for _ in 0..3 {
+            add(&intake, 12 << 20);
+        }
+        assert!(intake.full(500), "full by bytes with 4 messages");
+        assert!(intake.job_due(500, false, false), "full: commit now");
+
+        intake.job_queued.store(7, Ordering::SeqCst);
+        assert!(!intake.job_due(500, false, true), "a queued job takes them when it starts");
     }
 }
