@@ -219,7 +219,11 @@ pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
 
 /// Where `part`, borrowed from `payload`, lies in it.
 fn span(payload: &[u8], part: &str) -> Range<usize> {
-    let start = part.as_ptr() as usize - payload.as_ptr() as usize;
+    let start = (part.as_ptr() as usize).wrapping_sub(payload.as_ptr() as usize);
+    debug_assert!(
+        start.checked_add(part.len()).is_some_and(|end| end <= payload.len()),
+        "not borrowed from the payload"
+    );
     start..start + part.len()
 }
 
@@ -370,6 +374,34 @@ mod tests {
         assert!(detail(br#"{"type":"gossip"}"#).contains("unknown variant `gossip`"));
         assert!(detail(br#"{"type":"reading","colour":"red"}"#).contains("unknown field `colour`"));
         assert_eq!(parse(br#"{"events": 5}"#).unwrap_err().detail, "`events` must be an array");
+    }
+
+    #[test]
+    fn hostile_events_are_refused_one_by_one() {
+        let reading = r#"{"type":"reading","sensor_id":"PUMP-007.FLOW","time":"2026-11-30T12:00:00Z","value":1}"#;
+        // Deep enough to overflow the stack of a recursive parser, within the size limit.
+        let nested = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let hostile = [
+            r#"{"type":"reading","sensor_id":"PUMP-007.FLOW","time":"2026-11-30T12:00:00Z","value":1,"value":2}"#,
+            r#"{"type":"reading","sensor_id":"PUMP-007.FLOW","time":"2026-11-30T12:00:00Z","value":1e400}"#,
+            r#"{"type":"reading","sensor_id":7,"time":"2026-11-30T12:00:00Z","value":1}"#,
+            r#"{"type":"reading","sensor_id":"PUMP-007.FLOW","time":"2026-11-30T12:00:00Z","value":"1"}"#,
+            r#"{"type":"alarm","event_id":"x","asset_id":"PUMP-007","code":"VIB-HI","severity":"low","state":"raised","time":"2026-11-30T12:00:00Z","message":{"a":1}}"#,
+            r#""a string""#,
+            nested.as_str(),
+        ];
+        let batch = format!("[{reading},{}]", hostile.join(","));
+        let (events, rejected) = parse(batch.as_bytes()).unwrap();
+        assert_eq!(events.len(), 1, "the good event is kept");
+        let details: Vec<_> = rejected.iter().map(|r| (r.reason, r.detail.as_str())).collect();
+        assert_eq!(details.len(), hostile.len(), "{details:?}");
+        assert!(details.iter().all(|(reason, _)| *reason == "malformed"), "{details:?}");
+        assert!(details[0].1.contains("duplicate field `value`"), "{details:?}");
+        assert!(details[2].1.contains("expected a string"), "{details:?}");
+        assert_eq!(rejected[5].event, r#""a string""#, "each refusal keeps its own JSON");
+        let wrapped = format!(r#"{{"x": {nested}}}"#);
+        let (events, rejected) = parse(wrapped.as_bytes()).unwrap();
+        assert!(events.is_empty() && rejected[0].detail.contains("unknown field `x`"), "{:?}", rejected[0].detail);
     }
 
     #[test]
