@@ -75,3 +75,29 @@ pub fn start(listen: SocketAddr) -> anyhow::Result<()> {
 pub fn run(listen: SocketAddr) -> anyhow::Result<()> {
     start(listen)
 }
+
+/// Drops one message of rumqttd's: the ERROR that a connection "is already gone",
+/// logged when a client sends DISCONNECT and then closes its socket, as MQTT clients
+/// should (rumqttd's own comment says as much). In an operator's log it would read as
+/// a fault at every clean disconnect, ours included. Everything else of rumqttd's is
+/// kept.
+pub struct QuietCleanDisconnects;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for QuietCleanDisconnects {
+    fn event_enabled(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) -> bool {
+        struct Gone(bool);
+        impl tracing::field::Visit for Gone {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}").ends_with("is already gone");
+                }
+            }
+        }
+        if event.metadata().target() != "rumqttd::router::routing" {
+            return true;
+        }
+        let mut gone = Gone(false);
+        event.record(&mut gone);
+        !gone.0
+    }
+}

@@ -346,12 +346,18 @@ enum BenchCommand {
 }
 
 pub fn main() -> ExitCode {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG")
                 .unwrap_or_else(|_| "warn,rumqttd::server::broker=off".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: under systemd, stderr is the journal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .finish()
+        .with(crate::broker::QuietCleanDisconnects)
         .init();
     match run(Cli::parse()) {
         Ok(code) => code,

@@ -134,6 +134,46 @@ fn broker_on_a_taken_port_fails_clearly() {
     assert!(err.contains(&format!("cannot listen on {listen}")), "{err}");
 }
 
+/// A client that disconnects cleanly (DISCONNECT, then closing its socket, as twinops
+/// and the simulator do) leaves no ERROR in the broker's log: rumqttd logs one ("no-
+/// connection id N is already gone") for the second of the two, and twinops drops it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clean_disconnect_leaves_no_error_in_the_broker_log() {
+    use std::io::Read;
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let mut broker = Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .args(["broker", "--listen", &listen])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for n in 0..3 {
+        let cfg = twinops::config::MqttConfig { url: format!("mqtt://{listen}"), ..Default::default() };
+        let (client, mut eventloop) =
+            rumqttc::AsyncClient::new(twinops::ingest::mqtt::options(&cfg, &format!("clean-{n}")).unwrap(), 10);
+        client.subscribe("clean/#", rumqttc::QoS::AtLeastOnce).await.unwrap();
+        let session = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                match eventloop.poll().await {
+                    Ok(rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_))) => client.disconnect().await.unwrap(),
+                    Ok(rumqttc::Event::Outgoing(rumqttc::Outgoing::Disconnect)) => break,
+                    Ok(_) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        });
+        session.await.expect("subscribed and disconnected within 10 s");
+        drop(eventloop);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+    let mut log = String::new();
+    broker.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert!(log.contains(&format!("MQTT on {listen}")), "the broker's log was read: {log}");
+    assert!(!log.contains("ERROR"), "{log}");
+}
+
 #[test]
 fn seed_into_a_fresh_data_dir_then_refuse_to_seed_again() {
     let dir = tempfile::tempdir().unwrap();
