@@ -337,7 +337,7 @@ enum BenchCommand {
     Tools(bench::ToolsBenchArgs),
     /// Ingest throughput against a bare subscriber on the same broker.
     #[command(
-        after_help = "Examples:\n  twinops bench ingest\n  twinops bench ingest --broker mqtt://127.0.0.1:1883   # Mosquitto"
+        after_help = "Examples:\n  twinops bench ingest\n  twinops bench ingest --broker mqtt://127.0.0.1:1883 --batch-ms 1   # Mosquitto, set up as in the README"
     )]
     Ingest(bench::IngestBenchArgs),
     /// The agent harness's own overhead per step against an instant scripted model.
