@@ -162,7 +162,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         let writer_secs = crate::metrics::counter("twinops_store_writer_busy_seconds_total") - writer_before;
         let measured: f64 = ours.iter().map(Duration::as_secs_f64).sum();
         println!("twinops writer: in a transaction {:.0}% of the measured time", 100.0 * writer_secs / measured);
- let per_message = |cpu: Duration| format!("{:.1} µs", cpu.as_secs_f64() * 1e6 / (n * args.rounds) as f64);
+        let per_message = |cpu: Duration| format!("{:.1} µs", cpu.as_secs_f64() * 1e6 / (n * args.rounds) as f64);
         println!(
             "CPU per message, this process (publisher, subscriber{}): bare {}, twinops {}",
             if args.broker.is_some() { "" } else { ", broker" },

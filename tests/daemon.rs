@@ -100,14 +100,8 @@ fn bad_input_is_dead_lettered_and_good_input_kept() {
         ingest::apply(p.store.writer(), "scada/alarms", &huge, at(7), Default::default()).unwrap().dead_letters,
         1
     );
-    let (kept, detail): (i64, String) = p
-        .store
-        .read()
-        .unwrap()
-        .query_row("SELECT length(payload), detail FROM dead_letters ORDER BY id DESC LIMIT 1", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
+    let kept = p.count("SELECT length(payload) FROM dead_letters ORDER BY id DESC LIMIT 1");
+    let detail = p.text("SELECT detail FROM dead_letters ORDER BY id DESC LIMIT 1");
     assert_eq!(kept as usize, ingest::DEAD_LETTER_BYTES);
     assert!(
         detail.starts_with("3145728 bytes; the limit is 262144") && detail.ends_with("(its first 1048576 bytes kept)"),
@@ -146,14 +140,8 @@ fn a_fault_storing_one_event_spares_the_rest_of_the_batch() {
     ));
     assert_eq!(stored, 4, "every reading but the refused one");
     assert_eq!(p.count("SELECT count(*) FROM alarm_events WHERE event_id = 'f1'"), 1);
-    let (payload, detail): (String, String) = p
-        .store
-        .read()
-        .unwrap()
-        .query_row("SELECT CAST(payload AS TEXT), detail FROM dead_letters WHERE reason = 'failed'", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
+    let payload = p.text("SELECT CAST(payload AS TEXT) FROM dead_letters WHERE reason = 'failed'");
+    let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'failed'");
     assert!(payload.contains("-12.5"), "the refused event is kept: {payload}");
     assert!(detail.contains("injected storage fault"), "{detail}");
     // The rollups hold the stored readings only.

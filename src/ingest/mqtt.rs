@@ -207,6 +207,24 @@ struct Waiting {
     bytes: usize,
 }
 
+impl Waiting {
+    fn push(&mut self, received: Received) {
+        self.bytes += received.message.payload_len();
+        self.messages.push(received);
+    }
+
+    /// The oldest `n` (or all, if fewer wait).
+    fn take(&mut self, n: usize) -> Vec<Received> {
+        let taken: Vec<Received> = self.messages.drain(..n.min(self.messages.len())).collect();
+        self.bytes -= taken.iter().map(|r| r.message.payload_len()).sum::<usize>();
+        taken
+    }
+
+    fn full(&self, batch_max: usize) -> bool {
+        self.messages.len() >= 2 * batch_max || self.bytes >= INTAKE_BYTES
+    }
+}
+
 impl Intake {
     fn is_empty(&self) -> bool {
         self.waiting.lock().expect("intake lock").messages.is_empty()
@@ -214,8 +232,7 @@ impl Intake {
 
     /// Holds as much as it may: twice `batch_max` messages, or [`INTAKE_BYTES`].
     fn full(&self, batch_max: usize) -> bool {
-        let waiting = self.waiting.lock().expect("intake lock");
-        waiting.messages.len() >= 2 * batch_max || waiting.bytes >= INTAKE_BYTES
+        self.waiting.lock().expect("intake lock").full(batch_max)
     }
 
     /// Whether to queue a writer job now: none is queued, messages wait, and either we
@@ -225,8 +242,9 @@ impl Intake {
         if self.job_queued.load(Ordering::SeqCst) != 0 {
             return false;
         }
-        let waiting = self.waiting.lock().expect("intake lock").messages.len();
-        waiting > 0 && (stopping || waiting >= batch_max || self.full(batch_max) || waited)
+        let waiting = self.waiting.lock().expect("intake lock");
+        let n = waiting.messages.len();
+        n > 0 && (stopping || n >= batch_max || waiting.full(batch_max) || waited)
     }
 
     /// Clears `job`'s claim, if it is still the queued one.
@@ -356,9 +374,7 @@ impl Ingest {
     fn take(&mut self, publish: Publish) {
         let ack = (publish.qos == QoS::AtLeastOnce).then_some((self.connection, publish.pkid));
         let message = Message::parse(publish.topic, publish.payload);
-        let mut waiting = self.intake.waiting.lock().expect("intake lock");
-        waiting.bytes += message.payload_len();
-        waiting.messages.push(Received { message, ack });
+        self.intake.waiting.lock().expect("intake lock").push(Received { message, ack });
         self.waiting_since.get_or_insert_with(tokio::time::Instant::now);
     }
 
@@ -401,12 +417,7 @@ impl Ingest {
             // Cleared before taking: a message added after the take sees no job queued
             // and queues one.
             intake.unqueue(number);
-            let taken: Vec<Received> = {
-                let mut waiting = intake.waiting.lock().expect("intake lock");
-                let n = waiting.messages.len().min(batch_max);
-                waiting.bytes -= waiting.messages[..n].iter().map(|r| r.message.payload_len()).sum::<usize>();
-                waiting.messages.drain(..n).collect()
-            };
+            let taken = intake.waiting.lock().expect("intake lock").take(batch_max);
             crate::metrics::count("twinops_ingest_messages_received_total", &[], taken.len() as f64);
             crate::metrics::observe("twinops_ingest_batch_messages", &[], taken.len() as f64);
             let effects = apply_batch(conn, taken.iter().map(|r| &r.message), Timestamp::now(), policy)?;
@@ -544,9 +555,7 @@ mod tests {
 
     fn add(intake: &Intake, payload_bytes: usize) {
         let message = Message::parse("scada/telemetry".into(), vec![b' '; payload_bytes]);
-        let mut waiting = intake.waiting.lock().unwrap();
-        waiting.bytes += message.payload_len();
-        waiting.messages.push(Received { message, ack: Some((1, 1)) });
+        intake.waiting.lock().unwrap().push(Received { message, ack: Some((1, 1)) });
     }
 
     /// A full intake stops ingest reading the socket, so a commit must not wait for the

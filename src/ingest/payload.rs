@@ -163,7 +163,7 @@ struct Envelope<'a> {
 /// for a dead letter should it not apply) and the ones rejected. A message that is not
 /// JSON at all, or too large, is one rejection; in a batch, each bad event is rejected
 /// alone and the good ones are kept.
-pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
+pub fn parse<'a>(payload: &'a [u8]) -> Result<Parsed, Rejected> {
     if payload.len() > MAX_MESSAGE_BYTES {
         return Err(Rejected::message(
             "oversized",
@@ -171,8 +171,18 @@ pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
         ));
     }
     let not_json = |e: serde_json::Error| Rejected::message("malformed", format!("not JSON: {e}"));
-    let items: Vec<&RawValue> = match payload.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => serde_json::from_slice(payload).map_err(not_json)?,
+    // Each event's JSON beside its parse, for a batch and a single event alike.
+    let batch = |items: Vec<&'a RawValue>| {
+        if items.len() > MAX_BATCH {
+            return Err(Rejected::message(
+                "oversized",
+                format!("{} events; the limit is {MAX_BATCH} per message", items.len()),
+            ));
+        }
+        Ok(items.into_iter().map(|item| (item.get(), serde_json::from_str::<Wire>(item.get()))).collect())
+    };
+    let wires: Vec<(&str, Result<Wire, serde_json::Error>)> = match payload.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => batch(serde_json::from_slice(payload).map_err(not_json)?)?,
         // One event (the usual case, read in one pass), or `{"events": [...]}`.
         Some(b'{') => {
             let one = serde_json::from_slice::<Wire>(payload);
@@ -181,17 +191,15 @@ pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
                 Err(_) => serde_json::from_slice::<Envelope>(payload).map_err(not_json)?.events,
             };
             match envelope {
-                Some(events) => serde_json::from_str(events.get())
-                    .map_err(|_| Rejected::message("malformed", "`events` must be an array".into()))?,
-                None => {
-                    return Ok(match one.map_err(|e| ("malformed", e.to_string())).and_then(event) {
-                        Ok(e) => (vec![(e, 0..payload.len())], Vec::new()),
-                        Err((reason, detail)) => {
-                            let event = String::from_utf8_lossy(payload).into_owned();
-                            (Vec::new(), vec![Rejected { reason, detail, event }])
-                        }
-                    });
-                }
+                Some(events) => batch(
+                    serde_json::from_str(events.get())
+                        .map_err(|_| Rejected::message("malformed", "`events` must be an array".into()))?,
+                )?,
+                // It parsed as JSON, so it is UTF-8.
+                None => vec![(
+                    std::str::from_utf8(payload).map_err(|e| Rejected::message("malformed", e.to_string()))?,
+                    one,
+                )],
             }
         }
         _ => {
@@ -199,19 +207,12 @@ pub fn parse(payload: &[u8]) -> Result<Parsed, Rejected> {
             return Err(Rejected::message("malformed", format!("expected an event object or an array, got {other}")));
         }
     };
-    if items.len() > MAX_BATCH {
-        return Err(Rejected::message(
-            "oversized",
-            format!("{} events; the limit is {MAX_BATCH} per message", items.len()),
-        ));
-    }
-    let mut events = Vec::with_capacity(items.len());
+    let mut events = Vec::with_capacity(wires.len());
     let mut rejected = Vec::new();
-    for item in items {
-        let wire = serde_json::from_str::<Wire>(item.get()).map_err(|e| ("malformed", e.to_string()));
-        match wire.and_then(event) {
-            Ok(e) => events.push((e, span(payload, item.get()))),
-            Err((reason, detail)) => rejected.push(Rejected { reason, detail, event: item.get().to_string() }),
+    for (raw, wire) in wires {
+        match wire.map_err(|e| ("malformed", e.to_string())).and_then(event) {
+            Ok(e) => events.push((e, span(payload, raw))),
+            Err((reason, detail)) => rejected.push(Rejected { reason, detail, event: raw.to_string() }),
         }
     }
     Ok((events, rejected))
