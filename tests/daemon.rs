@@ -292,6 +292,43 @@ async fn the_triage_queue_yields_one_note_per_occurrence() {
     assert_eq!(p.count("SELECT count(*) FROM notes WHERE kind = 'triage'"), 2);
 }
 
+/// Alarms raised on an asset while its job waits join that job: one run, led by the
+/// most severe, and a note for each occurrence that names the others, so that the note
+/// shown for the lesser alarm says why it leads with another one.
+#[tokio::test(flavor = "multi_thread")]
+async fn alarms_waiting_on_one_asset_share_a_run_and_each_note_names_them_all() {
+    let p = Plant::new();
+    p.write("DELETE FROM triage_jobs");
+    let raise = |event_id: &str, code: &str, severity: &str, min: i64| {
+        let effect = send(
+            &p,
+            &json!({"type": "alarm", "event_id": event_id, "asset_id": "PUMP-004", "sensor_id": "PUMP-004.PRESS-SUC",
+            "code": code, "severity": severity, "state": "raised", "value": 0.25, "threshold": 0.3,
+            "time": at(min).to_rfc3339(), "message": "suction pressure low"}),
+        );
+        let Applied::Raised { alarm_id, .. } = effect.alarms[0] else { panic!("{effect:?}") };
+        alarm_id
+    };
+    let low = raise("g1", "PRESS-SUC-LO", "medium", 1);
+    let low_low = raise("g2", "PRESS-SUC-LOLO", "critical", 2);
+    assert_eq!(p.count("SELECT count(*) FROM triage_jobs"), 1, "the second alarm joined the waiting job");
+
+    let triage = Triage::new(rules_agent(&p), rules_agent(&p), 10);
+    let notes = triage.run_next().await.unwrap().unwrap();
+    assert_eq!(notes.iter().map(|n| n.alarm_id).collect::<Vec<_>>(), [low_low, low], "the critical alarm leads");
+    assert_eq!(notes[0].run_id, notes[1].run_id, "one run");
+    for note in &notes {
+        assert!(note.flags.contains(&"grouped".to_string()), "{:?}", note.flags);
+        let summary = note.body["summary"].as_str().unwrap();
+        assert!(summary.starts_with("PRESS-SUC-LOLO on PUMP-004"), "{summary}");
+        assert!(
+            summary.contains(&format!("also covers 1 more alarm on the asset, raised while this one waited for triage: PRESS-SUC-LO (alarm {low}, medium).")),
+            "{summary}"
+        );
+    }
+    assert!(!notes[0].flags.contains(&"ungrounded".to_string()), "the named ids are in the task: {:?}", notes[0].flags);
+}
+
 /// A note goes to the webhook as a Slack-compatible body, retried after a server
 /// error; a client error is not retried.
 #[tokio::test(flavor = "multi_thread")]

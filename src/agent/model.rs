@@ -118,6 +118,16 @@ pub struct TaskFacts {
     pub sensor_id: Option<String>,
     pub code: Option<String>,
     pub question: Option<String>,
+    /// Occurrences on the same asset triaged in the same run, after the lead alarm.
+    pub grouped: Vec<GroupedAlarm>,
+}
+
+/// One of the alarms a triage run covers besides its lead.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupedAlarm {
+    pub alarm_id: i64,
+    pub code: String,
+    pub severity: String,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -5,7 +5,9 @@
 
 use serde_json::{Value, json};
 
-use super::model::{BoxFuture, Finish, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
+use super::model::{
+    BoxFuture, Finish, GroupedAlarm, Message, Model, ModelError, ModelReply, ModelRequest, TaskFacts, ToolCall, Usage,
+};
 use super::note::{Evidence, TriageNote, Urgency};
 
 pub struct Rules;
@@ -102,7 +104,7 @@ fn next(req: &ModelRequest) -> ModelReply {
         {
             return reply_calls(vec![call(base, "read_doc", json!({"citation": citation}))]);
         }
-        let note = triage_note(t.code.as_deref(), t.sensor_id.as_deref(), t.alarm_id, &seen);
+        let note = triage_note(t, &seen);
         return reply_text(serde_json::to_string(&note).expect("note serializes"));
     }
 
@@ -149,12 +151,8 @@ fn next(req: &ModelRequest) -> ModelReply {
 }
 
 /// Composes the triage note from the observations alone.
-fn triage_note(
-    code: Option<&str>,
-    sensor_id: Option<&str>,
-    alarm_id: Option<i64>,
-    seen: &[(String, Value, Option<Value>)],
-) -> TriageNote {
+fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> TriageNote {
+    let (code, sensor_id, alarm_id) = (t.code.as_deref(), t.sensor_id.as_deref(), t.alarm_id);
     let get = |name: &str| seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone());
     let details = get("get_asset_details").unwrap_or(Value::Null);
     let history = get("get_sensor_history").unwrap_or(Value::Null);
@@ -221,6 +219,9 @@ fn triage_note(
     if alarm.is_none() {
         summary.push_str(" The alarm is no longer active.");
     }
+    if !t.grouped.is_empty() {
+        summary.push_str(&grouped_sentence(&t.grouped));
+    }
 
     let text = doc["text"].as_str().unwrap_or_default();
     // A "- **Label:** value" entry, with its wrapped continuation lines.
@@ -270,6 +271,22 @@ fn triage_note(
         proposed_work_order: None,
         evidence,
     }
+}
+
+/// Names the other alarms a grouped note covers, so that the note shown for each of
+/// them says why it leads with another alarm.
+fn grouped_sentence(grouped: &[GroupedAlarm]) -> String {
+    const NAMED: usize = 5;
+    let mut names: Vec<String> =
+        grouped.iter().take(NAMED).map(|g| format!("{} (alarm {}, {})", g.code, g.alarm_id, g.severity)).collect();
+    if grouped.len() > NAMED {
+        names.push(format!("{} more", grouped.len() - NAMED));
+    }
+    let more = if grouped.len() == 1 { "1 more alarm" } else { &format!("{} more alarms", grouped.len()) };
+    format!(
+        " This note also covers {more} on the asset, raised while this one waited for triage: {}.",
+        names.join(", ")
+    )
 }
 
 /// The numbered steps under "Operator action", or the text on its line.

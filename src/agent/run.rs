@@ -21,7 +21,9 @@ use tokio::time::Instant;
 
 use super::audit::{Audit, Step, StepKind};
 use super::guard::{as_data, citations, redact, ungrounded_numbers};
-use super::model::{Message, Model, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall, ToolSpec, Usage};
+use super::model::{
+    GroupedAlarm, Message, Model, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall, ToolSpec, Usage,
+};
 use super::note::TriageNote;
 use super::reliability::{Chain, RetryPolicy};
 use super::rules::Rules;
@@ -221,8 +223,8 @@ impl Agent {
         self.triage_group(&[alarm_id]).await
     }
 
-    /// Triages occurrences on one asset in one run (a flood's worth of one machine's
-    /// alarms); the first is the most severe and leads.
+    /// Triages occurrences on one asset in one run (those raised while its job waited,
+    /// as in a flood); the first is the most severe and leads.
     pub async fn triage_group(&self, alarm_ids: &[i64]) -> anyhow::Result<RunReport> {
         let task = self.triage_task(alarm_ids)?;
         Ok(self.run(task, None).await?)
@@ -257,11 +259,20 @@ impl Agent {
         );
         if !others.is_empty() {
             user_message.push_str(&format!(
-                "\n\nDuring an alarm flood, {} more alarms on {asset} are triaged in this same run; your one note covers them all (lead with the alarm above, name the others where they matter):\n{}",
+                "\n\n{} more alarms on {asset} were raised while this one waited for triage. They are triaged in this same run, and your one note is shown to the operators for each of them: lead with the alarm above and name each of the others by code in the summary, saying how it relates:\n{}",
                 others.len(),
                 as_data("alarm", &serde_json::to_string_pretty(&records[1..]).unwrap_or_default())
             ));
         }
+        let grouped = records[1..]
+            .iter()
+            .zip(others)
+            .map(|(r, &alarm_id)| GroupedAlarm {
+                alarm_id,
+                code: r["code"].as_str().unwrap_or_default().to_string(),
+                severity: r["severity"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect();
         Ok(Task {
             profile: Profile::triage(),
             trigger: format!("alarm:{alarm_id}"),
@@ -271,6 +282,7 @@ impl Agent {
                 sensor_id: sensor,
                 code: Some(code),
                 question: None,
+                grouped,
             },
             user_message,
         })
