@@ -93,7 +93,7 @@ impl Daemon {
 
         let (stop, stop_rx) = watch::channel(false);
         let wake = Arc::new(Notify::new());
-        let policy = opts.config.triage.queue_policy();
+        let policy = opts.config.ingest_policy();
         let ingest =
             ingest::mqtt::start(store.writer().clone(), mqtt.clone(), policy, Arc::clone(&wake), stop_rx.clone())?;
         let broker_up = ingest.broker_up.clone();

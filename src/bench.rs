@@ -89,12 +89,19 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         let defaults = MqttConfig::default();
         let batch_ms = args.batch_ms.unwrap_or(defaults.batch_ms);
         let cfg = MqttConfig { url: url.clone(), client_id: format!("{tag}-twinops"), topics: vec![format!("{tag}/ingest/#")], batch_ms, ..defaults };
-        let mut ingest = crate::ingest::mqtt::start(store.writer().clone(), cfg, Default::default(), std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
+        // The readings are a year ahead so that none collides with the seeded ones.
+        let policy = crate::ingest::IngestPolicy { max_ahead_s: None, ..Default::default() };
+        let mut ingest = crate::ingest::mqtt::start(store.writer().clone(), cfg, policy, std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
         ingest.broker_up.wait_for(|up| *up).await?; // connected and subscribed
         let db = store.read()?;
         let key: i64 = db.query_row("SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW'", [], |r| r.get(0))?;
         // Readings from the future are an interrupted run's; they would count as ours.
-        let clear = move |c: &rusqlite::Connection| c.execute("DELETE FROM readings WHERE sensor_key = ?1 AND ts > ?2", rusqlite::params![key, base_ts - 86_400]).map_err(crate::store::StoreError::from);
+        let clear = move |c: &rusqlite::Connection| {
+            for sql in ["DELETE FROM readings WHERE sensor_key = ?1 AND ts > ?2", "DELETE FROM readings_hourly WHERE sensor_key = ?1 AND hour > ?2"] {
+                c.execute(sql, rusqlite::params![key, base_ts - 86_400])?;
+            }
+            Ok::<_, crate::store::StoreError>(())
+        };
         store.writer().call(clear)?;
 
         let (mut bare, mut ours) = (Vec::new(), Vec::new());

@@ -624,7 +624,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 None => ids,
             };
-            let policy = cli.global.config()?.triage.queue_policy();
+            let policy = cli.global.config()?.ingest_policy();
             let (mut applied, mut refused) = (0, 0);
             for id in ids {
                 match replay::replay(store.writer(), id, &user, policy)? {

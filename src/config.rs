@@ -157,6 +157,10 @@ pub struct MqttConfig {
     /// fewer, larger commits. Keep 0 with a small window (the embedded broker's 100),
     /// which waiting leaves full.
     pub batch_ms: u64,
+    /// Events stamped more than this many seconds after they arrive are dead-lettered
+    /// (`invalid`): a gateway clock that runs ahead, or local time sent as UTC. 0: no
+    /// limit.
+    pub max_time_ahead_s: u32,
     /// Notes are published on `{notes_topic}/{asset}`.
     pub notes_topic: String,
 }
@@ -176,6 +180,7 @@ impl Default for MqttConfig {
             inflight: 100,
             batch_max: 500,
             batch_ms: 0,
+            max_time_ahead_s: crate::ingest::MAX_AHEAD_S as u32,
             notes_topic: "twinops/notes".into(),
         }
     }
@@ -197,13 +202,6 @@ pub struct TriageConfig {
 impl Default for TriageConfig {
     fn default() -> Self {
         TriageConfig { workers: 2, llm_runs_per_minute: 20, queue_capacity: crate::alarms::TRIAGE_QUEUE_CAPACITY }
-    }
-}
-
-impl TriageConfig {
-    /// How new occurrences are queued, for ingest (the daemon's and a replay's alike).
-    pub fn queue_policy(&self) -> crate::alarms::QueuePolicy {
-        crate::alarms::QueuePolicy { capacity: self.queue_capacity }
     }
 }
 
@@ -295,6 +293,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// What ingest accepts and how it queues triage, for the daemon's ingest and a
+    /// replay's alike.
+    pub fn ingest_policy(&self) -> crate::ingest::IngestPolicy {
+        crate::ingest::IngestPolicy {
+            queue: crate::alarms::QueuePolicy { capacity: self.triage.queue_capacity },
+            max_ahead_s: (self.mqtt.max_time_ahead_s > 0).then_some(i64::from(self.mqtt.max_time_ahead_s)),
+        }
+    }
+
     /// Reads `path` if it exists, then applies `TWINOPS_LLM_*` from `env`.
     pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Config> {
         let mut config: Config = match std::fs::read_to_string(path) {
@@ -505,5 +512,19 @@ mod tests {
             let err = format!("{:#}", Config::load(&path, &|_| None).unwrap_err());
             assert!(err.contains(says), "{err}");
         }
+    }
+
+    #[test]
+    fn the_ingest_policy_takes_its_clock_allowance_from_mqtt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("twinops.toml");
+        let policy = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            Config::load(&path, &|_| None).unwrap().ingest_policy()
+        };
+        assert_eq!(policy("").max_ahead_s, Some(300));
+        assert_eq!(policy("[mqtt]\nmax_time_ahead_s = 3600\n").max_ahead_s, Some(3600));
+        assert_eq!(policy("[mqtt]\nmax_time_ahead_s = 0\n").max_ahead_s, None, "0: no limit");
+        assert_eq!(policy("[triage]\nqueue_capacity = 50\n").queue.capacity, 50);
     }
 }

@@ -27,8 +27,11 @@ fn alarm(event_id: &str, state: &str, min: i64) -> serde_json::Value {
     })
 }
 
+/// Ingests one message as received a day after the seeded plant's end, so that no event
+/// here is stamped ahead of its receipt.
 fn send(p: &Plant, payload: &serde_json::Value) -> ingest::MessageEffect {
-    ingest::apply(p.store.writer(), "scada/alarms", payload.to_string().as_bytes(), at(0), Default::default()).unwrap()
+    ingest::apply(p.store.writer(), "scada/alarms", payload.to_string().as_bytes(), at(24 * 60), Default::default())
+        .unwrap()
 }
 
 /// A new activation is an occurrence with a triage job; a redelivery changes nothing;
@@ -194,6 +197,39 @@ fn a_dead_letter_replays_once_its_cause_is_fixed() {
     assert!(matches!(twice, Replay::AlreadyReplayed(_)), "{twice:?}");
     assert_eq!(p.count(stored), 1);
     assert_eq!(replay::replay(p.store.writer(), id + 1000, "x", Default::default()).unwrap(), Replay::NotFound);
+}
+
+/// An event stamped further ahead of its receipt than the policy allows (a gateway
+/// clock running fast, local time sent as UTC) is dead-lettered with what to check,
+/// and changes nothing; within the allowance, or with no limit, it is stored.
+#[test]
+fn events_stamped_ahead_of_their_receipt_are_refused() {
+    let p = Plant::new();
+    let received = at(0);
+    let apply = |payload: serde_json::Value, policy: ingest::IngestPolicy| {
+        ingest::apply(p.store.writer(), "scada/telemetry", payload.to_string().as_bytes(), received, policy).unwrap()
+    };
+    let reading = |secs: i64, value: f64| json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": received.plus_secs(secs).to_rfc3339(), "value": value});
+    assert_eq!(apply(reading(240, 401.0), Default::default()).readings, 1, "4 minutes ahead is within the default 5");
+    let refused = apply(reading(360, 402.0), Default::default());
+    assert_eq!((refused.readings, refused.dead_letters), (0, 1));
+
+    let local_time = json!({"type": "alarm", "event_id": "tz1", "asset_id": "PUMP-001", "sensor_id": "PUMP-001.FLOW",
+        "code": "FLOW-HI", "severity": "high", "state": "raised", "time": received.plus_secs(2 * 3600).to_rfc3339()});
+    let effect = apply(local_time.clone(), Default::default());
+    assert_eq!((effect.alarms.len(), effect.dead_letters), (0, 1));
+    assert_eq!(p.count("SELECT count(*) FROM alarms WHERE event_id = 'tz1'"), 0);
+    let details = p.text("SELECT group_concat(detail, ' | ') FROM dead_letters WHERE reason = 'invalid'");
+    let expected = format!(
+        "time: {} is 6 min ahead of its receipt at {} (at most 300 s is accepted): check the sender's clock, and that it sends UTC",
+        received.plus_secs(360).to_rfc3339(),
+        received.to_rfc3339()
+    );
+    assert!(details.contains(&expected), "{details}");
+    assert!(details.contains("is 2 h ahead of its receipt"), "{details}");
+
+    let unlimited = ingest::IngestPolicy { max_ahead_s: None, ..Default::default() };
+    assert_eq!(apply(local_time, unlimited).alarms.len(), 1, "no limit: stored");
 }
 
 /// Ack and shelve through the library, every transition journalled with who and when.

@@ -605,7 +605,7 @@ async fn mosquitto_an_intake_full_of_large_messages_still_commits() {
     };
     let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(Some(url), "q", |c| c.batch_max = 5_000).await;
     let topic = format!("{run}/scada/telemetry");
-    let start = twinops::domain::Timestamp::now().unix() + 86_400 * 600;
+    let start = common::end().unix() - 86_400 * 600;
     let reading = |i: usize, pad: usize| {
         let time = twinops::domain::Timestamp::from_unix(start + i as i64).to_rfc3339();
         let mut m = json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": time, "value": 400.0}).to_string();
@@ -633,7 +633,7 @@ async fn mosquitto_an_intake_full_of_large_messages_still_commits() {
     drop(lock);
     publishing.await.unwrap().unwrap();
     let stored = format!(
-        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts >= {start}"
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts BETWEEN {start} AND {start} + {count}"
     );
     let all = eventually(Duration::from_secs(60), || p.count(&stored) as usize == count).await;
     assert!(all, "stored {} of {count}", p.count(&stored));
@@ -679,8 +679,8 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
          BEGIN SELECT RAISE(ABORT, 'injected storage fault'); END;",
     );
 
-    // 300 readings a second apart, far in the future so no seeded reading collides.
-    let (count, start) = (300, twinops::domain::Timestamp::now().unix() + 86_400 * 400);
+    // 300 readings a second apart, long before the seeded week so no seeded reading collides.
+    let (count, start) = (300, common::end().unix() - 86_400 * 400);
     let messages: Vec<Vec<u8>> = (0..count)
         .map(|i| {
             let value = if i == count / 2 { -777.0 } else { 400.0 };
@@ -693,7 +693,7 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
     let topic = format!("{run}/scada/telemetry");
     twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, messages).await.unwrap();
     let stored = format!(
-        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts >= {start}"
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts BETWEEN {start} AND {start} + {count}"
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!((p.count(&stored) as usize) < count, "the faulty batch is not stored");
@@ -718,7 +718,7 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
 /// every new one, for ever.
 async fn an_oversized_message_is_dead_lettered_once(broker_url: Option<String>) {
     let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(broker_url, "z", |_| {}).await;
-    let time = twinops::domain::Timestamp::now().unix() + 86_400 * 500;
+    let time = common::end().unix() - 86_400 * 500;
     let reading = json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": twinops::domain::Timestamp::from_unix(time).to_rfc3339(), "value": 400.0});
     // Over 256 KiB, and far under what the brokers take.
     let big = vec![b' '; 280_000];

@@ -11,5 +11,5 @@ pub use enums::{
     WorkPriority,
 };
 pub use ids::{AssetId, Citation, IdError, SensorId};
-pub use time::{Timestamp, parse_time};
+pub use time::{Timestamp, approx_duration, parse_time};
 pub use work_order::WorkOrderDraft;

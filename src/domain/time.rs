@@ -3,6 +3,16 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 
+/// A length of time for people, in its largest whole unit: `90 s`, `5 min`, `3 h`, `2 days`.
+pub fn approx_duration(secs: i64) -> String {
+    match secs.abs() {
+        s if s >= 2 * 86_400 => format!("{} days", secs / 86_400),
+        s if s >= 2 * 3_600 => format!("{} h", secs / 3_600),
+        s if s >= 2 * 60 => format!("{} min", secs / 60),
+        _ => format!("{secs} s"),
+    }
+}
+
 /// A point in time, whole seconds since the unix epoch (UTC). Serializes as RFC 3339.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(i64);
@@ -61,6 +71,16 @@ pub fn parse_time(s: &str) -> Result<Timestamp, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_in_their_largest_whole_unit() {
+        let cases =
+            [(45, "45 s"), (119, "119 s"), (300, "5 min"), (7_199, "119 min"), (7_200, "2 h"), (200_000, "2 days")];
+        for (secs, text) in cases {
+            assert_eq!(approx_duration(secs), text);
+        }
+        assert_eq!(approx_duration(-600), "-10 min");
+    }
 
     #[test]
     fn parses_rfc3339_and_dates() {

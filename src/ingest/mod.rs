@@ -18,6 +18,34 @@ use crate::alarms::{self, Applied, QueuePolicy};
 use crate::domain::{SensorId, Timestamp};
 use crate::store::{self, Limits, Rollups, StoreError, Writer};
 
+/// What ingest accepts, and how it queues triage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestPolicy {
+    pub queue: QueuePolicy,
+    /// Events stamped more than this many seconds after their receipt are refused: a
+    /// gateway clock that runs ahead (or local time sent as UTC) would otherwise put
+    /// "latest" readings and alarm times in the future. `None`: no limit.
+    pub max_ahead_s: Option<i64>,
+}
+
+impl Default for IngestPolicy {
+    fn default() -> Self {
+        IngestPolicy { queue: QueuePolicy::default(), max_ahead_s: Some(MAX_AHEAD_S) }
+    }
+}
+
+/// The default for `mqtt.max_time_ahead_s`: five minutes of clock skew.
+pub const MAX_AHEAD_S: i64 = 300;
+
+impl Event {
+    fn time(&self) -> Timestamp {
+        match self {
+            Event::Alarm(a) => a.time,
+            Event::Reading(r) => r.time,
+        }
+    }
+}
+
 /// What one message did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct MessageEffect {
@@ -57,7 +85,7 @@ pub fn apply(
     topic: &str,
     payload: &[u8],
     received: Timestamp,
-    policy: QueuePolicy,
+    policy: IngestPolicy,
 ) -> Result<MessageEffect, StoreError> {
     let message = Message::parse(topic.to_string(), payload.to_vec());
     writer.call(move |conn| Ok(apply_batch(conn, [&message], received, policy)?.remove(0)))
@@ -76,7 +104,7 @@ pub fn apply_batch<'a>(
     conn: &Connection,
     messages: impl IntoIterator<Item = &'a Message>,
     received: Timestamp,
-    policy: QueuePolicy,
+    policy: IngestPolicy,
 ) -> Result<Vec<MessageEffect>, StoreError> {
     let messages: Vec<&Message> = messages.into_iter().collect();
     let whole = store::savepoint(conn, "batch", |conn| {
@@ -100,7 +128,7 @@ fn apply_isolated(
     conn: &Connection,
     m: &Message,
     received: Timestamp,
-    policy: QueuePolicy,
+    policy: IngestPolicy,
 ) -> Result<MessageEffect, StoreError> {
     let mut effect = MessageEffect::default();
     let Some(events) = m.accepted(conn, received, &mut effect)? else {
@@ -168,11 +196,11 @@ struct Batch {
     sensors: HashMap<SensorId, Option<(i64, Limits)>>,
     rollups: Rollups,
     received: Timestamp,
-    policy: QueuePolicy,
+    policy: IngestPolicy,
 }
 
 impl Batch {
-    fn new(received: Timestamp, policy: QueuePolicy) -> Batch {
+    fn new(received: Timestamp, policy: IngestPolicy) -> Batch {
         Batch { sensors: HashMap::new(), rollups: Rollups::default(), received, policy }
     }
 
@@ -208,8 +236,20 @@ impl Batch {
         raw: &[u8],
         effect: &mut MessageEffect,
     ) -> Result<(), StoreError> {
+        let ahead = event.time().unix() - self.received.unix();
         let refused = match event {
-            Event::Alarm(a) => match alarms::apply(conn, a, self.received, self.policy)? {
+            _ if self.policy.max_ahead_s.is_some_and(|max| ahead > max) => Rejected {
+                reason: "invalid",
+                detail: format!(
+                    "time: {} is {} ahead of its receipt at {} (at most {} s is accepted): check the sender's clock, and that it sends UTC",
+                    event.time().to_rfc3339(),
+                    crate::domain::approx_duration(ahead),
+                    self.received.to_rfc3339(),
+                    self.policy.max_ahead_s.unwrap_or_default()
+                ),
+                event: String::new(),
+            },
+            Event::Alarm(a) => match alarms::apply(conn, a, self.received, self.policy.queue)? {
                 Err(refusal) => {
                     Rejected { reason: refusal.reason(), detail: refusal.to_string(), event: String::new() }
                 }

@@ -26,10 +26,10 @@ use rumqttc::{
 };
 use tokio::sync::{Notify, mpsc, watch};
 
+use super::IngestPolicy;
 use super::payload::MAX_PACKET_BYTES;
 use super::{Message, MessageEffect, apply_batch};
 use crate::alarms::Applied;
-use crate::alarms::QueuePolicy;
 use crate::config::MqttConfig;
 use crate::domain::Timestamp;
 use crate::store::{StoreError, Writer};
@@ -136,7 +136,7 @@ pub const INTAKE_BYTES: usize = 32 << 20;
 pub fn start(
     writer: Writer,
     cfg: MqttConfig,
-    policy: QueuePolicy,
+    policy: IngestPolicy,
     wake: Arc<Notify>,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Running> {
@@ -283,7 +283,7 @@ struct Ingest {
     up: watch::Sender<bool>,
     acked: watch::Sender<u64>,
     writer: Writer,
-    policy: QueuePolicy,
+    policy: IngestPolicy,
     /// Told when new occurrences need triage.
     wake: Arc<Notify>,
     committed_tx: mpsc::UnboundedSender<Committed>,

@@ -6,8 +6,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::IngestPolicy;
 use super::{Message, MessageEffect, apply_batch};
-use crate::alarms::QueuePolicy;
 use crate::domain::Timestamp;
 use crate::store::{self, StoreError, Writer};
 
@@ -64,7 +64,7 @@ pub enum Replay {
 }
 
 /// Replays dead letter `id` as `by` (journalled in the audit log), in one transaction.
-pub fn replay(writer: &Writer, id: i64, by: &str, policy: QueuePolicy) -> Result<Replay, StoreError> {
+pub fn replay(writer: &Writer, id: i64, by: &str, policy: IngestPolicy) -> Result<Replay, StoreError> {
     let by = by.to_string();
     writer.call(move |conn| {
         // topic, payload, received_at, reason, replayed_at
