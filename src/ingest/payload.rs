@@ -152,6 +152,22 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
+/// A parse error with the field it is in (`severity: unknown variant ...`), found by
+/// parsing again with the path tracked: only for an event that failed, so the usual case
+/// pays nothing for it.
+fn located(raw: &str, error: serde_json::Error) -> String {
+    let mut de = serde_json::Deserializer::from_str(raw);
+    match serde_path_to_error::deserialize::<_, Wire>(&mut de) {
+        // An unknown field's message names it already.
+        Err(e)
+            if !e.path().to_string().starts_with(['.', '?']) && !e.inner().to_string().starts_with("unknown field") =>
+        {
+            format!("{}: {}", e.path(), e.inner())
+        }
+        _ => error.to_string(),
+    }
+}
+
 /// Just the `events` of a batch object; anything else in it is ignored.
 #[derive(Deserialize)]
 struct Envelope<'a> {
@@ -210,7 +226,7 @@ pub fn parse<'a>(payload: &'a [u8]) -> Result<Parsed, Rejected> {
     let mut events = Vec::with_capacity(wires.len());
     let mut rejected = Vec::new();
     for (raw, wire) in wires {
-        match wire.map_err(|e| ("malformed", e.to_string())).and_then(event) {
+        match wire.map_err(|e| ("malformed", located(raw, e))).and_then(event) {
             Ok(e) => events.push((e, span(payload, raw))),
             Err((reason, detail)) => rejected.push(Rejected { reason, detail, event: raw.to_string() }),
         }
@@ -372,8 +388,21 @@ mod tests {
             detail(br#"{"type":"alarm","event_id":"e1"}"#).starts_with("missing field `asset_id`: an alarm event has")
         );
         assert!(detail(br#"{"sensor_id":"PUMP-007.FLOW"}"#).starts_with("missing field `type`"));
-        assert!(detail(br#"{"type":"gossip"}"#).contains("unknown variant `gossip`"));
-        assert!(detail(br#"{"type":"reading","colour":"red"}"#).contains("unknown field `colour`"));
+        assert!(detail(br#"{"type":"gossip"}"#).starts_with("type: unknown variant `gossip`"));
+        let colour = detail(br#"{"type":"reading","colour":"red"}"#);
+        assert!(colour.starts_with("unknown field `colour`"), "{colour}");
+        // A value of the wrong type or outside a vocabulary names its field.
+        let alarm = |fields: &str| {
+            let alarm = r#"{"type":"alarm","event_id":"e1","asset_id":"PUMP-007","code":"VIB-HI","time":"2026-11-30T12:00:00Z""#;
+            detail(format!("{alarm},{fields}}}").as_bytes())
+        };
+        assert_eq!(
+            alarm(r#""severity":"hi","state":"raised""#).split(" at line").next().unwrap(),
+            "severity: unknown variant `hi`, expected one of `low`, `medium`, `high`, `critical`"
+        );
+        assert!(alarm(r#""severity":"high","state":"open""#).starts_with("state: unknown variant `open`"));
+        let nan = alarm(r#""severity":"high","state":"raised","value":"NaN""#);
+        assert!(nan.starts_with(r#"value: invalid type: string "NaN", expected f64"#), "{nan}");
         assert_eq!(parse(br#"{"events": 5}"#).unwrap_err().detail, "`events` must be an array");
     }
 
