@@ -143,6 +143,7 @@ impl Daemon {
                 cfg: opts.config.web.clone(),
                 broker_up,
                 mcp: opts.config.mcp.clone(),
+                queue: policy.queue,
             });
             tasks.push(tokio::spawn(crate::web::serve(listener, state, stop_rx.clone())));
         }

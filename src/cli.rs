@@ -140,7 +140,7 @@ enum Command {
     /// Agent runs: the audit trail.
     #[command(subcommand)]
     Runs(RunsCommand),
-    /// Alarms: list, acknowledge, shelve (as a local operator).
+    /// Alarms: list, acknowledge, shelve, out of service (as a local operator).
     #[command(subcommand)]
     Alarms(AlarmsCommand),
     /// Messages and events ingest refused: list them, replay them once the cause is fixed.
@@ -227,6 +227,35 @@ enum AlarmsCommand {
         minutes: i64,
         #[arg(long)]
         reason: String,
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
+    /// Return a shelved alarm before its shelf time is over.
+    #[command(after_help = "Example:\n  twinops alarms unshelve 46")]
+    Unshelve {
+        alarm_id: i64,
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
+    /// Take an alarm's point out of service (maintenance, a failed instrument), with a
+    /// reason: until it is returned, its occurrences are recorded but not annunciated
+    /// or triaged.
+    #[command(
+        name = "out-of-service",
+        after_help = "Example:\n  twinops alarms out-of-service 46 --reason 'permit 4471: transmitter replaced'"
+    )]
+    OutOfService {
+        alarm_id: i64,
+        #[arg(long)]
+        reason: String,
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
+    /// Return an alarm's point to service; if its condition is still present, the alarm
+    /// annunciates again and is triaged.
+    #[command(name = "in-service", after_help = "Example:\n  twinops alarms in-service 46")]
+    InService {
+        alarm_id: i64,
         #[arg(long, env = "USER", default_value = "cli")]
         user: String,
     },
@@ -592,6 +621,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let store = cli.global.open()?;
             alarms::shelve(store.writer(), alarm_id, &user, minutes * 60, &reason, Timestamp::now())?;
             println!("alarm {alarm_id} is shelved for {minutes} minutes");
+        }
+        Command::Alarms(AlarmsCommand::Unshelve { alarm_id, user }) => {
+            let store = cli.global.open()?;
+            let state = alarms::unshelve(store.writer(), alarm_id, &user, Timestamp::now())?;
+            println!("alarm {alarm_id} is now {state}");
+        }
+        Command::Alarms(AlarmsCommand::OutOfService { alarm_id, reason, user }) => {
+            let store = cli.global.open()?;
+            alarms::remove_from_service(store.writer(), alarm_id, &user, &reason, Timestamp::now())?;
+            println!("alarm {alarm_id} is out of service: its point's alarms are recorded, not annunciated or triaged");
+        }
+        Command::Alarms(AlarmsCommand::InService { alarm_id, user }) => {
+            let store = cli.global.open()?;
+            let policy = cli.global.config()?.ingest_policy().queue;
+            let state = alarms::return_to_service(store.writer(), alarm_id, &user, Timestamp::now(), policy)?;
+            println!("alarm {alarm_id} is back in service and now {state}");
         }
         Command::DeadLetters(DeadLettersCommand::List { reason, all, limit }) => {
             let store = cli.global.open()?;

@@ -57,6 +57,11 @@ pub const DEFINED: &[Def] = &[
         Counter,
         "Occurrences of chattering alarm points (3 or more activations in 60 s).",
     ),
+    def(
+        "twinops_alarms_suppressed_total",
+        Counter,
+        "New occurrences of alarm points out of service: recorded, not annunciated or triaged.",
+    ),
     def("twinops_alarms", Gauge, "Alarm occurrences not cleared, by ISA-18.2 state and severity."),
     def("twinops_alarm_flood", Gauge, "1 while more than 10 alarms were raised in the last 10 minutes."),
     def(

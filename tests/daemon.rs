@@ -254,10 +254,74 @@ fn acknowledge_and_shelve() {
     let state: AlarmState =
         p.store.read().unwrap().query_row("SELECT state FROM alarms WHERE id = ?1", [alarm_id], |r| r.get(0)).unwrap();
     assert_eq!(state, AlarmState::Acknowledged, "back to its state before shelving");
+    // Unshelved by hand before its time.
+    alarms::shelve(w, alarm_id, "operator.kaur", 3600, "permit 4472", at(70)).unwrap();
+    assert_eq!(alarms::unshelve(w, alarm_id, "operator.kaur", at(80)).unwrap(), AlarmState::Acknowledged);
+    let again = alarms::unshelve(w, alarm_id, "operator.kaur", at(81)).unwrap_err().to_string();
+    assert!(again.contains("is acknowledged; only shelved alarms can be unshelved"), "{again}");
     let actors =
         p.count(&format!("SELECT count(*) FROM alarm_events WHERE alarm_id = {alarm_id} AND actor = 'operator.kaur'"));
-    assert_eq!(actors, 2, "acknowledged and shelved, by the operator");
+    assert_eq!(actors, 4, "acknowledged, shelved, shelved and unshelved, by the operator");
     assert!(alarms::acknowledge(w, 999_999, "x", at(1)).unwrap_err().to_string().contains("no alarm 999999"));
+}
+
+/// Out of service (ISA-18.2): a point taken out of service keeps recording its alarms
+/// but neither annunciates nor triages them, across occurrences, until it is returned;
+/// then an occurrence still active annunciates again and is triaged, and one that
+/// cleared meanwhile is cleared. Every step is journalled with who.
+#[test]
+fn a_point_out_of_service_records_but_does_not_triage_until_returned() {
+    let p = Plant::new();
+    p.write("DELETE FROM triage_jobs");
+    let w = p.store.writer();
+    let Applied::Raised { alarm_id: first, .. } = send(&p, &alarm("o1", "raised", 1)).alarms[0] else { panic!() };
+    let no_reason = alarms::remove_from_service(w, first, "supervisor.ng", "  ", at(2)).unwrap_err().to_string();
+    assert!(no_reason.contains("say why"), "{no_reason}");
+    let returned = alarms::return_to_service(w, first, "supervisor.ng", at(2), Default::default());
+    assert!(returned.unwrap_err().to_string().contains("only alarms out of service can be returned"));
+    assert_eq!(
+        alarms::remove_from_service(w, first, "supervisor.ng", "permit 4471: RTD replaced", at(2)).unwrap(),
+        AlarmState::OutOfService
+    );
+    let twice = alarms::remove_from_service(w, first, "supervisor.ng", "again", at(2)).unwrap_err().to_string();
+    assert!(twice.contains("is out_of_service; return it to service first"), "{twice}");
+
+    // Cleared and raised again while out of service: a new occurrence, not triaged.
+    assert!(matches!(send(&p, &alarm("o2", "cleared", 3)).alarms[0], Applied::Cleared { .. }));
+    let Applied::OutOfService { alarm_id: second } = send(&p, &alarm("o3", "raised", 4)).alarms[0] else { panic!() };
+    assert!(
+        matches!(send(&p, &alarm("o4", "raised", 5)).alarms[0], Applied::Reraised { alarm_id } if alarm_id == second)
+    );
+    let state = |id: i64| p.text(&format!("SELECT state FROM alarms WHERE id = {id}"));
+    assert_eq!((state(first).as_str(), state(second).as_str()), ("out_of_service", "out_of_service"));
+    assert_eq!(p.count(&format!("SELECT count(*) FROM alarms WHERE id = {second} AND triage_job IS NULL")), 1);
+    assert_eq!(p.count("SELECT count(*) FROM triage_jobs"), 1, "only the first occurrence, raised in service");
+    let older = alarms::remove_from_service(w, first, "supervisor.ng", "x", at(5)).unwrap_err().to_string();
+    assert!(older.contains("is out_of_service"), "{older}");
+    assert_eq!(
+        alarms::flood_state(&p.store.read().unwrap(), at(6), false).unwrap().alarms_last_10_min,
+        0,
+        "points out of service do not count towards a flood"
+    );
+
+    assert_eq!(
+        alarms::return_to_service(w, second, "supervisor.ng", at(6), Default::default()).unwrap(),
+        AlarmState::Unacknowledged
+    );
+    assert_eq!((state(first).as_str(), state(second).as_str()), ("cleared", "unacknowledged"));
+    assert_eq!(
+        p.count(&format!("SELECT count(*) FROM alarms WHERE id = {second} AND triage_job IS NOT NULL")),
+        1,
+        "triaged now"
+    );
+    let journal = p.text(&format!(
+        "SELECT group_concat(kind || ' by ' || actor, ', ') FROM (SELECT kind, actor FROM alarm_events WHERE alarm_id IN ({first}, {second}) AND actor != 'scada' ORDER BY id)"
+    ));
+    assert_eq!(
+        journal,
+        "out_of_service by supervisor.ng, returned_to_service by supervisor.ng, returned_to_service by supervisor.ng"
+    );
+    assert!(matches!(send(&p, &alarm("o5", "raised", 7)).alarms[0], Applied::Reraised { .. }), "in service again");
 }
 
 /// Flood: above 10 alarms in 10 minutes starts it, below 5 ends it. Chattering: three

@@ -182,6 +182,31 @@ async fn roles_decide_who_may_do_what() {
 
     let r = hmi.post(&format!("/api/alarms/{first}/ack"), &operator, json!({})).await;
     assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+
+    // Out of service is a supervisor's decision, with a reason; shelving an operator's.
+    let active = alarms["alarms"].as_array().unwrap().iter().find(|a| a["cleared_at"].is_null() && a["id"] != first);
+    let first = active.expect("the seeded plant has an active alarm")["id"].as_i64().unwrap();
+    let oos = format!("/api/alarms/{first}/out-of-service");
+    let r = hmi.post(&oos, &operator, json!({"reason": "permit 4471"})).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = hmi.post(&oos, &supervisor, json!({"reason": "permit 4471"})).await;
+    assert_eq!(r.json::<Value>().await.unwrap()["state"], "out_of_service");
+    let r = hmi.post(&format!("/api/alarms/{first}/shelve"), &operator, json!({"minutes": 60, "reason": "x"})).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT, "an alarm out of service is not shelved");
+    let r = hmi.post(&format!("/api/alarms/{first}/in-service"), &supervisor, json!({})).await;
+    assert_eq!(r.json::<Value>().await.unwrap()["state"], "unacknowledged", "still active: it annunciates again");
+    hmi.post(&format!("/api/alarms/{first}/shelve"), &operator, json!({"minutes": 60, "reason": "permit 4472"})).await;
+    let r = hmi.post(&format!("/api/alarms/{first}/unshelve"), &operator, json!({})).await;
+    assert_eq!(r.json::<Value>().await.unwrap()["state"], "unacknowledged");
+    let journal = p.text(&format!(
+        "SELECT group_concat(kind || ' by ' || actor, ', ') FROM (SELECT kind, actor FROM alarm_events WHERE alarm_id = {first} AND actor != 'scada' ORDER BY id)"
+    ));
+    assert!(
+        journal.ends_with(
+            "out_of_service by supervisor.ruiz, returned_to_service by supervisor.ruiz, shelved by operator.kaur, unshelved by operator.kaur"
+        ),
+        "{journal}"
+    );
     hmi.daemon.shutdown().await;
 }
 

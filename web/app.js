@@ -190,6 +190,18 @@ async function openAlarm(id, quiet) {
       actions.append(h('span', {}, ' Shelve for ', minutes, ' min ', reason,
         h('button', { onclick: () => act(() => api(`/api/alarms/${id}/shelve`, { json: { minutes: Number(minutes.value), reason: reason.value } })) }, 'Shelve')));
     }
+    if (a.state === 'shelved') {
+      actions.append(h('button', { onclick: () => act(() => api(`/api/alarms/${id}/unshelve`, { method: 'POST' })) }, 'Unshelve'));
+    }
+  }
+  if (can('supervisor')) {
+    if (a.state === 'out_of_service') {
+      actions.append(h('button', { onclick: () => act(() => api(`/api/alarms/${id}/in-service`, { method: 'POST' })) }, 'Return to service'));
+    } else if (!a.cleared_at) {
+      const why = h('input', { type: 'text', placeholder: 'reason (e.g. permit number)', 'aria-label': 'out of service reason' });
+      actions.append(h('span', {}, ' ', why,
+        h('button', { onclick: () => act(() => api(`/api/alarms/${id}/out-of-service`, { json: { reason: why.value } })) }, 'Take out of service')));
+    }
   }
   panel.replaceChildren(
     h('h2', {}, h('span', { class: `sev ${a.severity}` }, a.severity), ` ${a.asset_id} ${a.code}`),

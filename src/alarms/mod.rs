@@ -55,6 +55,11 @@ pub enum Applied {
     Cleared {
         alarm_id: i64,
     },
+    /// A new occurrence of a point that is out of service: recorded and journalled, not
+    /// annunciated, not triaged (see [`remove_from_service`]).
+    OutOfService {
+        alarm_id: i64,
+    },
     /// This event id was seen before; nothing changed.
     Duplicate,
 }
@@ -134,10 +139,21 @@ pub fn apply(
             Applied::Reraised { alarm_id }
         }
         (Transition::Raised, None) => {
+            // A point stays out of service, across occurrences, until it is returned.
+            let out_of_service: bool = conn
+                .prepare_cached(
+                    "SELECT state = 'out_of_service' FROM alarms
+                     WHERE asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
+                     ORDER BY id DESC LIMIT 1",
+                )?
+                .query_row(params![ev.asset_id, ev.sensor_id, ev.code], |r| r.get(0))
+                .optional()?
+                .unwrap_or(false);
+            let state = if out_of_service { AlarmState::OutOfService } else { AlarmState::Unacknowledged };
             conn.prepare_cached(
                 "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, value, threshold,
                                      raised_at, last_raised_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'unacknowledged', ?6, ?7, ?8, ?9, ?9)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
             )?
             .execute(params![
                 ev.event_id,
@@ -145,6 +161,7 @@ pub fn apply(
                 ev.sensor_id,
                 ev.code,
                 ev.severity,
+                state,
                 ev.message,
                 ev.value,
                 ev.threshold,
@@ -152,6 +169,10 @@ pub fn apply(
             ])?;
             let alarm_id = conn.last_insert_rowid();
             journal(conn, alarm_id, Some(&ev.event_id), "raised", t, "scada", &ev.message)?;
+            if out_of_service {
+                crate::metrics::count("twinops_alarms_suppressed_total", &[], 1.0);
+                return Ok(Ok(Applied::OutOfService { alarm_id }));
+            }
             crate::metrics::count("twinops_alarms_raised_total", &[("severity", ev.severity.as_str())], 1.0);
             let code = crate::metrics::bounded("twinops_alarms_raised_by_code_total", "code", &ev.code, 500);
             crate::metrics::count("twinops_alarms_raised_by_code_total", &[("code", &code)], 1.0);
@@ -364,6 +385,117 @@ pub fn unshelve_expired(writer: &Writer, now: Timestamp) -> Result<usize, StoreE
     })
 }
 
+/// Returns a shelved alarm to its state before shelving, before its shelf time is over.
+pub fn unshelve(writer: &Writer, id: i64, user: &str, now: Timestamp) -> Result<AlarmState, ActionError> {
+    let user = user.to_string();
+    writer.call(move |conn| {
+        let (state, acked, _) = state_of(conn, id)?;
+        if state != AlarmState::Shelved {
+            return Err(ActionError::WrongState { id, state, hint: "only shelved alarms can be unshelved" });
+        }
+        let next = if acked.is_some() { AlarmState::Acknowledged } else { AlarmState::Unacknowledged };
+        conn.prepare_cached("UPDATE alarms SET state = ?2, shelved_until = NULL WHERE id = ?1")?
+            .execute(params![id, next])?;
+        journal(conn, id, None, "unshelved", now.unix(), &user, "")?;
+        Ok(next)
+    })
+}
+
+/// Takes an alarm's point (its asset, sensor and code) out of service, for maintenance
+/// or a failed instrument, with a reason: until it is returned, its occurrences are
+/// recorded but not annunciated, not counted towards a flood, and not triaged. Returns
+/// the new state.
+pub fn remove_from_service(
+    writer: &Writer,
+    id: i64,
+    user: &str,
+    reason: &str,
+    now: Timestamp,
+) -> Result<AlarmState, ActionError> {
+    if reason.trim().is_empty() {
+        return Err(ActionError::Invalid(
+            "say why the alarm is taken out of service (--reason), e.g. the permit number".into(),
+        ));
+    }
+    let (user, reason) = (user.to_string(), reason.trim().to_string());
+    writer.call(move |conn| {
+        let (state, _, _) = state_of(conn, id)?;
+        if state == AlarmState::OutOfService {
+            return Err(ActionError::WrongState { id, state, hint: "return it to service first" });
+        }
+        let latest: i64 = conn
+            .prepare_cached(
+                "SELECT max(p.id) FROM alarms a JOIN alarms p ON p.asset_id = a.asset_id AND p.code = a.code
+                 AND coalesce(p.sensor_id, '') = coalesce(a.sensor_id, '') WHERE a.id = ?1",
+            )?
+            .query_row([id], |r| r.get(0))?;
+        if latest != id {
+            return Err(ActionError::Invalid(format!(
+                "alarm {id} is not its point's latest occurrence; take alarm {latest} out of service instead"
+            )));
+        }
+        conn.prepare_cached("UPDATE alarms SET state = 'out_of_service', shelved_until = NULL WHERE id = ?1")?
+            .execute([id])?;
+        journal(conn, id, None, "out_of_service", now.unix(), &user, &reason)?;
+        Ok(AlarmState::OutOfService)
+    })
+}
+
+/// Returns an alarm's point to service. An occurrence still active annunciates again
+/// (unacknowledged) and is triaged if it never was; one that cleared meanwhile is
+/// cleared. Returns the named occurrence's new state.
+pub fn return_to_service(
+    writer: &Writer,
+    id: i64,
+    user: &str,
+    now: Timestamp,
+    policy: QueuePolicy,
+) -> Result<AlarmState, ActionError> {
+    let user = user.to_string();
+    writer.call(move |conn| {
+        let (state, _, _) = state_of(conn, id)?;
+        if state != AlarmState::OutOfService {
+            return Err(ActionError::WrongState {
+                id,
+                state,
+                hint: "only alarms out of service can be returned to it",
+            });
+        }
+        // Every occurrence of the point that is out of service: the named one, and those
+        // raised and cleared while it was.
+        let mut stmt = conn.prepare_cached(
+            "SELECT p.id, p.cleared_at IS NULL, p.triage_job IS NULL, p.asset_id, p.severity, p.raised_at
+             FROM alarms a JOIN alarms p ON p.asset_id = a.asset_id AND p.code = a.code
+             AND coalesce(p.sensor_id, '') = coalesce(a.sensor_id, '')
+             WHERE a.id = ?1 AND p.state = 'out_of_service'",
+        )?;
+        let point: Vec<(i64, bool, bool, String, Severity, i64)> = stmt
+            .query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut named = AlarmState::OutOfService;
+        for (alarm, active, untriaged, asset, severity, raised_at) in point {
+            let next = if active { AlarmState::Unacknowledged } else { AlarmState::Cleared };
+            // Annunciated again, it needs a fresh acknowledgement (the old one stays in
+            // the journal).
+            conn.prepare_cached(
+                "UPDATE alarms SET state = ?2,
+                     acked_at = CASE WHEN ?3 THEN NULL ELSE acked_at END,
+                     acked_by = CASE WHEN ?3 THEN NULL ELSE acked_by END
+                 WHERE id = ?1",
+            )?
+            .execute(params![alarm, next, active])?;
+            journal(conn, alarm, None, "returned_to_service", now.unix(), &user, "")?;
+            if active && untriaged {
+                enqueue_triage(conn, alarm, &asset, severity, Timestamp::from_unix(raised_at), now, policy)?;
+            }
+            if alarm == id {
+                named = next;
+            }
+        }
+        Ok(named)
+    })
+}
+
 /// The alarm rate against the ISA-18.2 flood figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct FloodState {
@@ -373,10 +505,12 @@ pub struct FloodState {
 }
 
 /// Whether the plant is in an alarm flood, given whether it was in one before
-/// (hysteresis: start above 10, end below 5).
+/// (hysteresis: start above 10, end below 5). Occurrences of points out of service do
+/// not count: taking a faulty instrument out of service is how a flood of its nuisance
+/// alarms is ended.
 pub fn flood_state(conn: &Connection, now: Timestamp, was_flood: bool) -> rusqlite::Result<FloodState> {
     let n: i64 = conn
-        .prepare_cached("SELECT count(*) FROM alarms WHERE raised_at > ?1")?
+        .prepare_cached("SELECT count(*) FROM alarms WHERE raised_at > ?1 AND state != 'out_of_service'")?
         .query_row([now.unix() - FLOOD_WINDOW_SECS], |r| r.get(0))?;
     let flood = if was_flood { n >= FLOOD_END } else { n > FLOOD_START };
     Ok(FloodState { alarms_last_10_min: n, flood })

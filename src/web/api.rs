@@ -102,6 +102,22 @@ pub fn endpoints() -> Vec<Endpoint> {
             post(shelve),
         )
         .body::<ShelveRequest>(),
+        ep(M::POST, "/api/alarms/{id}/unshelve", operator, "Return a shelved alarm before its time", post(unshelve)),
+        ep(
+            M::POST,
+            "/api/alarms/{id}/out-of-service",
+            supervisor,
+            "Take an alarm's point out of service, with a reason: its alarms are recorded, not annunciated or triaged",
+            post(out_of_service),
+        )
+        .body::<ReasonRequest>(),
+        ep(
+            M::POST,
+            "/api/alarms/{id}/in-service",
+            supervisor,
+            "Return an alarm's point to service; an active alarm annunciates again",
+            post(in_service),
+        ),
         ep(M::GET, "/api/assets", viewer, "Assets with status and active alarms", get(assets)),
         ep(M::GET, "/api/assets/{id}", viewer, "One asset: sensors with latest values against limits", get(asset)),
         ep(M::GET, "/api/sensors/{id}/readings", viewer, "Readings over a window (query: hours, 1-168)", get(readings)),
@@ -422,9 +438,16 @@ async fn ack(
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
     let w = s.store.writer().clone();
-    let state = tokio::task::spawn_blocking(move || alarms::acknowledge(&w, id, &user.name, Timestamp::now()))
-        .await?
-        .map_err(action_error)?;
+    alarm_action(id, move || alarms::acknowledge(&w, id, &user.name, Timestamp::now())).await
+}
+
+/// Runs an operator action off the async threads (it waits on the writer) and answers
+/// with the alarm's new state.
+async fn alarm_action(
+    id: i64,
+    action: impl FnOnce() -> Result<crate::domain::AlarmState, alarms::ActionError> + Send + 'static,
+) -> Result<Json<Value>, ApiError> {
+    let state = tokio::task::spawn_blocking(action).await?.map_err(action_error)?;
     Ok(Json(json!({"id": id, "state": state})))
 }
 
@@ -445,12 +468,46 @@ async fn shelve(
     Json(req): Json<ShelveRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let w = s.store.writer().clone();
-    let state = tokio::task::spawn_blocking(move || {
+    alarm_action(id, move || {
         alarms::shelve(&w, id, &user.name, req.minutes.saturating_mul(60), &req.reason, Timestamp::now())
     })
-    .await?
-    .map_err(action_error)?;
-    Ok(Json(json!({"id": id, "state": state})))
+    .await
+}
+
+async fn unshelve(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    alarm_action(id, move || alarms::unshelve(&w, id, &user.name, Timestamp::now())).await
+}
+
+/// Why a point is taken out of service, for the journal.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonRequest {
+    /// E.g. "permit 4471: suction transmitter replaced".
+    pub reason: String,
+}
+
+async fn out_of_service(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ReasonRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    alarm_action(id, move || alarms::remove_from_service(&w, id, &user.name, &req.reason, Timestamp::now())).await
+}
+
+async fn in_service(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let (w, queue) = (s.store.writer().clone(), s.queue);
+    alarm_action(id, move || alarms::return_to_service(&w, id, &user.name, Timestamp::now(), queue)).await
 }
 
 /// Runs a read tool for the page, as the user: the same view of the twin the agent has.

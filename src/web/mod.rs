@@ -44,6 +44,8 @@ pub struct WebState {
     /// Whether the MQTT ingest connection is up (for the degraded banner).
     pub broker_up: watch::Receiver<bool>,
     pub mcp: crate::config::McpConfig,
+    /// For an alarm returned to service that needs triage.
+    pub queue: crate::alarms::QueuePolicy,
 }
 
 /// An error as the API returns it: a status and a message a person can act on.
