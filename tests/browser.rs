@@ -240,6 +240,17 @@ async fn the_hmi_in_a_real_browser() {
         .await;
     assert!(trace.as_str().unwrap().contains("search_docs"), "{trace}");
 
+    // The supervisor takes the alarm's point out of service, with a reason, and back.
+    b.type_into("#oos-reason", "permit 4471: vibration probe replaced").await;
+    b.click("#out-of-service").await;
+    b.until("the return-to-service button", "document.querySelector('#in-service')").await;
+    b.click("#in-service").await;
+    b.until("the out-of-service button again", "document.querySelector('#out-of-service')").await;
+    let journal = p.text(&format!(
+        "SELECT group_concat(kind || ': ' || coalesce(detail, ''), ' | ') FROM alarm_events WHERE alarm_id = {alarm_id} AND actor = 'supervisor.ruiz'"
+    ));
+    assert_eq!(journal, "out_of_service: permit 4471: vibration probe replaced | returned_to_service: ");
+
     // The chat streams its answer; the hostile parts stay text.
     b.click("button[data-tab=chat]").await;
     b.type_into("#chat-input", "How is PUMP-007?").await;

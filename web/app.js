@@ -191,16 +191,16 @@ async function openAlarm(id, quiet) {
         h('button', { onclick: () => act(() => api(`/api/alarms/${id}/shelve`, { json: { minutes: Number(minutes.value), reason: reason.value } })) }, 'Shelve')));
     }
     if (a.state === 'shelved') {
-      actions.append(h('button', { onclick: () => act(() => api(`/api/alarms/${id}/unshelve`, { method: 'POST' })) }, 'Unshelve'));
+      actions.append(h('button', { id: 'unshelve', onclick: () => act(() => api(`/api/alarms/${id}/unshelve`, { method: 'POST' })) }, 'Unshelve'));
     }
   }
   if (can('supervisor')) {
     if (a.state === 'out_of_service') {
-      actions.append(h('button', { onclick: () => act(() => api(`/api/alarms/${id}/in-service`, { method: 'POST' })) }, 'Return to service'));
+      actions.append(h('button', { id: 'in-service', onclick: () => act(() => api(`/api/alarms/${id}/in-service`, { method: 'POST' })) }, 'Return to service'));
     } else if (!a.cleared_at) {
-      const why = h('input', { type: 'text', placeholder: 'reason (e.g. permit number)', 'aria-label': 'out of service reason' });
+      const why = h('input', { id: 'oos-reason', type: 'text', placeholder: 'reason (e.g. permit number)', 'aria-label': 'out of service reason' });
       actions.append(h('span', {}, ' ', why,
-        h('button', { onclick: () => act(() => api(`/api/alarms/${id}/out-of-service`, { json: { reason: why.value } })) }, 'Take out of service')));
+        h('button', { id: 'out-of-service', onclick: () => act(() => api(`/api/alarms/${id}/out-of-service`, { json: { reason: why.value } })) }, 'Take out of service')));
     }
   }
   panel.replaceChildren(
