@@ -87,8 +87,9 @@ enum Command {
         /// Seed an empty database with the demo plant and run the plant simulator.
         #[arg(long)]
         demo: bool,
-        /// Folder holding plant.toml and docs/ (for --demo).
-        #[arg(long, default_value = "seed")]
+        /// Folder holding plant.toml and docs/ (for --demo); `--from`, as for seed and
+        /// simulate, works too.
+        #[arg(long, visible_alias = "from", default_value = "seed")]
         seed_from: PathBuf,
     },
     /// Run the embedded MQTT broker on its own (in memory, loopback by default), for a

@@ -224,6 +224,29 @@ fn triage_without_a_model_uses_the_rules_model_and_runs_show_the_trace() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no agent run 99"));
 }
 
+/// Every command that reads the seed folder takes it as `--from`, which is what its
+/// error says to pass when the folder is not where it looked.
+#[test]
+fn a_missing_seed_folder_names_the_flag_that_fixes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-seed");
+    let missing = missing.to_str().unwrap();
+    for args in [vec!["seed", "--from", missing], vec!["serve", "--demo", "--from", missing]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["--config", "/nonexistent/twinops.toml"])
+            .args(&args)
+            .env("TWINOPS_MQTT_LISTEN", "127.0.0.1:0")
+            .env("TWINOPS_WEB_LISTEN", "")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&format!("reading {missing}/plant.toml (pass --from with the folder")), "{args:?}: {err}");
+    }
+}
+
 /// `twinops serve --demo` on a fresh data directory seeds the plant, starts the
 /// embedded broker and the simulator, and prints triage notes within a minute; SIGTERM
 /// stops it cleanly.
