@@ -247,6 +247,73 @@ fn a_missing_seed_folder_names_the_flag_that_fixes_it() {
     }
 }
 
+/// With a model server that refuses the API key and echoes it back, the daemon says in
+/// its log that the provider failed and triage falls back to the rules model; the key
+/// is in neither the log (at debug level) nor the audit trail.
+#[test]
+fn a_failing_model_provider_is_logged_without_its_key() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+    const KEY: &str = "sk-live-4f9c2e7a1b3d5e6f";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let echo = twinops::scripted::Reply::Status {
+        status: 401,
+        headers: Vec::new(),
+        body: format!(r#"{{"error": {{"message": "Incorrect API key provided: {KEY}"}}}}"#),
+    };
+    let server = rt.block_on(twinops::scripted::ScriptedServer::cycling(vec![echo]));
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--config", "/nonexistent/twinops.toml", "serve", "--demo", "--from"])
+        .arg(common::seed_dir())
+        .env("TWINOPS_MQTT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("TWINOPS_WEB_LISTEN", "")
+        .env("TWINOPS_LLM_KIND", "openai")
+        .env("TWINOPS_LLM_MODEL", "gpt-test")
+        .env("TWINOPS_LLM_BASE_URL", server.openai_url())
+        .env("TWINOPS_LLM_API_KEY", KEY)
+        .env("TWINOPS_LOG", "debug")
+        .env_remove("TWINOPS_MQTT_URL")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line.starts_with("note ") && line.contains("(degraded)"));
+            all.push(line);
+        }
+        all
+    });
+    let started = Instant::now();
+    let mut degraded = false;
+    while !degraded && started.elapsed() < Duration::from_secs(60) {
+        degraded = rx.recv_timeout(Duration::from_millis(500)).unwrap_or(false);
+    }
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    child.wait().unwrap();
+    let log = reader.join().unwrap().join("\n");
+    assert!(degraded, "a degraded note within 60 s");
+    assert!(!server.requests().is_empty(), "the provider was called");
+    assert!(log.contains("the model provider failed; falling back"), "the failure is in the log");
+    assert!(log.contains("[redacted]"), "with the server's message, key cut out");
+    assert!(!log.contains(KEY), "the key reached the log");
+    let db = rusqlite::Connection::open(dir.path().join("twinops.db")).unwrap();
+    let leaked: i64 = db
+        .query_row(
+            "SELECT count(*) FROM agent_steps WHERE instr(coalesce(result, '') || coalesce(arguments, ''), ?1) > 0",
+            [KEY],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(leaked, 0, "the key reached the audit trail");
+}
+
 /// `twinops serve --demo` on a fresh data directory seeds the plant, starts the
 /// embedded broker and the simulator, and prints triage notes within a minute; SIGTERM
 /// stops it cleanly.

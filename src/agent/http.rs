@@ -69,11 +69,19 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     text("retry-after").and_then(|v| v.parse::<f64>().ok()).map(|s| Duration::from_secs_f64(s.max(0.0)))
 }
 
-/// Turns a non-success response into a classified error.
-pub async fn error_from_response(provider: &str, response: reqwest::Response) -> ModelError {
+/// Turns a non-success response into a classified error. The error goes to the audit
+/// trail and the log, so the API key is cut out of it should the server echo it.
+pub async fn error_from_response(
+    provider: &str,
+    response: reqwest::Response,
+    key: Option<&crate::config::Secret>,
+) -> ModelError {
     let status = response.status().as_u16();
     let after = retry_after(response.headers());
-    let body = response.text().await.unwrap_or_default();
+    let mut body = response.text().await.unwrap_or_default();
+    if let Some(key) = key.map(|k| k.expose()).filter(|k| !k.is_empty()) {
+        body = body.replace(key, "[redacted]");
+    }
     let snippet: String = body.chars().take(ERROR_BODY_CHARS).collect();
     let class = classify_status(status, &body);
     let mut err = ModelError::new(provider, class, format!("HTTP {status}: {snippet}"));

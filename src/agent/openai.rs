@@ -88,7 +88,7 @@ impl OpenAi {
         }
         let response = request.send().await.map_err(|e| self.http.transport_error(&self.name, e))?;
         if !response.status().is_success() {
-            return Err(error_from_response(&self.name, response).await);
+            return Err(error_from_response(&self.name, response, self.api_key.as_ref()).await);
         }
         let reply = if let Some(sink) = &req.stream {
             let mut acc = StreamAccumulator::default();

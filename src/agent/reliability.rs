@@ -65,16 +65,24 @@ impl Breaker {
         }
     }
 
-    pub fn record(&self, ok: bool) {
+    /// Records a call's outcome; returns the new state when this changed it (from
+    /// half-open back to open counts: the trial failed).
+    pub fn record(&self, ok: bool) -> Option<BreakerState> {
         let mut s = self.inner.lock().expect("breaker lock");
+        let before = s.0;
         if ok {
             *s = (BreakerState::Closed, 0, None);
-            return;
+        } else {
+            s.1 += 1;
+            if s.0 == BreakerState::HalfOpen || s.1 >= self.threshold {
+                *s = (BreakerState::Open, s.1, Some(Instant::now() + self.cooldown));
+            }
         }
-        s.1 += 1;
-        if s.0 == BreakerState::HalfOpen || s.1 >= self.threshold {
-            *s = (BreakerState::Open, s.1, Some(Instant::now() + self.cooldown));
-        }
+        (s.0 != before || before == BreakerState::HalfOpen).then_some(s.0)
+    }
+
+    pub fn cooldown(&self) -> Duration {
+        self.cooldown
     }
 
     pub fn state(&self) -> BreakerState {
@@ -163,7 +171,13 @@ impl Chain {
                 });
                 let err = match result {
                     Ok(reply) => {
-                        link.breaker.record(true);
+                        if link.breaker.record(true).is_some() {
+                            tracing::warn!(
+                                stage = "model",
+                                provider = link.model.name(),
+                                "the model provider answers again; its circuit breaker is closed"
+                            );
+                        }
                         return Ok(Served { reply, link: index, provider: link.model.name().to_string() });
                     }
                     Err(err) => err,
@@ -187,7 +201,22 @@ impl Chain {
                 tokio::time::sleep(delay).await;
                 waited = delay;
             }
-            link.breaker.record(false);
+            // Said once per give-up, and the breaker bounds how often that is.
+            let next = self.links.get(index + 1).map_or("no other provider", |l| l.model.name());
+            let error = last_error.as_ref().map(ToString::to_string).unwrap_or_default();
+            match link.breaker.record(false) {
+                Some(BreakerState::Open) => tracing::warn!(
+                    stage = "model",
+                    provider = link.model.name(),
+                    %error,
+                    cooldown_s = link.breaker.cooldown().as_secs(),
+                    fallback = next,
+                    "the model provider keeps failing; its circuit breaker is open and it is skipped until the cool-down passes"
+                ),
+                _ => {
+                    tracing::warn!(stage = "model", provider = link.model.name(), %error, fallback = next, "the model provider failed; falling back")
+                }
+            }
         }
         Err(last_error
             .unwrap_or_else(|| ModelError::new("chain", ErrorClass::Permanent, "no model provider is configured")))
@@ -215,19 +244,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn breaker_opens_then_half_opens_after_the_cooldown() {
         let b = Breaker::new(2, Duration::from_secs(30));
-        b.record(false);
+        assert_eq!(b.record(false), None, "no change");
         assert_eq!(b.state(), BreakerState::Closed);
-        b.record(false);
+        assert_eq!(b.record(false), Some(BreakerState::Open));
         assert_eq!(b.state(), BreakerState::Open);
         assert!(!b.allow());
         tokio::time::advance(Duration::from_secs(31)).await;
         assert!(b.allow());
         assert_eq!(b.state(), BreakerState::HalfOpen);
-        b.record(false);
-        assert_eq!(b.state(), BreakerState::Open, "a failed trial reopens at once");
+        assert_eq!(b.record(false), Some(BreakerState::Open), "a failed trial reopens at once");
         tokio::time::advance(Duration::from_secs(31)).await;
         assert!(b.allow());
-        b.record(true);
-        assert_eq!(b.state(), BreakerState::Closed);
+        assert_eq!(b.record(true), Some(BreakerState::Closed));
+        assert_eq!(b.record(true), None);
     }
 }
