@@ -570,3 +570,30 @@ async fn chat_input_limit_and_context_budget() {
         "the newest result is whole"
     );
 }
+
+/// With no language model (an air-gapped site), a chat question that names an asset
+/// or a sensor is answered with that asset's state from the twin, then the matching
+/// documentation; an id not in the twin is said to be so. Every figure is grounded.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rules_model_answers_asset_questions_from_the_twin() {
+    let p = Plant::new();
+    let a = agent(&p, vec![], limits());
+    let report =
+        a.ask("Why is pump-007 in alarm, and how is PUMP-004.PRESS-SUC? Or PUMP-070?", "kaur", None).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Final);
+    assert!(report.flags.is_empty(), "grounded: {:?}", report.flags);
+    let answer = report.answer.unwrap();
+    for fact in [
+        "- PUMP-007 (",
+        "Active alarms: VIB-HI on PUMP-007.VIB-DE (medium,",
+        "PUMP-007.VIB-DE reads ",
+        "ISO 10816-3 zone C",
+        "- PUMP-004 (",
+        "Not in the twin: PUMP-070.",
+        "Documentation that matches the question:",
+        "[arp-pressure.md#0]",
+    ] {
+        assert!(answer.contains(fact), "{fact:?} missing from:\n{answer}");
+    }
+    assert!(answer.find("- PUMP-007 (") < answer.find("- PUMP-004 ("), "in the order asked");
+}

@@ -109,25 +109,58 @@ fn next(req: &ModelRequest) -> ModelReply {
     }
 
     if let Some(question) = &t.question {
+        // The assets the question names (directly or by a sensor id), then the docs.
+        let assets = mentioned_assets(question);
+        let looked_up =
+            |asset: &str| seen.iter().any(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset);
+        let mut calls = Vec::new();
+        for asset in assets.iter().filter(|a| offered("get_asset_details") && !looked_up(a)) {
+            calls.push(call(base + calls.len(), "get_asset_details", json!({"asset_id": asset})));
+        }
         if offered("search_docs") && !done("search_docs") {
-            return reply_calls(vec![call(base, "search_docs", json!({"query": question, "limit": 3}))]);
+            calls.push(call(base + calls.len(), "search_docs", json!({"query": question, "limit": 3})));
+        }
+        if !calls.is_empty() {
+            return reply_calls(calls);
+        }
+        let details = |asset: &str| {
+            seen.iter()
+                .find(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset)
+                .and_then(|(_, _, r)| r.clone())
+        };
+        let mut text = String::new();
+        let mut unknown = Vec::new();
+        for asset in &assets {
+            match details(asset) {
+                Some(d) => text.push_str(&asset_status(&d)),
+                None => unknown.push(asset.as_str()),
+            }
+        }
+        if !unknown.is_empty() {
+            text.push_str(&format!("Not in the twin: {}.\n", unknown.join(", ")));
         }
         let hits = result("search_docs").and_then(|r| r["results"].as_array().cloned()).unwrap_or_default();
-        if hits.is_empty() {
+        if hits.is_empty() && text.is_empty() {
             return reply_text("The offline rules model found nothing in the documentation for this question. A language model is not available; try the alarm code or equipment name.".into());
         }
-        let mut text = String::from(
-            "The offline rules model cannot reason about questions; these documentation sections match best:\n",
-        );
+        let mut answer = String::from(if text.is_empty() {
+            "The offline rules model cannot reason about questions; these documentation sections match best:\n"
+        } else {
+            "The offline rules model cannot reason about questions; this is what the twin says:\n"
+        });
+        answer.push_str(&text);
+        if !hits.is_empty() && !text.is_empty() {
+            answer.push_str("Documentation that matches the question:\n");
+        }
         for h in hits {
-            text.push_str(&format!(
+            answer.push_str(&format!(
                 "- {} [{}]: {}\n",
                 h["heading"].as_str().unwrap_or_default(),
                 h["citation"].as_str().unwrap_or_default(),
                 h["snippet"].as_str().unwrap_or_default()
             ));
         }
-        return reply_text(text);
+        return reply_text(answer);
     }
 
     // Shift handover: the summary, stated plainly.
@@ -271,6 +304,86 @@ fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> Triage
         proposed_work_order: None,
         evidence,
     }
+}
+
+/// Asset ids in a question, named directly (`PUMP-007`) or by one of their sensors
+/// (`PUMP-007.VIB-DE`), in order, at most three.
+fn mentioned_assets(question: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let words = question.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'));
+    for word in words.map(|w| w.trim_matches('.')) {
+        let asset = match crate::domain::AssetId::parse(word) {
+            Ok(asset) | Err(crate::domain::IdError::SensorNotAsset { asset, .. }) => asset.as_str().to_string(),
+            Err(_) => continue,
+        };
+        if !out.contains(&asset) && out.len() < 3 {
+            out.push(asset);
+        }
+    }
+    out
+}
+
+/// One asset's state from `get_asset_details`: status, active alarms, the sensors
+/// outside their normal band, open work orders.
+fn asset_status(d: &Value) -> String {
+    let a = &d["asset"];
+    let mut text = format!(
+        "- {} ({}, criticality {}) is {}.",
+        a["id"].as_str().unwrap_or_default(),
+        a["name"].as_str().unwrap_or_default(),
+        a["criticality"].as_str().unwrap_or("?"),
+        a["status"].as_str().unwrap_or("in an unknown state")
+    );
+    let alarms: Vec<String> = d["active_alarms"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|al| {
+            format!(
+                "{} on {} ({}, {}, raised {}, value {} against limit {})",
+                al["code"].as_str().unwrap_or_default(),
+                al["sensor_id"].as_str().unwrap_or("the asset"),
+                al["severity"].as_str().unwrap_or_default(),
+                al["state"].as_str().unwrap_or_default().replace('_', " "),
+                al["raised_at"].as_str().unwrap_or_default(),
+                al["value"],
+                al["threshold"]
+            )
+        })
+        .collect();
+    if alarms.is_empty() {
+        text.push_str(" No active alarms.");
+    } else {
+        text.push_str(&format!(" Active alarms: {}.", alarms.join("; ")));
+    }
+    let off_band: Vec<String> = d["sensors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["band"].as_str().is_some_and(|b| b != "normal"))
+        .map(|s| {
+            let mut one = format!(
+                "{} reads {} {} ({} band)",
+                s["id"].as_str().unwrap_or_default(),
+                s["latest"]["value"],
+                s["unit"].as_str().unwrap_or_default(),
+                s["band"].as_str().unwrap_or_default().replace('_', " ")
+            );
+            if let Some(zone) = s["iso_10816_zone"].as_str() {
+                one.push_str(&format!(", ISO 10816-3 zone {zone}"));
+            }
+            one
+        })
+        .collect();
+    if !off_band.is_empty() {
+        text.push_str(&format!(" Outside their normal band: {}.", off_band.join("; ")));
+    }
+    let orders = d["open_work_orders"].as_array().map_or(0, Vec::len);
+    if orders > 0 {
+        text.push_str(&format!(" Open work orders: {orders}."));
+    }
+    text.push('\n');
+    text
 }
 
 /// Names the other alarms a grouped note covers, so that the note shown for each of
