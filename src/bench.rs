@@ -20,7 +20,7 @@ pub struct IngestBenchArgs {
     #[arg(long, default_value_t = 20_000)]
     messages: usize,
     /// Measurements of each kind, alternating; the figures are their medians.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// An external broker (e.g. mqtt://127.0.0.1:1883 for Mosquitto); default: the
     /// embedded one on a free loopback port.
