@@ -244,8 +244,19 @@ async fn the_hmi_in_a_real_browser() {
     b.type_into("#oos-reason", "permit 4471: vibration probe replaced").await;
     b.click("#out-of-service").await;
     b.until("the return-to-service button", "document.querySelector('#in-service')").await;
+    // Out of the list of alarms that need attention, into the one of suppressed alarms.
+    let suppressed = format!("document.querySelector('#suppressed-rows tr[data-alarm=\"{alarm_id}\"]')");
+    b.until(
+        "the alarm among the suppressed",
+        &format!("{suppressed} && !document.querySelector('#suppressed').hidden"),
+    )
+    .await;
+    assert_eq!(b.js(&format!("return {row} === null;")).await, true, "no longer among those needing attention");
+    b.js("document.querySelector('#suppressed').open = true;").await;
+    b.screenshot(&shots.join("suppressed.png")).await;
     b.click("#in-service").await;
     b.until("the out-of-service button again", "document.querySelector('#out-of-service')").await;
+    b.until("the alarm back in the list", &format!("{row} && !{suppressed}")).await;
     let journal = p.text(&format!(
         "SELECT group_concat(kind || ': ' || coalesce(detail, ''), ' | ') FROM alarm_events WHERE alarm_id = {alarm_id} AND actor = 'supervisor.ruiz'"
     ));

@@ -193,6 +193,11 @@ async fn roles_decide_who_may_do_what() {
     assert_eq!(r.json::<Value>().await.unwrap()["state"], "out_of_service");
     let r = hmi.post(&format!("/api/alarms/{first}/shelve"), &operator, json!({"minutes": 60, "reason": "x"})).await;
     assert_eq!(r.status(), StatusCode::CONFLICT, "an alarm out of service is not shelved");
+    let ids =
+        |list: Value| list["alarms"].as_array().unwrap().iter().map(|a| a["id"].as_i64().unwrap()).collect::<Vec<_>>();
+    let suppressed = ids(hmi.get("/api/alarms?suppressed=true", &viewer).await.json().await.unwrap());
+    assert_eq!(suppressed, [first], "listed apart, for the HMI's suppressed alarms");
+    assert!(!ids(hmi.get("/api/alarms", &viewer).await.json().await.unwrap()).contains(&first));
     let r = hmi.post(&format!("/api/alarms/{first}/in-service"), &supervisor, json!({})).await;
     assert_eq!(r.json::<Value>().await.unwrap()["state"], "unacknowledged", "still active: it annunciates again");
     hmi.post(&format!("/api/alarms/{first}/shelve"), &operator, json!({"minutes": 60, "reason": "permit 4472"})).await;

@@ -153,7 +153,21 @@ function listen() {
 // ---------------------------------------------------------------- alarms
 
 async function loadAlarms() {
-  const { alarms } = await api('/api/alarms?active=true');
+  const [{ alarms }, { alarms: suppressed }] = await Promise.all([api('/api/alarms?active=true'), api('/api/alarms?suppressed=true')]);
+  // Shelved and out-of-service alarms stay in view (ISA-18.2), apart from those that need attention.
+  $('#suppressed').hidden = suppressed.length === 0;
+  $('#suppressed-count').textContent = `(${suppressed.length})`;
+  $('#suppressed-rows').replaceChildren(
+    ...suppressed.map((a) =>
+      h('tr', { 'data-alarm': a.id, onclick: () => openAlarm(a.id) },
+        h('td', {}, h('span', { class: `sev ${a.severity}` }, a.severity)),
+        h('td', {}, a.asset_id),
+        h('td', {}, a.code),
+        h('td', { class: `state-${a.state}` }, a.state.replaceAll('_', ' ')),
+        h('td', { class: 'quiet' }, a.shelved_until ? time(a.shelved_until) : a.state === 'out_of_service' ? 'returned to service' : ''),
+      ),
+    ),
+  );
   alarms.sort((a, b) => RANK[a.severity] - RANK[b.severity] || b.raised_at - a.raised_at);
   $('#alarm-count').textContent = alarms.length ? `(${alarms.length})` : '';
   $('#no-alarms').hidden = alarms.length > 0;

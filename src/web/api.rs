@@ -89,7 +89,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             M::GET,
             "/api/alarms",
             viewer,
-            "Alarms by priority then age (query: active, asset, limit)",
+            "Alarms by priority then age (query: active, suppressed, asset, limit)",
             get(list_alarms),
         ),
         ep(M::GET, "/api/alarms/{id}", viewer, "One alarm with its journal and triage note", get(alarm)),
@@ -356,6 +356,8 @@ async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> {
 struct AlarmQuery {
     /// Only alarms that need attention (unacknowledged, acknowledged, returned to normal unacknowledged).
     active: Option<bool>,
+    /// Only alarms kept from the operators: shelved or out of service (overrides `active`).
+    suppressed: Option<bool>,
     asset: Option<String>,
     limit: Option<u32>,
 }
@@ -379,12 +381,15 @@ async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<
                 'acked_by', a.acked_by, 'shelved_until', a.shelved_until, 'reraise_count', a.reraise_count,
                 'note_id', n.id, 'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job))
          FROM alarms a LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
-         WHERE (?1 = 0 OR a.state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged'))
+         WHERE CASE WHEN ?4 THEN a.state IN ('shelved', 'out_of_service')
+                    WHEN ?1 THEN a.state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged')
+                    ELSE 1 END
            AND (?2 IS NULL OR a.asset_id = ?2)
          ORDER BY {SEVERITY_ORDER}, a.raised_at DESC, a.id DESC LIMIT ?3"
     );
     let mut stmt = db.prepare_cached(&sql)?;
-    let alarms = json_rows(&mut stmt, params![q.active.unwrap_or(true), q.asset, limit])?;
+    let (active, suppressed) = (q.active.unwrap_or(true), q.suppressed.unwrap_or(false));
+    let alarms = json_rows(&mut stmt, params![active, q.asset, limit, suppressed])?;
     Ok(Json(json!({"alarms": alarms})))
 }
 
