@@ -14,7 +14,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 pub use payload::{AlarmEvent, DEAD_LETTER_BYTES, Event, Parsed, ParsedEvent, Reading, Rejected, Transition, parse};
 
 use crate::alarms::{self, Applied, QueuePolicy};
-
 use crate::domain::{SensorId, Timestamp};
 use crate::store::{self, Limits, Rollups, StoreError, Writer};
 
@@ -36,15 +35,6 @@ impl Default for IngestPolicy {
 
 /// The default for `mqtt.max_time_ahead_s`: five minutes of clock skew.
 pub const MAX_AHEAD_S: i64 = 300;
-
-impl Event {
-    fn time(&self) -> Timestamp {
-        match self {
-            Event::Alarm(a) => a.time,
-            Event::Reading(r) => r.time,
-        }
-    }
-}
 
 /// What one message did.
 #[derive(Debug, Default, Clone, PartialEq)]

@@ -70,6 +70,16 @@ pub enum Event {
     Reading(Reading),
 }
 
+impl Event {
+    /// When the source says it happened.
+    pub fn time(&self) -> Timestamp {
+        match self {
+            Event::Alarm(a) => a.time,
+            Event::Reading(r) => r.time,
+        }
+    }
+}
+
 /// An event that parsed, with where its JSON lies in the payload (for a dead letter
 /// should it not apply).
 pub type ParsedEvent = (Event, Range<usize>);
