@@ -31,7 +31,11 @@ pub enum StateFilter {
     /// Returned to normal but not yet acknowledged.
     RtnUnacknowledged,
     Cleared,
+    /// Hidden from the operators by one of them, for at most 24 hours.
     Shelved,
+    /// The alarm's point is out of service (maintenance, a failed instrument): its alarms
+    /// are recorded but not shown to the operators or triaged until a supervisor
+    /// returns it. Its readings may be unreliable.
     OutOfService,
     Any,
 }
