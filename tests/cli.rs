@@ -21,6 +21,51 @@ fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
+/// `twinops serve --demo` on a fresh data directory, its MQTT on a free port, `env` set
+/// on top (the model, the log level...). Its stderr lines arrive on `lines`.
+struct Demo {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    reader: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl Demo {
+    fn start(dir: &std::path::Path, env: &[(&str, &str)]) -> Demo {
+        use std::io::{BufRead, BufReader};
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["--config", "/nonexistent/twinops.toml", "serve", "--demo", "--seed-from"])
+            .arg(common::seed_dir())
+            .env("TWINOPS_MQTT_LISTEN", format!("127.0.0.1:{port}"))
+            .env_remove("TWINOPS_LLM_KIND")
+            .env_remove("TWINOPS_MQTT_URL")
+            .envs(env.iter().copied())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line.clone());
+                all.push(line);
+            }
+            all
+        });
+        Demo { child, lines, reader }
+    }
+
+    /// Stops it with SIGTERM: its exit status, and every line it wrote.
+    fn stop(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let status = self.child.wait().unwrap();
+        (status, self.reader.join().unwrap())
+    }
+}
+
 #[test]
 fn tools_list_prints_openai_and_anthropic_definitions() {
     let p = Plant::new();
@@ -252,7 +297,6 @@ fn a_missing_seed_folder_names_the_flag_that_fixes_it() {
 /// is in neither the log (at debug level) nor the audit trail.
 #[test]
 fn a_failing_model_provider_is_logged_without_its_key() {
-    use std::io::{BufRead, BufReader};
     use std::time::{Duration, Instant};
     const KEY: &str = "sk-live-4f9c2e7a1b3d5e6f";
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -263,41 +307,27 @@ fn a_failing_model_provider_is_logged_without_its_key() {
     };
     let server = rt.block_on(twinops::scripted::ScriptedServer::cycling(vec![echo]));
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_twinops"))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--config", "/nonexistent/twinops.toml", "serve", "--demo", "--from"])
-        .arg(common::seed_dir())
-        .env("TWINOPS_MQTT_LISTEN", format!("127.0.0.1:{port}"))
-        .env("TWINOPS_WEB_LISTEN", "")
-        .env("TWINOPS_LLM_KIND", "openai")
-        .env("TWINOPS_LLM_MODEL", "gpt-test")
-        .env("TWINOPS_LLM_BASE_URL", server.openai_url())
-        .env("TWINOPS_LLM_API_KEY", KEY)
-        .env("TWINOPS_LOG", "debug")
-        .env_remove("TWINOPS_MQTT_URL")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line.starts_with("note ") && line.contains("(degraded)"));
-            all.push(line);
-        }
-        all
-    });
+    let url = server.openai_url();
+    let demo = Demo::start(
+        dir.path(),
+        &[
+            ("TWINOPS_WEB_LISTEN", ""),
+            ("TWINOPS_LLM_KIND", "openai"),
+            ("TWINOPS_LLM_MODEL", "gpt-test"),
+            ("TWINOPS_LLM_BASE_URL", &url),
+            ("TWINOPS_LLM_API_KEY", KEY),
+            ("TWINOPS_LOG", "debug"),
+        ],
+    );
     let started = Instant::now();
     let mut degraded = false;
     while !degraded && started.elapsed() < Duration::from_secs(60) {
-        degraded = rx.recv_timeout(Duration::from_millis(500)).unwrap_or(false);
+        degraded = demo
+            .lines
+            .recv_timeout(Duration::from_millis(500))
+            .is_ok_and(|line| line.starts_with("note ") && line.contains("(degraded)"));
     }
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    child.wait().unwrap();
-    let log = reader.join().unwrap().join("\n");
+    let log = demo.stop().1.join("\n");
     assert!(degraded, "a degraded note within 60 s");
     assert!(!server.requests().is_empty(), "the provider was called");
     assert!(log.contains("the model provider failed; falling back"), "the failure is in the log");
@@ -319,33 +349,13 @@ fn a_failing_model_provider_is_logged_without_its_key() {
 /// stops it cleanly.
 #[test]
 fn serve_demo_produces_notes_within_a_minute() {
-    use std::io::{BufRead, BufReader};
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_twinops"))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--config", "/nonexistent/twinops.toml", "serve", "--demo", "--seed-from"])
-        .arg(common::seed_dir())
-        .env("TWINOPS_MQTT_LISTEN", format!("127.0.0.1:{port}"))
-        .env("TWINOPS_WEB_LISTEN", "127.0.0.1:0")
-        .env_remove("TWINOPS_LLM_KIND")
-        .env_remove("TWINOPS_MQTT_URL")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let demo = Demo::start(dir.path(), &[("TWINOPS_WEB_LISTEN", "127.0.0.1:0")]);
     let started = Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
     let (mut note, mut login) = (None, None);
     while started.elapsed() < Duration::from_secs(60) {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(500)) {
+        if let Ok(line) = demo.lines.recv_timeout(Duration::from_millis(500)) {
             if line.starts_with("demo supervisor login (shown once): supervisor / ") {
                 login = Some(line);
             } else if line.starts_with("note ") {
@@ -354,8 +364,7 @@ fn serve_demo_produces_notes_within_a_minute() {
             }
         }
     }
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let status = child.wait().unwrap();
+    let (status, _) = demo.stop();
     let note = note.expect("a triage note within 60 s");
     assert!(note.contains("(final)") || note.contains("(degraded)"), "{note}");
     assert!(status.success(), "SIGTERM is a clean stop: {status:?}");

@@ -65,8 +65,7 @@ impl Breaker {
         }
     }
 
-    /// Records a call's outcome; returns the new state when this changed it (from
-    /// half-open back to open counts: the trial failed).
+    /// Records a call's outcome; returns the new state when this changed it.
     pub fn record(&self, ok: bool) -> Option<BreakerState> {
         let mut s = self.inner.lock().expect("breaker lock");
         let before = s.0;
@@ -78,7 +77,7 @@ impl Breaker {
                 *s = (BreakerState::Open, s.1, Some(Instant::now() + self.cooldown));
             }
         }
-        (s.0 != before || before == BreakerState::HalfOpen).then_some(s.0)
+        (s.0 != before).then_some(s.0)
     }
 
     pub fn cooldown(&self) -> Duration {

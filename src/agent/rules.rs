@@ -111,10 +111,10 @@ fn next(req: &ModelRequest) -> ModelReply {
     if let Some(question) = &t.question {
         // The assets the question names (directly or by a sensor id), then the docs.
         let assets = mentioned_assets(question);
-        let looked_up =
-            |asset: &str| seen.iter().any(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset);
+        let details_of =
+            |asset: &str| seen.iter().find(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset);
         let mut calls = Vec::new();
-        for asset in assets.iter().filter(|a| offered("get_asset_details") && !looked_up(a)) {
+        for asset in assets.iter().filter(|a| offered("get_asset_details") && details_of(a).is_none()) {
             calls.push(call(base + calls.len(), "get_asset_details", json!({"asset_id": asset})));
         }
         if offered("search_docs") && !done("search_docs") {
@@ -123,16 +123,11 @@ fn next(req: &ModelRequest) -> ModelReply {
         if !calls.is_empty() {
             return reply_calls(calls);
         }
-        let details = |asset: &str| {
-            seen.iter()
-                .find(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset)
-                .and_then(|(_, _, r)| r.clone())
-        };
         let mut text = String::new();
         let mut unknown = Vec::new();
         for asset in &assets {
-            match details(asset) {
-                Some(d) => text.push_str(&asset_status(&d)),
+            match details_of(asset).and_then(|(_, _, r)| r.as_ref()) {
+                Some(d) => text.push_str(&asset_status(d)),
                 None => unknown.push(asset.as_str()),
             }
         }

@@ -25,6 +25,14 @@ pub const MAX_SHELVE_SECS: i64 = 24 * 3600;
 /// Most triage jobs queued at once, by default (`triage.queue_capacity`).
 pub const TRIAGE_QUEUE_CAPACITY: i64 = 200;
 
+/// `alarms p`: the occurrences of the same point (asset, sensor, code) as `alarms a`.
+macro_rules! same_point {
+    () => {
+        " JOIN alarms p ON p.asset_id = a.asset_id AND p.code = a.code
+          AND coalesce(p.sensor_id, '') = coalesce(a.sensor_id, '') "
+    };
+}
+
 /// How new occurrences are queued for triage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueuePolicy {
@@ -424,10 +432,7 @@ pub fn remove_from_service(
             return Err(ActionError::WrongState { id, state, hint: "return it to service first" });
         }
         let latest: i64 = conn
-            .prepare_cached(
-                "SELECT max(p.id) FROM alarms a JOIN alarms p ON p.asset_id = a.asset_id AND p.code = a.code
-                 AND coalesce(p.sensor_id, '') = coalesce(a.sensor_id, '') WHERE a.id = ?1",
-            )?
+            .prepare_cached(concat!("SELECT max(p.id) FROM alarms a", same_point!(), "WHERE a.id = ?1"))?
             .query_row([id], |r| r.get(0))?;
         if latest != id {
             return Err(ActionError::Invalid(format!(
@@ -463,12 +468,11 @@ pub fn return_to_service(
         }
         // Every occurrence of the point that is out of service: the named one, and those
         // raised and cleared while it was.
-        let mut stmt = conn.prepare_cached(
-            "SELECT p.id, p.cleared_at IS NULL, p.triage_job IS NULL, p.asset_id, p.severity, p.raised_at
-             FROM alarms a JOIN alarms p ON p.asset_id = a.asset_id AND p.code = a.code
-             AND coalesce(p.sensor_id, '') = coalesce(a.sensor_id, '')
-             WHERE a.id = ?1 AND p.state = 'out_of_service'",
-        )?;
+        let mut stmt = conn.prepare_cached(concat!(
+            "SELECT p.id, p.cleared_at IS NULL, p.triage_job IS NULL, p.asset_id, p.severity, p.raised_at FROM alarms a",
+            same_point!(),
+            "WHERE a.id = ?1 AND p.state = 'out_of_service'"
+        ))?;
         let point: Vec<(i64, bool, bool, String, Severity, i64)> = stmt
             .query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
             .collect::<Result<_, _>>()?;
@@ -520,11 +524,11 @@ pub fn flood_state(conn: &Connection, now: Timestamp, was_flood: bool) -> rusqli
 /// in the last 60 seconds.
 pub fn is_chattering(conn: &Connection, alarm_id: i64, now: Timestamp) -> rusqlite::Result<bool> {
     let n: i64 = conn
-        .prepare_cached(
-            "SELECT count(*) FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
-             JOIN alarms p ON p.asset_id = a.asset_id AND p.code = a.code AND coalesce(p.sensor_id, '') = coalesce(a.sensor_id, '')
-             WHERE p.id = ?1 AND e.kind IN ('raised', 'reraised') AND e.at > ?2",
-        )?
+        .prepare_cached(concat!(
+            "SELECT count(*) FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id",
+            same_point!(),
+            "WHERE p.id = ?1 AND e.kind IN ('raised', 'reraised') AND e.at > ?2"
+        ))?
         .query_row(params![alarm_id, now.unix() - CHATTER_WINDOW_SECS], |r| r.get(0))?;
     Ok(n >= CHATTER_ACTIVATIONS)
 }

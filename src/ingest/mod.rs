@@ -227,15 +227,15 @@ impl Batch {
         effect: &mut MessageEffect,
     ) -> Result<(), StoreError> {
         let ahead = event.time().unix() - self.received.unix();
+        let too_far_ahead = self.policy.max_ahead_s.filter(|&max| ahead > max);
         let refused = match event {
-            _ if self.policy.max_ahead_s.is_some_and(|max| ahead > max) => Rejected {
+            _ if let Some(max) = too_far_ahead => Rejected {
                 reason: "invalid",
                 detail: format!(
-                    "time: {} is {} ahead of its receipt at {} (at most {} s is accepted): check the sender's clock, and that it sends UTC",
+                    "time: {} is {} ahead of its receipt at {} (at most {max} s is accepted): check the sender's clock, and that it sends UTC",
                     event.time().to_rfc3339(),
                     crate::domain::approx_duration(ahead),
                     self.received.to_rfc3339(),
-                    self.policy.max_ahead_s.unwrap_or_default()
                 ),
                 event: String::new(),
             },

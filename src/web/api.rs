@@ -137,7 +137,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Approve a pending work order, with a reason",
             post(approve),
         )
-        .body::<DecisionRequest>(),
+        .body::<ReasonRequest>(),
         ep(
             M::POST,
             "/api/work_orders/{id}/reject",
@@ -145,7 +145,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Reject a pending work order, with a reason",
             post(reject),
         )
-        .body::<DecisionRequest>(),
+        .body::<ReasonRequest>(),
         ep(M::GET, "/api/chat", operator, "This user's conversation with the agent", get(chat_history)),
         ep(
             M::POST,
@@ -488,14 +488,6 @@ async fn unshelve(
     alarm_action(id, move || alarms::unshelve(&w, id, &user.name, Timestamp::now())).await
 }
 
-/// Why a point is taken out of service, for the journal.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReasonRequest {
-    /// E.g. "permit 4471: suction transmitter replaced".
-    pub reason: String,
-}
-
 async fn out_of_service(
     State(s): State<S>,
     Extension(user): Extension<User>,
@@ -651,10 +643,12 @@ async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>) -> Result
     Ok(Json(json!({"work_orders": rows})))
 }
 
-/// A decision needs a reason; it goes in the work order's record and the audit log.
+/// A work-order decision, or taking an alarm's point out of service, needs a reason; it
+/// goes in the record and the journal or audit log.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct DecisionRequest {
+pub struct ReasonRequest {
+    /// E.g. "permit 4471: suction transmitter replaced".
     pub reason: String,
 }
 
@@ -676,7 +670,7 @@ async fn approve(
     State(s): State<S>,
     Extension(user): Extension<User>,
     Path(id): Path<i64>,
-    Json(req): Json<DecisionRequest>,
+    Json(req): Json<ReasonRequest>,
 ) -> Result<Json<Value>, ApiError> {
     decide(s, user, id, true, req.reason).await
 }
@@ -685,7 +679,7 @@ async fn reject(
     State(s): State<S>,
     Extension(user): Extension<User>,
     Path(id): Path<i64>,
-    Json(req): Json<DecisionRequest>,
+    Json(req): Json<ReasonRequest>,
 ) -> Result<Json<Value>, ApiError> {
     decide(s, user, id, false, req.reason).await
 }
