@@ -70,16 +70,16 @@ impl Daemon {
         if mqtt.url.is_empty() {
             let listen: SocketAddr = mqtt.embedded_listen.parse().context("mqtt.embedded_listen")?;
             crate::broker::start(listen)?;
-            mqtt.url = format!("mqtt://{listen}");
-            tracing::info!(stage = "app", %listen, "embedded MQTT broker started");
-            if mqtt.batch_ms > 0 {
+            if let Some(batch_ms @ 1..) = mqtt.batch_ms {
                 tracing::warn!(
                     stage = "app",
-                    batch_ms = mqtt.batch_ms,
+                    batch_ms,
                     "mqtt.batch_ms is above 0 with the embedded broker, which sends at most 100 messages before our \
-                     acks: ingest waits with that window full and runs several times slower; set mqtt.batch_ms = 0"
+                     acks: ingest waits with that window full and runs several times slower; remove mqtt.batch_ms"
                 );
             }
+            mqtt.use_embedded(listen);
+            tracing::info!(stage = "app", %listen, "embedded MQTT broker started");
         }
 
         let llm = &opts.config.llm;

@@ -27,7 +27,7 @@ pub struct IngestBenchArgs {
     #[arg(long)]
     broker: Option<String>,
     /// Ingest's `mqtt.batch_ms` (how long a first message waits for company before its
-    /// commit starts); default: the daemon's.
+    /// commit starts); default: the daemon's for that broker (0 embedded, else 1).
     #[arg(long)]
     batch_ms: Option<u64>,
     /// Database to use; seeded with one day of the demo plant if it holds none.
@@ -49,17 +49,22 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
     let store = seeded_store(&args.bench_db, &args.from, 1)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
-        let url = match &args.broker {
-            Some(url) => url.clone(),
-            None => {
-                let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-                let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
-                crate::broker::start(listen)?;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                format!("mqtt://{listen}")
-            }
-        };
         let tag = format!("bench{}", Timestamp::now().unix());
+        let mut cfg = MqttConfig {
+            url: args.broker.clone().unwrap_or_default(),
+            client_id: format!("{tag}-twinops"),
+            topics: vec![format!("{tag}/ingest/#")],
+            batch_ms: args.batch_ms,
+            ..Default::default()
+        };
+        if args.broker.is_none() {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
+            crate::broker::start(listen)?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cfg.use_embedded(listen);
+        }
+        let (url, batch_ms) = (cfg.url.clone(), cfg.batch_wait().as_millis());
         let n = args.messages;
         let base_ts = Timestamp::now().unix() + 86_400 * 365;
         // One reading per message; each round its own times, so every reading is new.
@@ -86,9 +91,6 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         }
         // twinops: the ingest pipeline, committing in batches and acking after commit.
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        let defaults = MqttConfig::default();
-        let batch_ms = args.batch_ms.unwrap_or(defaults.batch_ms);
-        let cfg = MqttConfig { url: url.clone(), client_id: format!("{tag}-twinops"), topics: vec![format!("{tag}/ingest/#")], batch_ms, ..defaults };
         // The readings are a year ahead so that none collides with the seeded ones.
         let policy = crate::ingest::IngestPolicy { max_ahead_s: None, ..Default::default() };
         let mut ingest = crate::ingest::mqtt::start(store.writer().clone(), cfg, policy, std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
@@ -149,7 +151,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         let rates = |ds: &[Duration]| ds.iter().map(|d| format!("{:.0}", rate(d))).collect::<Vec<_>>().join(" ");
         let (bare_med, ours_med) = (Percentiles::of(bare.clone()).p50, Percentiles::of(ours.clone()).p50);
         println!(
-            "twinops bench ingest: {n} QoS 1 messages (one reading each) per round, {} rounds, through {}",
+            "twinops bench ingest: {n} QoS 1 messages (one reading each) per round, {} rounds, through {}, batch_ms {batch_ms}",
             args.rounds,
             if args.broker.is_some() { url.as_str() } else { "the embedded broker" }
         );

@@ -2,7 +2,9 @@
 //! start-up. Unknown keys are refused and every error names its key. Secrets are a
 //! [`Secret`] that never prints.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -152,17 +154,32 @@ pub struct MqttConfig {
     /// memory; past that, ingest stops reading from the broker until the writer
     /// catches up.
     pub batch_max: usize,
-    /// ...plus what arrives within this many milliseconds, if not 0. Worth 1 with a
-    /// broker whose window for us is large (Mosquitto `max_inflight_messages 1000`):
-    /// fewer, larger commits. Keep 0 with a small window (the embedded broker's 100),
-    /// which waiting leaves full.
-    pub batch_ms: u64,
+    /// ...plus what arrives within this many milliseconds, if not 0. Unset: 1 with a
+    /// configured broker, whose window for us should be large (Mosquitto
+    /// `max_inflight_messages 1000`), so that commits grow from a few messages to ~70;
+    /// 0 with the embedded broker, whose window of 100 waiting would leave full.
+    pub batch_ms: Option<u64>,
     /// Events stamped more than this many seconds after they arrive are dead-lettered
     /// (`invalid`): a gateway clock that runs ahead, or local time sent as UTC. 0: no
     /// limit.
     pub max_time_ahead_s: u32,
     /// Notes are published on `{notes_topic}/{asset}`.
     pub notes_topic: String,
+}
+
+impl MqttConfig {
+    /// Points ingest at the embedded broker on `listen`, with that broker's `batch_ms`
+    /// default.
+    pub fn use_embedded(&mut self, listen: SocketAddr) {
+        self.url = format!("mqtt://{listen}");
+        self.batch_ms.get_or_insert(0);
+    }
+
+    /// How long a first message waits for company before its commit: `batch_ms`, or 1
+    /// ms for a configured broker (see [`MqttConfig::use_embedded`]).
+    pub fn batch_wait(&self) -> Duration {
+        Duration::from_millis(self.batch_ms.unwrap_or(1))
+    }
 }
 
 impl Default for MqttConfig {
@@ -179,7 +196,7 @@ impl Default for MqttConfig {
             embedded_listen: "127.0.0.1:1883".into(),
             inflight: 100,
             batch_max: 500,
-            batch_ms: 0,
+            batch_ms: None,
             max_time_ahead_s: crate::ingest::MAX_AHEAD_S as u32,
             notes_topic: "twinops/notes".into(),
         }
@@ -512,6 +529,21 @@ mod tests {
             let err = format!("{:#}", Config::load(&path, &|_| None).unwrap_err());
             assert!(err.contains(says), "{err}");
         }
+    }
+
+    #[test]
+    fn batch_ms_defaults_to_what_suits_the_broker() {
+        let listen: SocketAddr = "127.0.0.1:1883".parse().unwrap();
+        let mut configured = MqttConfig { url: "mqtt://broker:1883".into(), ..Default::default() };
+        assert_eq!(configured.batch_wait(), Duration::from_millis(1), "a configured broker: commits of ~70");
+        configured.batch_ms = Some(0);
+        assert_eq!(configured.batch_wait(), Duration::ZERO, "set: as set");
+        let mut embedded = MqttConfig::default();
+        embedded.use_embedded(listen);
+        assert_eq!((embedded.url.as_str(), embedded.batch_wait()), ("mqtt://127.0.0.1:1883", Duration::ZERO));
+        let mut insisted = MqttConfig { batch_ms: Some(2), ..Default::default() };
+        insisted.use_embedded(listen);
+        assert_eq!(insisted.batch_wait(), Duration::from_millis(2), "set: as set, with a warning");
     }
 
     #[test]

@@ -167,7 +167,7 @@ pub fn start(
         intake: Arc::clone(&intake),
         waiting_since: None,
         batch_max: cfg.batch_max,
-        batch_wait: Duration::from_millis(cfg.batch_ms),
+        batch_wait: cfg.batch_wait(),
         jobs_out: 0,
         jobs_queued: 0,
         retry_at: None,
