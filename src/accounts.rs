@@ -40,8 +40,12 @@ pub enum AccountError {
     Invalid(String),
     #[error("a user named {0} already exists")]
     Exists(String),
-    #[error("no user named {0}; list users with `twinops user list`")]
+    #[error("no user named {0}; list users with `twinops user list` or GET /api/users")]
     NoSuchUser(String),
+    #[error("no API token {0}; list tokens with `twinops token list` or GET /api/tokens")]
+    NoSuchToken(i64),
+    #[error("{0} is the only admin left, and would leave nobody able to manage users; make another user admin first")]
+    LastAdmin(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -94,15 +98,20 @@ pub fn check_name(name: &str) -> Result<(), AccountError> {
     }
 }
 
-/// Adds a user. `by` is who did it, for the audit log.
-pub fn add_user(store: &Store, name: &str, role: Role, password: &str, by: &str) -> Result<User, AccountError> {
-    check_name(name)?;
+/// Checks a new password's length, and hashes it.
+fn new_password_hash(password: &str) -> Result<String, AccountError> {
     if password.chars().count() < MIN_PASSWORD_CHARS {
         return Err(AccountError::Invalid(format!(
             "the password must be at least {MIN_PASSWORD_CHARS} characters; a passphrase of a few words is easiest"
         )));
     }
-    let hash = hash_password(password);
+    Ok(hash_password(password))
+}
+
+/// Adds a user. `by` is who did it, for the audit log.
+pub fn add_user(store: &Store, name: &str, role: Role, password: &str, by: &str) -> Result<User, AccountError> {
+    check_name(name)?;
+    let hash = new_password_hash(password)?;
     let (name, by) = (name.to_string(), by.to_string());
     store.writer().call(move |c| {
         let inserted = c
@@ -123,11 +132,119 @@ pub fn user_count(store: &Store) -> Result<i64, StoreError> {
     Ok(store.read()?.query_row("SELECT count(*) FROM users WHERE disabled = 0", [], |r| r.get(0))?)
 }
 
-pub fn list_users(store: &Store) -> Result<Vec<User>, StoreError> {
+/// A user as an administrator sees them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Account {
+    pub name: String,
+    pub role: Role,
+    /// A disabled user cannot log in, and their sessions and tokens no longer work.
+    pub disabled: bool,
+    pub created_at: Timestamp,
+    /// API tokens not revoked.
+    pub live_tokens: i64,
+}
+
+/// Every user, disabled ones included, by name.
+pub fn accounts(store: &Store) -> Result<Vec<Account>, StoreError> {
     let db = store.read()?;
-    let mut stmt = db.prepare_cached("SELECT id, name, role FROM users WHERE disabled = 0 ORDER BY name")?;
-    let users = stmt.query_map([], |r| Ok(User { id: r.get(0)?, name: r.get(1)?, role: r.get(2)? }))?;
-    Ok(users.collect::<Result<_, _>>()?)
+    let mut stmt = db.prepare_cached(
+        "SELECT name, role, disabled, created_at,
+                (SELECT count(*) FROM api_tokens t WHERE t.user_id = u.id AND t.revoked = 0)
+         FROM users u ORDER BY name",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Account {
+            name: r.get(0)?,
+            role: r.get(1)?,
+            disabled: r.get(2)?,
+            created_at: Timestamp::from_unix(r.get(3)?),
+            live_tokens: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// What an administrator may change about a user.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Role(Role),
+    /// A new password (a reset): the user's sessions end.
+    Password(String),
+    /// The user can no longer log in; their sessions end, their tokens stop working.
+    Disable,
+    Enable,
+}
+
+/// Changes a user, journalled in the audit log as done by `by`. Refuses to leave no
+/// enabled admin, once there has been one.
+pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Result<(), AccountError> {
+    let hash = match &change {
+        Change::Password(p) => Some(new_password_hash(p)?),
+        _ => None,
+    };
+    let (name, by) = (name.to_string(), by.to_string());
+    store.writer().call(move |c| {
+        let row: Option<(i64, Role, bool)> = c
+            .prepare_cached("SELECT id, role, disabled FROM users WHERE name = ?1")?
+            .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        let (id, role, disabled) = row.ok_or_else(|| AccountError::NoSuchUser(name.clone()))?;
+        let demotes =
+            matches!(change, Change::Disable | Change::Role(Role::Viewer | Role::Operator | Role::Supervisor));
+        if role == Role::Admin && !disabled && demotes {
+            let admins: i64 =
+                c.query_row("SELECT count(*) FROM users WHERE role = 'admin' AND disabled = 0", [], |r| r.get(0))?;
+            if admins == 1 {
+                return Err(AccountError::LastAdmin(name));
+            }
+        }
+        let (action, detail) = match change {
+            Change::Role(new) => {
+                c.prepare_cached("UPDATE users SET role = ?2 WHERE id = ?1")?.execute(params![id, new])?;
+                ("user_role_changed", format!("{name}: {role} to {new}"))
+            }
+            Change::Password(_) => {
+                c.prepare_cached("UPDATE users SET password_hash = ?2 WHERE id = ?1")?.execute(params![id, hash])?;
+                c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1")?.execute([id])?;
+                ("password_set", name.clone())
+            }
+            Change::Disable => {
+                c.prepare_cached("UPDATE users SET disabled = 1 WHERE id = ?1")?.execute([id])?;
+                c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1")?.execute([id])?;
+                ("user_disabled", name.clone())
+            }
+            Change::Enable => {
+                c.prepare_cached("UPDATE users SET disabled = 0 WHERE id = ?1")?.execute([id])?;
+                ("user_enabled", name.clone())
+            }
+        };
+        audit_in(c, &by, action, &detail, None)?;
+        Ok(())
+    })
+}
+
+/// A user's own password change: the current password must be right. Their other
+/// sessions end; the one given as `keep` (the caller's) stays.
+pub fn change_own_password(
+    store: &Store,
+    user: &User,
+    current: &str,
+    new: &str,
+    keep: Option<&str>,
+) -> Result<(), AccountError> {
+    let phc: String =
+        store.read()?.query_row("SELECT password_hash FROM users WHERE id = ?1", [user.id], |r| r.get(0))?;
+    if !verify_password(current, &phc) {
+        audit(store, &user.name, "password_change_refused", "wrong current password", None)?;
+        return Err(AccountError::Invalid("the current password is wrong; nothing was changed".into()));
+    }
+    let hash = new_password_hash(new)?;
+    let (id, name, keep) = (user.id, user.name.clone(), keep.map(sha256_hex).unwrap_or_default());
+    store.writer().call(move |c| {
+        c.prepare_cached("UPDATE users SET password_hash = ?2 WHERE id = ?1")?.execute(params![id, hash])?;
+        c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1 AND token_hash != ?2")?.execute(params![id, keep])?;
+        Ok::<_, AccountError>(audit_in(c, &name, "password_changed", "", None)?)
+    })
 }
 
 /// Appends to the security audit log.
@@ -274,9 +391,10 @@ pub fn end_session(store: &Store, token: &str) -> Result<(), StoreError> {
 }
 
 /// Creates an API token for `user`, labelled; returns it (shown once, stored hashed).
-pub fn create_token(store: &Store, user: &str, label: &str) -> Result<String, AccountError> {
+/// `by` is who did it, for the audit log.
+pub fn create_token(store: &Store, user: &str, label: &str, by: &str) -> Result<String, AccountError> {
     let token = format!("tw_{}", new_secret());
-    let (hash, user, label) = (sha256_hex(&token), user.to_string(), label.to_string());
+    let (hash, user, label, by) = (sha256_hex(&token), user.to_string(), label.to_string(), by.to_string());
     store.writer().call(move |c| {
         let id: Option<i64> = c
             .prepare_cached("SELECT id FROM users WHERE name = ?1 AND disabled = 0")?
@@ -285,23 +403,85 @@ pub fn create_token(store: &Store, user: &str, label: &str) -> Result<String, Ac
         let id = id.ok_or_else(|| AccountError::NoSuchUser(user.clone()))?;
         c.prepare_cached("INSERT INTO api_tokens (token_hash, label, user_id, created_at) VALUES (?1, ?2, ?3, ?4)")?
             .execute(params![hash, label, id, Timestamp::now().unix()])?;
-        audit_in(c, &user, "token_created", &label, None)?;
+        let id = c.last_insert_rowid();
+        audit_in(c, &by, "token_created", &format!("{id} ({label}) for {user}"), None)?;
         Ok::<_, AccountError>(())
     })?;
     Ok(token)
 }
 
-/// The user an API token belongs to, if it is valid.
+/// The user an API token belongs to, if it is valid. Notes its use (at most once a
+/// minute), so that `token list` shows which tokens are still in use.
 pub fn token_user(store: &Store, token: &str) -> Result<Option<User>, StoreError> {
-    Ok(store
+    let now = Timestamp::now().unix();
+    let row: Option<(User, i64, Option<i64>)> = store
         .read()?
         .query_row(
-            "SELECT u.id, u.name, u.role FROM api_tokens t JOIN users u ON u.id = t.user_id
+            "SELECT u.id, u.name, u.role, t.id, t.last_used_at FROM api_tokens t JOIN users u ON u.id = t.user_id
              WHERE t.token_hash = ?1 AND t.revoked = 0 AND u.disabled = 0",
             [sha256_hex(token)],
-            |r| Ok(User { id: r.get(0)?, name: r.get(1)?, role: r.get(2)? }),
+            |r| Ok((User { id: r.get(0)?, name: r.get(1)?, role: r.get(2)? }, r.get(3)?, r.get(4)?)),
         )
-        .optional()?)
+        .optional()?;
+    let Some((user, id, last_used)) = row else { return Ok(None) };
+    if last_used.is_none_or(|t| now - t >= 60) {
+        store.writer().call(move |c| {
+            Ok::<_, StoreError>(
+                c.prepare_cached("UPDATE api_tokens SET last_used_at = ?2 WHERE id = ?1")?.execute(params![id, now])?,
+            )
+        })?;
+    }
+    Ok(Some(user))
+}
+
+/// An API token as an administrator sees it (never the token itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenInfo {
+    pub id: i64,
+    pub label: String,
+    pub user: String,
+    pub created_at: Timestamp,
+    pub last_used_at: Option<Timestamp>,
+    pub revoked: bool,
+}
+
+/// Every API token, newest first.
+pub fn tokens(store: &Store) -> Result<Vec<TokenInfo>, StoreError> {
+    let db = store.read()?;
+    let mut stmt = db.prepare_cached(
+        "SELECT t.id, t.label, u.name, t.created_at, t.last_used_at, t.revoked
+         FROM api_tokens t JOIN users u ON u.id = t.user_id ORDER BY t.id DESC",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(TokenInfo {
+            id: r.get(0)?,
+            label: r.get(1)?,
+            user: r.get(2)?,
+            created_at: Timestamp::from_unix(r.get(3)?),
+            last_used_at: r.get::<_, Option<i64>>(4)?.map(Timestamp::from_unix),
+            revoked: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Revokes an API token for good; revoking it again changes nothing.
+pub fn revoke_token(store: &Store, id: i64, by: &str) -> Result<(), AccountError> {
+    let by = by.to_string();
+    store.writer().call(move |c| {
+        let found: Option<(String, String, bool)> = c
+            .prepare_cached(
+                "SELECT t.label, u.name, t.revoked FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = ?1",
+            )?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        let (label, user, revoked) = found.ok_or(AccountError::NoSuchToken(id))?;
+        if !revoked {
+            c.prepare_cached("UPDATE api_tokens SET revoked = 1 WHERE id = ?1")?.execute([id])?;
+            audit_in(c, &by, "token_revoked", &format!("{id} ({label}) of {user}"), None)?;
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

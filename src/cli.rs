@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::accounts::Change;
 use crate::agent::{self, Agent};
 use crate::alarms;
 use crate::approvals::{Approvals, Proposer};
@@ -156,10 +157,10 @@ enum Command {
         #[arg(long)]
         allow_propose: bool,
     },
-    /// HMI users: add (password from a prompt or stdin), list.
+    /// HMI users: add, list, change role, reset password, disable, enable.
     #[command(subcommand)]
     User(UserCommand),
-    /// API tokens for machine clients (bearer tokens; shown once, stored hashed).
+    /// API tokens for machine clients (bearer tokens; shown once, stored hashed): create, list, revoke.
     #[command(subcommand)]
     Token(TokenCommand),
     /// Print performance figures.
@@ -180,9 +181,27 @@ enum UserCommand {
         #[arg(long)]
         role: String,
     },
-    /// List users and roles.
+    /// List users: role, whether disabled, live API tokens.
     #[command(after_help = "Examples:\n  twinops user list")]
     List,
+    /// Change a user's role (from the next request on).
+    #[command(after_help = "Examples:\n  twinops user role operator.kaur supervisor")]
+    Role {
+        name: String,
+        /// viewer, operator, supervisor or admin.
+        role: String,
+    },
+    /// Reset a user's password (prompt or stdin, as for add); their sessions end.
+    #[command(
+        after_help = "Examples:\n  twinops user passwd operator.kaur\n  printf '%s\\n' \"$PASSWORD\" | twinops user passwd operator.kaur"
+    )]
+    Passwd { name: String },
+    /// Disable a user: no login, sessions end, API tokens stop working (until enabled).
+    #[command(after_help = "Examples:\n  twinops user disable operator.kaur")]
+    Disable { name: String },
+    /// Enable a disabled user again (their unrevoked tokens work again).
+    #[command(after_help = "Examples:\n  twinops user enable operator.kaur")]
+    Enable { name: String },
 }
 
 #[derive(Subcommand)]
@@ -196,6 +215,12 @@ enum TokenCommand {
         #[arg(long, default_value = "api")]
         label: String,
     },
+    /// List tokens: id, user, label, created, last used (never the token itself).
+    #[command(after_help = "Examples:\n  twinops token list")]
+    List,
+    /// Revoke a token for good, by the id `token list` shows.
+    #[command(after_help = "Examples:\n  twinops token revoke 3")]
+    Revoke { id: i64 },
 }
 
 #[derive(Subcommand)]
@@ -603,15 +628,61 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::User(UserCommand::List) => {
             let store = cli.global.open()?;
-            for u in crate::accounts::list_users(&store)? {
-                println!("{:<24} {}", u.name, u.role);
+            println!("{:<24} {:<11} {:<9} {:>6}  created", "name", "role", "state", "tokens");
+            for a in crate::accounts::accounts(&store)? {
+                let state = if a.disabled { "disabled" } else { "enabled" };
+                println!(
+                    "{:<24} {:<11} {state:<9} {:>6}  {}",
+                    a.name,
+                    a.role,
+                    a.live_tokens,
+                    a.created_at.to_rfc3339()
+                );
             }
+        }
+        Command::User(UserCommand::Role { name, role }) => {
+            let role = crate::domain::Role::parse(&role).map_err(anyhow::Error::msg)?;
+            change_user(&cli.global, &name, Change::Role(role), &format!("is now {role}"))?;
+        }
+        Command::User(UserCommand::Passwd { name }) => {
+            let password = read_password(&format!("new password for {name}: "))?;
+            change_user(
+                &cli.global,
+                &name,
+                Change::Password(password),
+                "has a new password; their sessions have ended",
+            )?;
+        }
+        Command::User(UserCommand::Disable { name }) => {
+            change_user(&cli.global, &name, Change::Disable, "is disabled: no login, no sessions, no tokens")?;
+        }
+        Command::User(UserCommand::Enable { name }) => {
+            change_user(&cli.global, &name, Change::Enable, "is enabled")?;
         }
         Command::Token(TokenCommand::Create { user, label }) => {
             let store = cli.global.open()?;
-            let token = crate::accounts::create_token(&store, &user, &label)?;
+            let token = crate::accounts::create_token(&store, &user, &label, "cli")?;
             println!("{token}");
             eprintln!("send it as `Authorization: Bearer <token>`; it is not shown again");
+        }
+        Command::Token(TokenCommand::List) => {
+            let store = cli.global.open()?;
+            println!("{:>4}  {:<24} {:<20} {:<21} {:<21} state", "id", "user", "label", "created", "last used");
+            for t in crate::accounts::tokens(&store)? {
+                let used = t.last_used_at.map_or("never".into(), |t| t.to_rfc3339());
+                let state = if t.revoked { "revoked" } else { "live" };
+                println!(
+                    "{:>4}  {:<24} {:<20} {:<21} {used:<21} {state}",
+                    t.id,
+                    t.user,
+                    t.label,
+                    t.created_at.to_rfc3339()
+                );
+            }
+        }
+        Command::Token(TokenCommand::Revoke { id }) => {
+            crate::accounts::revoke_token(&cli.global.open()?, id, "cli")?;
+            println!("token {id} is revoked");
         }
         Command::Alarms(AlarmsCommand::Ack { alarm_id, user }) => {
             let store = cli.global.open()?;
@@ -708,6 +779,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// A password from the terminal (no echo), or the first line of stdin when piped.
+/// An administrator's change to a user, from the command line; says what it did.
+fn change_user(global: &Global, name: &str, change: Change, done: &str) -> anyhow::Result<()> {
+    crate::accounts::change_user(&global.open()?, name, change, "cli")?;
+    println!("{name} {done}");
+    Ok(())
+}
+
 fn read_password(prompt: &str) -> anyhow::Result<String> {
     use std::io::IsTerminal;
     let password = if std::io::stdin().is_terminal() {

@@ -117,7 +117,8 @@ fn free_port() -> u16 {
 
 /// Log in as a supervisor; see an alarm raised over MQTT appear without a reload; open
 /// its triage note and a citation; ask the chat and see the streamed answer (a hostile
-/// one, rendered inert); approve the pending work order and see it dispatched. The
+/// one, rendered inert); approve the pending work order and see it dispatched; change
+/// one's own password; as an admin, add and disable a user and create a token. The
 /// browser requests nothing from another origin.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_hmi_in_a_real_browser() {
@@ -130,6 +131,7 @@ async fn the_hmi_in_a_real_browser() {
 
     let p = Plant::new();
     accounts::add_user(&p.store, "supervisor.ruiz", Role::Supervisor, PASSWORD, "test").unwrap();
+    accounts::add_user(&p.store, "admin.lee", Role::Admin, PASSWORD, "test").unwrap();
     let server = ScriptedServer::start(vec![
         Reply::calls(&[
             ("c1", "search_docs", json!({"query": "VIB-HI pump bearing vibration", "limit": 3})),
@@ -294,6 +296,45 @@ async fn the_hmi_in_a_real_browser() {
     .await;
     assert_eq!(
         p.count("SELECT count(*) FROM work_orders WHERE status = 'dispatched' AND decided_by = 'supervisor.ruiz'"),
+        1
+    );
+
+    // Accounts: the supervisor changes their own password and sees no user admin; an
+    // admin adds a user, disables them and creates a token, shown once.
+    b.click("button[data-tab=account]").await;
+    b.until("the account view", "!document.querySelector('#view-account').hidden").await;
+    assert_eq!(b.js("return document.querySelector('#admin-panel').hidden;").await, true, "users are for admins");
+    let new_password = "a brand new passphrase";
+    b.type_into("#own-current", PASSWORD).await;
+    b.type_into("#own-new", new_password).await;
+    b.click("#own-password-submit").await;
+    b.until("the change confirmed", "document.querySelector('#own-password-result').textContent === 'Changed.'").await;
+    b.click("#logout").await;
+    b.until("the login form", "!document.querySelector('#login').hidden").await;
+    b.type_into("#login-name", "admin.lee").await;
+    b.type_into("#login-password", PASSWORD).await;
+    b.click("#login-submit").await;
+    b.until("the admin's page", "document.querySelector('#user').textContent.includes('admin.lee')").await;
+    b.click("button[data-tab=account]").await;
+    b.until("the users", "document.querySelector('#user-rows tr[data-user=\"supervisor.ruiz\"]')").await;
+    b.type_into("#new-user-name", "operator.diaz").await;
+    b.type_into("#new-user-password", PASSWORD).await;
+    b.click("#add-user").await;
+    let diaz = "document.querySelector('#user-rows tr[data-user=\"operator.diaz\"]')";
+    b.until("the new user", &format!("{diaz} && {diaz}.querySelector('.state').textContent === 'enabled'")).await;
+    b.click("#user-rows tr[data-user=\"operator.diaz\"] .disable").await;
+    b.until("the user disabled", &format!("{diaz}.querySelector('.state').textContent === 'disabled'")).await;
+    b.type_into("#new-token-user", "supervisor.ruiz").await;
+    b.type_into("#new-token-label", "historian export").await;
+    b.click("#add-token").await;
+    let token = b.until("the token, once", "document.querySelector('#new-token-value')?.textContent").await;
+    b.until("the token listed", "document.querySelector('#token-rows tr .revoke')").await;
+    b.screenshot(&shots.join("account.png")).await;
+    let token = token.as_str().unwrap();
+    assert_eq!(accounts::token_user(&p.store, token).unwrap().map(|u| u.name).as_deref(), Some("supervisor.ruiz"));
+    assert_eq!(p.text("SELECT role || ' ' || disabled FROM users WHERE name = 'operator.diaz'"), "operator 1");
+    assert_eq!(
+        p.count("SELECT count(*) FROM audit_log WHERE action = 'password_changed' AND actor = 'supervisor.ruiz'"),
         1
     );
 

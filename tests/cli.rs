@@ -17,6 +17,23 @@ fn twinops(plant: &Plant, args: &[&str]) -> Output {
         .expect("run twinops")
 }
 
+/// `twinops` with `input` on its stdin (passwords are read from there when it is not
+/// a terminal).
+fn twinops_with_input(plant: &Plant, args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--db")
+        .arg(plant.db_path())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run twinops");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
@@ -381,4 +398,49 @@ fn serve_demo_produces_notes_within_a_minute() {
     let running: i64 =
         db.query_row("SELECT count(*) FROM triage_jobs WHERE state = 'running'", [], |r| r.get(0)).unwrap();
     assert_eq!(running, 0, "nothing left running after a graceful stop");
+}
+
+/// Accounts from the command line, as an installer manages them on the box: add, role,
+/// disable (not the last admin), list, reset; tokens created, listed and revoked. Each
+/// refusal says why and exits non-zero.
+#[test]
+fn users_and_tokens_are_managed_from_the_command_line() {
+    let p = Plant::new();
+    let password = "correct horse battery staple\n";
+    for (name, role) in [("admin.lee", "admin"), ("operator.kaur", "operator")] {
+        let out = twinops_with_input(&p, &["user", "add", name, "--role", role], password);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = twinops(&p, &["user", "role", "operator.kaur", "supervisor"]);
+    assert_eq!(stdout(&out).trim(), "operator.kaur is now supervisor");
+    let out = twinops(&p, &["user", "role", "operator.kaur", "boss"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected one of: viewer, operator, supervisor, admin"));
+    let out = twinops(&p, &["user", "disable", "admin.lee"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("admin.lee is the only admin left"));
+    assert!(twinops(&p, &["user", "disable", "operator.kaur"]).status.success());
+    let list = stdout(&twinops(&p, &["user", "list"]));
+    let kaur = list.lines().find(|l| l.starts_with("operator.kaur")).unwrap();
+    assert_eq!(kaur.split_whitespace().take(4).collect::<Vec<_>>(), ["operator.kaur", "supervisor", "disabled", "0"]);
+    let out = twinops_with_input(&p, &["user", "passwd", "nobody"], password);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no user named nobody"));
+    let out = twinops_with_input(&p, &["user", "passwd", "admin.lee"], "a new passphrase for lee\n");
+    assert!(out.status.success());
+    assert_eq!(p.count("SELECT count(*) FROM audit_log WHERE action = 'password_set' AND detail = 'admin.lee'"), 1);
+
+    let out = twinops(&p, &["token", "create", "--user", "admin.lee", "--label", "historian"]);
+    let token = stdout(&out).trim().to_string();
+    assert!(token.starts_with("tw_"), "{token}");
+    assert!(twinops::accounts::token_user(&p.store, &token).unwrap().is_some());
+    let list = stdout(&twinops(&p, &["token", "list"]));
+    let row: Vec<String> = list.lines().nth(1).unwrap().split_whitespace().map(String::from).collect();
+    assert_eq!((row[1].as_str(), row[2].as_str(), row.last().unwrap().as_str()), ("admin.lee", "historian", "live"));
+    assert!(!list.contains(&token), "never the token itself");
+    assert_eq!(stdout(&twinops(&p, &["token", "revoke", &row[0]])).trim(), format!("token {} is revoked", row[0]));
+    assert!(twinops::accounts::token_user(&p.store, &token).unwrap().is_none());
+    assert!(stdout(&twinops(&p, &["token", "list"])).lines().nth(1).unwrap().ends_with("revoked"));
+    let out = twinops(&p, &["token", "revoke", "99"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no API token 99"));
 }

@@ -98,6 +98,9 @@ async function start() {
   for (const b of document.querySelectorAll('.tab')) b.addEventListener('click', () => show(b.dataset.tab));
   $('#doc-close').addEventListener('click', () => ($('#doc-dialog').hidden = true));
   $('#chat-form').addEventListener('submit', ask);
+  $('#own-password-form').addEventListener('submit', changeOwnPassword);
+  $('#add-user-form').addEventListener('submit', addUser);
+  $('#add-token-form').addEventListener('submit', addToken);
   show(location.hash.slice(1) || 'alarms');
   refreshStatus();
   setInterval(refreshStatus, 15000);
@@ -111,11 +114,11 @@ function showLogin() {
 }
 
 function show(tab) {
-  state.tab = ['alarms', 'assets', 'chat', 'approvals'].includes(tab) ? tab : 'alarms';
+  state.tab = ['alarms', 'assets', 'chat', 'approvals', 'account'].includes(tab) ? tab : 'alarms';
   history.replaceState(null, '', `#${state.tab}`);
   for (const b of document.querySelectorAll('.tab')) b.classList.toggle('active', b.dataset.tab === state.tab);
   for (const v of document.querySelectorAll('.view')) v.hidden = v.id !== `view-${state.tab}`;
-  ({ alarms: loadAlarms, assets: loadAssets, chat: loadChat, approvals: loadApprovals })[state.tab]();
+  ({ alarms: loadAlarms, assets: loadAssets, chat: loadChat, approvals: loadApprovals, account: loadAccount })[state.tab]();
 }
 
 async function refreshStatus() {
@@ -502,6 +505,92 @@ function card(w) {
       h('button', { class: 'reject', onclick: decide('reject') }, 'Reject')));
   }
   return c;
+}
+
+// ---------------------------------------------------------------- account
+
+const when = (rfc3339) => (rfc3339 ? new Date(rfc3339).toLocaleString() : 'never');
+
+async function loadAccount() {
+  $('#admin-panel').hidden = !can('admin');
+  if (!can('admin')) return;
+  const [users, tokens] = await Promise.all([api('/api/users'), api('/api/tokens')]);
+  const userAction = (name, path, json) => async () => {
+    try {
+      await api(`/api/users/${encodeURIComponent(name)}/${path}`, { json: json ? json() : {} });
+    } catch (e) {
+      alert(e.message);
+    }
+    loadAccount();
+  };
+  $('#user-rows').replaceChildren(...users.map((u) => {
+    const role = h('select', { 'aria-label': `role of ${u.name}`, class: 'role',
+      onchange: userAction(u.name, 'role', () => ({ role: role.value })) },
+    ROLES.map((r) => h('option', { selected: r === u.role }, r)));
+    const reset = async () => {
+      const password = prompt(`New password for ${u.name} (12 characters or more); their sessions end:`);
+      if (password) await userAction(u.name, 'password', () => ({ password }))();
+    };
+    return h('tr', { 'data-user': u.name },
+      h('td', {}, u.name), h('td', {}, role), h('td', { class: 'state' }, u.disabled ? 'disabled' : 'enabled'),
+      h('td', {}, u.live_tokens), h('td', {}, when(u.created_at)),
+      h('td', {},
+        u.disabled
+          ? h('button', { class: 'enable', onclick: userAction(u.name, 'enable') }, 'Enable')
+          : h('button', { class: 'disable', onclick: userAction(u.name, 'disable') }, 'Disable'),
+        ' ', h('button', { class: 'reset', onclick: reset }, 'Reset password')));
+  }));
+  $('#token-rows').replaceChildren(...tokens.map((t) => h('tr', { 'data-token': t.id },
+    h('td', {}, t.id), h('td', {}, t.user), h('td', {}, t.label), h('td', {}, when(t.created_at)),
+    h('td', {}, when(t.last_used_at)), h('td', { class: 'state' }, t.revoked ? 'revoked' : 'live'),
+    h('td', {}, t.revoked ? '' : h('button', { class: 'revoke', onclick: async () => {
+      if (!confirm(`Revoke token ${t.id} (${t.label}) of ${t.user}? Clients using it stop working.`)) return;
+      try {
+        await api(`/api/tokens/${t.id}/revoke`, { json: {} });
+      } catch (e) {
+        alert(e.message);
+      }
+      loadAccount();
+    } }, 'Revoke')))));
+}
+
+async function changeOwnPassword(ev) {
+  ev.preventDefault();
+  const result = $('#own-password-result');
+  try {
+    await api('/api/me/password', { json: { current: $('#own-current').value, new: $('#own-new').value } });
+    result.textContent = 'Changed.';
+    ev.target.reset();
+  } catch (e) {
+    result.textContent = e.message;
+  }
+}
+
+async function addUser(ev) {
+  ev.preventDefault();
+  try {
+    await api('/api/users', { json: { name: $('#new-user-name').value.trim(), role: $('#new-user-role').value,
+      password: $('#new-user-password').value } });
+    ev.target.reset();
+  } catch (e) {
+    alert(e.message);
+  }
+  loadAccount();
+}
+
+async function addToken(ev) {
+  ev.preventDefault();
+  try {
+    const { token } = await api('/api/tokens', { json: { user: $('#new-token-user').value.trim(),
+      label: $('#new-token-label').value.trim() } });
+    const shown = $('#new-token');
+    shown.hidden = false;
+    shown.replaceChildren('Shown once; send it as Authorization: Bearer <token>: ', h('code', { id: 'new-token-value' }, token));
+    ev.target.reset();
+  } catch (e) {
+    alert(e.message);
+  }
+  loadAccount();
 }
 
 start().catch((e) => {

@@ -16,7 +16,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, Credential, SESSION_COOKIE, WebState, empty, require};
+use super::{ApiError, Credential, SESSION_COOKIE, WebState, admin, empty, require};
 use crate::accounts::{self, LoginError, User};
 use crate::agent::StreamEvent;
 use crate::alarms;
@@ -68,7 +68,8 @@ impl Endpoint {
 
 pub fn endpoints() -> Vec<Endpoint> {
     use Method as M;
-    let (viewer, operator, supervisor) = (Some(Role::Viewer), Some(Role::Operator), Some(Role::Supervisor));
+    let (viewer, operator, supervisor, admin) =
+        (Some(Role::Viewer), Some(Role::Operator), Some(Role::Supervisor), Some(Role::Admin));
     vec![
         ep(M::GET, "/", None, "The HMI page", get(page)).produces("text/html"),
         ep(M::GET, "/app.js", None, "The HMI script", get(script)).produces("text/javascript"),
@@ -84,6 +85,39 @@ pub fn endpoints() -> Vec<Endpoint> {
         ep(M::GET, "/metrics", None, "Prometheus metrics (text format; no ids in labels)", get(metrics))
             .produces("text/plain"),
         ep(M::GET, "/api/me", viewer, "The logged-in user and role", get(me)),
+        ep(
+            M::POST,
+            "/api/me/password",
+            viewer,
+            "Change your own password (current and new); your other sessions end",
+            post(admin::change_own_password),
+        )
+        .body::<admin::OwnPasswordRequest>(),
+        ep(M::GET, "/api/users", admin, "Users: role, disabled, live API tokens", get(admin::users)),
+        ep(M::POST, "/api/users", admin, "Add a user (name, role, password)", post(admin::add_user))
+            .body::<admin::NewUser>(),
+        ep(M::POST, "/api/users/{name}/role", admin, "Change a user's role", post(admin::set_role))
+            .body::<admin::RoleRequest>(),
+        ep(
+            M::POST,
+            "/api/users/{name}/password",
+            admin,
+            "Reset a user's password; their sessions end",
+            post(admin::reset_password),
+        )
+        .body::<admin::PasswordRequest>(),
+        ep(
+            M::POST,
+            "/api/users/{name}/disable",
+            admin,
+            "Disable a user: no login, sessions end, API tokens stop working",
+            post(admin::disable),
+        ),
+        ep(M::POST, "/api/users/{name}/enable", admin, "Enable a disabled user again", post(admin::enable)),
+        ep(M::GET, "/api/tokens", admin, "API tokens (never the token itself)", get(admin::tokens)),
+        ep(M::POST, "/api/tokens", admin, "Create an API token for a user; shown once", post(admin::create_token))
+            .body::<admin::NewToken>(),
+        ep(M::POST, "/api/tokens/{id}/revoke", admin, "Revoke an API token for good", post(admin::revoke_token)),
         ep(M::GET, "/api/status", viewer, "Degraded conditions: model breakers, broker, alarm flood", get(status)),
         ep(
             M::GET,

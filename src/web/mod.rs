@@ -7,6 +7,7 @@
 //! its method, path, role and schemas; the router and `/api/openapi.json` are both
 //! built from that list, so neither can drift from the other.
 
+mod admin;
 mod api;
 mod events;
 mod openapi;
