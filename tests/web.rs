@@ -608,3 +608,42 @@ async fn an_admin_manages_users_and_tokens() {
     assert_eq!(audited("password_change_refused", "viewer.ng"), 1);
     hmi.daemon.shutdown().await;
 }
+
+/// An open `/events` stream lasts only as long as what opened it: a logout, a revoked
+/// token or a disabled user ends it within seconds, while a stream whose credential
+/// still holds stays open past the re-check.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_event_stream_ends_with_its_credential() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let (kaur, viewer) = (hmi.session("operator.kaur").await, hmi.session("viewer.ng").await);
+    let token = accounts::create_token(&p.store, "supervisor.ruiz", "events", "test").unwrap();
+    // Reads a stream to its end, in a task of its own.
+    let watch = |r: reqwest::Response| {
+        assert_eq!(r.status(), StatusCode::OK);
+        tokio::spawn(async move {
+            let mut r = r;
+            while let Ok(Some(_)) = r.chunk().await {}
+        })
+    };
+    let events = hmi.url("/events");
+    let by_session = watch(hmi.http.get(&events).header(COOKIE, &kaur).send().await.unwrap());
+    let by_token = watch(hmi.http.get(&events).bearer_auth(&token).send().await.unwrap());
+    let by_disabled = watch(hmi.http.get(&events).header(COOKIE, &viewer).send().await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    for (what, stream) in [("session", &by_session), ("token", &by_token), ("user", &by_disabled)] {
+        assert!(!stream.is_finished(), "the {what} stream stays open while its credential holds");
+    }
+
+    let r = hmi.http.post(hmi.url("/logout")).header(COOKIE, &kaur).header(ORIGIN, &hmi.base).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let id = p.count("SELECT id FROM api_tokens");
+    accounts::revoke_token(&p.store, id, "test").unwrap();
+    accounts::change_user(&p.store, "viewer.ng", accounts::Change::Disable, "test").unwrap();
+    for (what, stream) in [("session", by_session), ("token", by_token), ("user", by_disabled)] {
+        let limit = std::time::Duration::from_secs(12);
+        assert!(tokio::time::timeout(limit, stream).await.is_ok(), "the {what} stream ended");
+    }
+    hmi.daemon.shutdown().await;
+}

@@ -144,6 +144,8 @@ function listen() {
       refreshStatus();
     }, 300);
   };
+  // The server ends the stream when the session does: find out now, not at the next poll.
+  es.addEventListener('error', () => refreshStatus());
   const kinds = new Set();
   for (const kind of ['alarm', 'note', 'work_order']) {
     es.addEventListener(kind, () => {

@@ -5,15 +5,15 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use rusqlite::params;
 use serde_json::Value;
 
-use super::{ApiError, WebState};
+use super::{ApiError, Credential, WebState};
 
 /// Where a client's feed has got to.
 struct Cursor {
@@ -23,8 +23,13 @@ struct Cursor {
     queue: std::collections::VecDeque<Event>,
 }
 
+/// How often an open stream checks that its credential still holds: a logout, a
+/// disabled user or a revoked token ends the stream within this long.
+const RECHECK: Duration = Duration::from_secs(5);
+
 pub async fn stream(
     State(s): State<Arc<WebState>>,
+    Extension(credential): Extension<Credential>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let db = s.store.read()?;
     let (alarm_event, note, work_order_change): (i64, i64, i64) = db.query_row(
@@ -35,14 +40,25 @@ pub async fn stream(
     )?;
     drop(db);
     let start = Cursor { alarm_event, note, work_order_change, queue: Default::default() };
-    let stream = futures_util::stream::unfold((s, start), |(s, mut c)| async move {
-        loop {
-            if let Some(e) = c.queue.pop_front() {
-                return Some((Ok(e), (s, c)));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            if let Err(e) = poll(&s, &mut c) {
-                tracing::warn!(stage = "web", error = %e, "event feed read failed");
+    let checked = Instant::now();
+    let stream = futures_util::stream::unfold((s, start, checked), move |(s, mut c, mut checked)| {
+        let credential = credential.clone();
+        async move {
+            loop {
+                if checked.elapsed() >= RECHECK {
+                    // Ends the stream; the page's next request gets the 401.
+                    if !matches!(credential.user(&s), Ok(Some(_))) {
+                        return None;
+                    }
+                    checked = Instant::now();
+                }
+                if let Some(e) = c.queue.pop_front() {
+                    return Some((Ok(e), (s, c, checked)));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if let Err(e) = poll(&s, &mut c) {
+                    tracing::warn!(stage = "web", error = %e, "event feed read failed");
+                }
             }
         }
     });

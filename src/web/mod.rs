@@ -114,7 +114,7 @@ fn mcp_routes(state: &WebState) -> Router {
 
 async fn require_bearer(req: Request, next: Next) -> Response {
     match req.extensions().get::<Credential>() {
-        Some(Credential::Token) => next.run(req).await,
+        Some(Credential::Token(_)) => next.run(req).await,
         _ => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "MCP needs a bearer token: create one with `twinops token create --user NAME` and send Authorization: Bearer <token>",
@@ -145,11 +145,25 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
-/// How the request was authenticated.
+/// How the request was authenticated: the session cookie's value or the bearer token.
 #[derive(Debug, Clone)]
 pub enum Credential {
     Session(String),
-    Token,
+    Token(String),
+}
+
+impl Credential {
+    /// The user it stands for now, if it is still good (a session not ended or idle, a
+    /// token not revoked, the user not disabled).
+    pub fn user(&self, state: &WebState) -> Result<Option<User>, crate::store::StoreError> {
+        match self {
+            Credential::Token(token) => accounts::token_user(&state.store, token),
+            Credential::Session(session) => {
+                let idle = Duration::from_secs(state.cfg.session_idle_minutes * 60);
+                accounts::session_user(&state.store, session, idle)
+            }
+        }
+    }
 }
 
 /// HTTP metrics by route template (never the raw path: it holds ids), method, status.
@@ -179,21 +193,20 @@ async fn authenticate(State(state): State<Arc<WebState>>, mut req: Request, next
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
-    let idle = Duration::from_secs(state.cfg.session_idle_minutes * 60);
-    let found = match (bearer, cookie(req.headers(), SESSION_COOKIE)) {
-        (Some(token), _) => accounts::token_user(&state.store, &token).map(|u| u.map(|u| (u, Credential::Token))),
-        (None, Some(session)) => {
-            accounts::session_user(&state.store, &session, idle).map(|u| u.map(|u| (u, Credential::Session(session))))
-        }
-        (None, None) => Ok(None),
+    let credential = match (bearer, cookie(req.headers(), SESSION_COOKIE)) {
+        (Some(token), _) => Some(Credential::Token(token)),
+        (None, Some(session)) => Some(Credential::Session(session)),
+        (None, None) => None,
     };
-    match found {
-        Ok(Some((user, credential))) => {
-            req.extensions_mut().insert(user);
-            req.extensions_mut().insert(credential);
+    if let Some(credential) = credential {
+        match credential.user(&state) {
+            Ok(Some(user)) => {
+                req.extensions_mut().insert(user);
+                req.extensions_mut().insert(credential);
+            }
+            Ok(None) => {}
+            Err(e) => return ApiError::from(e).into_response(),
         }
-        Ok(None) => {}
-        Err(e) => return ApiError::from(e).into_response(),
     }
     next.run(req).await
 }
