@@ -189,8 +189,11 @@ pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Resul
             .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .optional()?;
         let (id, role, disabled) = row.ok_or_else(|| AccountError::NoSuchUser(name.clone()))?;
-        let demotes =
-            matches!(change, Change::Disable | Change::Role(Role::Viewer | Role::Operator | Role::Supervisor));
+        let demotes = match change {
+            Change::Disable => true,
+            Change::Role(new) => new != Role::Admin,
+            Change::Password(_) | Change::Enable => false,
+        };
         if role == Role::Admin && !disabled && demotes {
             let admins: i64 =
                 c.query_row("SELECT count(*) FROM users WHERE role = 'admin' AND disabled = 0", [], |r| r.get(0))?;
@@ -204,8 +207,7 @@ pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Resul
                 ("user_role_changed", format!("{name}: {role} to {new}"))
             }
             Change::Password(_) => {
-                c.prepare_cached("UPDATE users SET password_hash = ?2 WHERE id = ?1")?.execute(params![id, hash])?;
-                c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1")?.execute([id])?;
+                set_password_in(c, id, hash.as_deref().expect("hashed above"), "")?;
                 ("password_set", name.clone())
             }
             Change::Disable => {
@@ -241,10 +243,17 @@ pub fn change_own_password(
     let hash = new_password_hash(new)?;
     let (id, name, keep) = (user.id, user.name.clone(), keep.map(sha256_hex).unwrap_or_default());
     store.writer().call(move |c| {
-        c.prepare_cached("UPDATE users SET password_hash = ?2 WHERE id = ?1")?.execute(params![id, hash])?;
-        c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1 AND token_hash != ?2")?.execute(params![id, keep])?;
+        set_password_in(c, id, &hash, &keep)?;
         Ok::<_, AccountError>(audit_in(c, &name, "password_changed", "", None)?)
     })
+}
+
+/// Sets a user's password hash and ends their sessions, all but the one whose token
+/// hashes to `keep` (none when empty).
+fn set_password_in(c: &Connection, id: i64, hash: &str, keep: &str) -> rusqlite::Result<()> {
+    c.prepare_cached("UPDATE users SET password_hash = ?2 WHERE id = ?1")?.execute(params![id, hash])?;
+    c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1 AND token_hash != ?2")?.execute(params![id, keep])?;
+    Ok(())
 }
 
 /// Appends to the security audit log.

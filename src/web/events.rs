@@ -40,25 +40,22 @@ pub async fn stream(
     )?;
     drop(db);
     let start = Cursor { alarm_event, note, work_order_change, queue: Default::default() };
-    let checked = Instant::now();
-    let stream = futures_util::stream::unfold((s, start, checked), move |(s, mut c, mut checked)| {
-        let credential = credential.clone();
-        async move {
-            loop {
-                if checked.elapsed() >= RECHECK {
-                    // Ends the stream; the page's next request gets the 401.
-                    if !matches!(credential.user(&s), Ok(Some(_))) {
-                        return None;
-                    }
-                    checked = Instant::now();
+    let feed = (s, credential, start, Instant::now());
+    let stream = futures_util::stream::unfold(feed, |(s, credential, mut c, mut checked)| async move {
+        loop {
+            if checked.elapsed() >= RECHECK {
+                // Ends the stream; the page's next request gets the 401.
+                if !matches!(credential.user(&s), Ok(Some(_))) {
+                    return None;
                 }
-                if let Some(e) = c.queue.pop_front() {
-                    return Some((Ok(e), (s, c, checked)));
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                if let Err(e) = poll(&s, &mut c) {
-                    tracing::warn!(stage = "web", error = %e, "event feed read failed");
-                }
+                checked = Instant::now();
+            }
+            if let Some(e) = c.queue.pop_front() {
+                return Some((Ok(e), (s, credential, c, checked)));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if let Err(e) = poll(&s, &mut c) {
+                tracing::warn!(stage = "web", error = %e, "event feed read failed");
             }
         }
     });
