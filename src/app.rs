@@ -113,10 +113,9 @@ impl Daemon {
                 stop_rx.clone(),
             )));
         }
-        tasks.push(tokio::spawn(crate::notify::work_orders_loop(
+        tasks.push(tokio::spawn(crate::notify::outbox_loop(
             store.clone(),
             mqtt.clone(),
-            "twinops/work_orders".into(),
             opts.config.notify.webhook_url.clone(),
             stop_rx.clone(),
         )));

@@ -139,6 +139,14 @@ enum Command {
         #[arg(long)]
         now: Option<String>,
     },
+    /// The shift handover: write one now and print it (a running daemon publishes it as
+    /// it does the scheduled ones), or print the latest stored with --last.
+    #[command(after_help = "Examples:\n  twinops handover\n  twinops handover --last 3")]
+    Handover {
+        /// Print the latest N stored handovers, newest first, instead of writing one.
+        #[arg(long, value_name = "N")]
+        last: Option<u32>,
+    },
     /// Agent runs: the audit trail.
     #[command(subcommand)]
     Runs(RunsCommand),
@@ -423,6 +431,19 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn print_handover(h: &crate::handover::Handover) {
+    let flags = if h.flags.is_empty() { String::new() } else { format!(" [{}]", h.flags.join(", ")) };
+    println!(
+        "-- handover note {} at {}, run {} ({} via {}){flags}\n{}\n",
+        h.note_id,
+        h.created_at.to_rfc3339(),
+        h.run_id.map_or("-".into(), |r| r.to_string()),
+        h.outcome.as_deref().unwrap_or("-"),
+        h.provider.as_deref().unwrap_or("-"),
+        h.text
+    );
+}
+
 fn print_summary(r: &agent::RunReport) {
     eprintln!(
         "\n-- run {}: {} via {}, {} model call(s), {} tool call(s), {} tokens{}; `twinops runs show {}` for the trace",
@@ -574,6 +595,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{}", report.answer.as_deref().unwrap_or("(no answer)"));
             }
             print_summary(&report);
+        }
+        Command::Handover { last: Some(n) } => {
+            let db = cli.global.open()?.read()?;
+            let handovers = crate::handover::recent(&db, n)?;
+            if handovers.is_empty() {
+                println!("no handover yet: `twinops handover` writes one");
+            }
+            for h in handovers {
+                print_handover(&h);
+            }
+        }
+        Command::Handover { last: None } => {
+            let agent = cli.global.agent(None)?;
+            let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+            print_handover(&runtime()?.block_on(crate::handover::write(&agent, &format!("user:{user}")))?);
         }
         Command::Triage { alarm_id, now } => {
             let agent = cli.global.agent(now.as_deref())?;

@@ -26,6 +26,7 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod handover;
 pub mod ingest;
 pub mod mcp;
 pub mod metrics;

@@ -1,5 +1,6 @@
-//! Notes out: on MQTT (`{notes_topic}/{asset}`, QoS 1) and to a webhook with a
-//! Slack-compatible body, retried.
+//! Notes out: triage notes on MQTT (`{notes_topic}/{asset}`, QoS 1) and to a webhook
+//! with a Slack-compatible body, retried; and the outbox, which sends work-order
+//! decisions and shift handovers once each from the table that holds them.
 //!
 //! The webhook URL usually carries its token, so it is a [`Secret`] and never logged.
 
@@ -193,17 +194,36 @@ pub async fn webhook_loop(
     .await
 }
 
-/// Decisions out: every second, work orders whose decision is not yet published go out
-/// as JSON on `{topic}/{asset}` (QoS 1) and to the webhook if set; an approved one is
-/// then marked `dispatched`. Rejections and expiries are published as they are.
-pub async fn work_orders_loop(
-    store: Store,
-    cfg: MqttConfig,
+/// Something the outbox publishes once and then marks: a work-order decision or a
+/// shift handover.
+struct Outgoing {
     topic: String,
-    webhook: Option<Secret>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let Some((client, poller)) = publisher(&cfg, "work-orders") else { return };
+    body: Value,
+    /// What the webhook gets, if one is set.
+    webhook: Value,
+    mark: Mark,
+}
+
+enum Mark {
+    /// `published` becomes the status; an approved order becomes `dispatched`.
+    Decision {
+        id: i64,
+        status: String,
+    },
+    Handover {
+        note_id: i64,
+    },
+}
+
+/// The outbox: every second, what is stored but has not gone out (work-order decisions,
+/// shift handovers) is published as JSON at QoS 1 and posted to the webhook if set,
+/// then marked, so that each goes out once across restarts whichever process wrote it
+/// (twice only if the daemon dies between sending and marking).
+/// Work-order decisions go on `twinops/work_orders/{asset}` (an approved one is then
+/// marked `dispatched`; rejections and expiries are published as they are), handovers
+/// on [`crate::handover::TOPIC`].
+pub async fn outbox_loop(store: Store, cfg: MqttConfig, webhook: Option<Secret>, mut stop: watch::Receiver<bool>) {
+    let Some((client, poller)) = publisher(&cfg, "outbox") else { return };
     let http = Http::new().client().clone();
     let policy = RetryPolicy { max_retries: 4, base: Duration::from_millis(500), cap: Duration::from_secs(30) };
     loop {
@@ -211,49 +231,27 @@ pub async fn work_orders_loop(
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.changed() => break,
         }
-        let due = match undecided_publications(&store) {
+        let due = match store.read().and_then(|db| outbox_due(&db)) {
             Ok(d) => d,
             Err(e) => {
-                tracing::warn!(stage = "notify", error = %e, "cannot read work-order decisions");
+                tracing::warn!(stage = "notify", error = %e, "cannot read the outbox");
                 continue;
             }
         };
-        for (id, asset, status, body) in due {
-            if let Err(e) = client.publish(format!("{topic}/{asset}"), QoS::AtLeastOnce, false, body.to_string()).await
-            {
-                tracing::warn!(stage = "notify", error = %e, work_order = id, "decision not published; retrying");
+        for item in due {
+            let what = item.mark.describe();
+            if let Err(e) = client.publish(&item.topic, QoS::AtLeastOnce, false, item.body.to_string()).await {
+                tracing::warn!(stage = "notify", error = %e, what, "not published; retrying");
                 break;
             }
-            if let Some(url) = &webhook {
-                let text = format!(
-                    "Work order {id} on *{asset}* {status} by {}: {}",
-                    body["decided_by"].as_str().unwrap_or("-"),
-                    body["decision_reason"].as_str().unwrap_or("")
-                );
-                if let Err(e) = post_json(&http, url, &json!({"text": text}), policy, id).await {
-                    tracing::warn!(stage = "notify", work_order = id, error = %e, "decision not delivered to the webhook");
-                }
+            if let Some(url) = &webhook
+                && let Err(e) = post_json(&http, url, &item.webhook, policy, item.mark.id()).await
+            {
+                tracing::warn!(stage = "notify", error = %e, what, "not delivered to the webhook");
             }
-            let next = if status == "approved" { "dispatched".to_string() } else { status.clone() };
             let w = store.writer().clone();
-            let marked = w
-                .call_async(move |c| {
-                    c.prepare_cached(
-                        "UPDATE work_orders SET published = ?2,
-                             dispatched_at = CASE WHEN status = 'approved' THEN ?3 ELSE dispatched_at END,
-                             status = CASE WHEN status = 'approved' THEN 'dispatched' ELSE status END
-                         WHERE id = ?1",
-                    )?
-                    .execute(rusqlite::params![
-                        id,
-                        next,
-                        crate::domain::Timestamp::now().unix()
-                    ])?;
-                    Ok::<_, StoreError>(())
-                })
-                .await;
-            if let Err(e) = marked {
-                tracing::warn!(stage = "notify", work_order = id, error = %e, "decision published but not marked");
+            if let Err(e) = w.call_async(move |c| item.mark.apply(c)).await {
+                tracing::warn!(stage = "notify", error = %e, what, "published but not marked");
             }
         }
     }
@@ -262,9 +260,70 @@ pub async fn work_orders_loop(
     poller.abort();
 }
 
+impl Mark {
+    fn id(&self) -> i64 {
+        match self {
+            Mark::Decision { id, .. } => *id,
+            Mark::Handover { note_id } => *note_id,
+        }
+    }
+
+    /// For the log: `work order 12`, `handover note 40`.
+    fn describe(&self) -> String {
+        match self {
+            Mark::Decision { id, .. } => format!("work order {id}"),
+            Mark::Handover { note_id } => format!("handover note {note_id}"),
+        }
+    }
+
+    fn apply(&self, c: &rusqlite::Connection) -> Result<(), StoreError> {
+        let now = crate::domain::Timestamp::now();
+        match self {
+            Mark::Decision { id, status } => {
+                let next = if status == "approved" { "dispatched" } else { status.as_str() };
+                c.prepare_cached(
+                    "UPDATE work_orders SET published = ?2,
+                         dispatched_at = CASE WHEN status = 'approved' THEN ?3 ELSE dispatched_at END,
+                         status = CASE WHEN status = 'approved' THEN 'dispatched' ELSE status END
+                     WHERE id = ?1",
+                )?
+                .execute(rusqlite::params![id, next, now.unix()])?;
+                Ok(())
+            }
+            Mark::Handover { note_id } => crate::handover::mark_published(c, *note_id, now),
+        }
+    }
+}
+
+/// What the outbox has to send: decisions first, then handovers, each oldest first.
+fn outbox_due(db: &rusqlite::Connection) -> Result<Vec<Outgoing>, StoreError> {
+    let mut due: Vec<Outgoing> = undecided_publications(db)?
+        .into_iter()
+        .map(|(id, asset, status, body)| {
+            let text = format!(
+                "Work order {id} on *{asset}* {status} by {}: {}",
+                body["decided_by"].as_str().unwrap_or("-"),
+                body["decision_reason"].as_str().unwrap_or("")
+            );
+            Outgoing {
+                topic: format!("twinops/work_orders/{asset}"),
+                body,
+                webhook: json!({"text": text}),
+                mark: Mark::Decision { id, status },
+            }
+        })
+        .collect();
+    due.extend(crate::handover::unpublished(db)?.into_iter().map(|h| Outgoing {
+        topic: crate::handover::TOPIC.to_string(),
+        body: serde_json::to_value(&h).unwrap_or(Value::Null),
+        webhook: h.webhook_body(),
+        mark: Mark::Handover { note_id: h.note_id },
+    }));
+    Ok(due)
+}
+
 /// Decided work orders whose decision has not gone out: (id, asset, status, JSON).
-fn undecided_publications(store: &Store) -> Result<Vec<(i64, String, String, Value)>, StoreError> {
-    let db = store.read()?;
+fn undecided_publications(db: &rusqlite::Connection) -> Result<Vec<(i64, String, String, Value)>, StoreError> {
     let mut stmt = db.prepare_cached(
         "SELECT id, asset_id, status, json_object('work_order_id', id, 'asset_id', asset_id, 'alarm_id', alarm_id,
                 'action', action, 'priority', priority, 'title', title, 'justification', justification,

@@ -1,13 +1,11 @@
 //! Timed work (tokio-cron-scheduler, UTC): housekeeping every minute (expire stale
-//! proposals, unshelve alarms, re-index changed documents), the shift handover note,
-//! and readings retention. Each job logs what it did; a failed run is logged and the
-//! next one tries again.
+//! proposals, unshelve alarms, re-index changed documents), the shift handover
+//! ([`crate::handover`]) and readings retention. Each job logs what it did; a failed
+//! run is logged and the next one tries again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
-use rusqlite::params;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
 use crate::agent::Agent;
@@ -15,7 +13,7 @@ use crate::alarms;
 use crate::approvals::Approvals;
 use crate::config::ScheduleConfig;
 use crate::domain::Timestamp;
-use crate::store::{Store, StoreError, prune_readings};
+use crate::store::{Store, prune_readings};
 
 /// Readings deleted per transaction by retention.
 const RETENTION_BATCH: usize = 5_000;
@@ -59,26 +57,6 @@ pub async fn housekeeping(store: &Store, docs: Option<PathBuf>, now: Timestamp) 
     Ok(Housekeeping { expired_work_orders, unshelved, docs_changed })
 }
 
-/// Runs the shift handover and stores it as a `handover` note. Returns the note id.
-pub async fn handover(agent: &Agent) -> anyhow::Result<i64> {
-    let report = agent.handover().await?;
-    let text = report.answer.clone().context("the handover run produced no text")?;
-    let flags = serde_json::to_string(&report.flags).unwrap_or_default();
-    let body = serde_json::json!({"text": text, "outcome": report.outcome, "provider": report.provider}).to_string();
-    let (run_id, now) = (report.run_id, Timestamp::now());
-    let w = agent.store().writer().clone();
-    let id = w
-        .call_async(move |c| {
-            c.prepare_cached(
-                "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at) VALUES ('handover', NULL, ?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![run_id, body, flags, now.unix()])?;
-            Ok::<_, StoreError>(c.last_insert_rowid())
-        })
-        .await?;
-    Ok(id)
-}
-
 /// Starts the scheduler with the three jobs. Shut it down with [`JobScheduler::shutdown`].
 pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
@@ -107,8 +85,8 @@ pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> any
         .add(Job::new_async(cfg.handover.as_str(), move |_, _| {
             let agent = Arc::clone(&agent);
             Box::pin(async move {
-                match handover(&agent).await {
-                    Ok(note) => tracing::info!(stage = "schedule", note, "shift handover written"),
+                match crate::handover::write(&agent, "schedule:handover").await {
+                    Ok(h) => tracing::info!(stage = "schedule", note = h.note_id, "shift handover written"),
                     Err(e) => tracing::warn!(stage = "schedule", error = %format!("{e:#}"), "shift handover failed"),
                 }
             })

@@ -152,6 +152,9 @@ async fn the_hmi_in_a_real_browser() {
         Reply::text(
             "The pump needs attention. <script>window.pwned = true</script> ![chart](http://evil.example/chart.png) **Check the bearing.**",
         ),
+        Reply::text(
+            "Shift handover: PUMP-007 drive-end vibration is rising.\n- PUMP-007: watch the bearing <img src=x onerror=\"window.pwned = true\">",
+        ),
     ])
     .await;
 
@@ -274,6 +277,22 @@ async fn the_hmi_in_a_real_browser() {
     assert!(answer.as_str().unwrap().contains("<script>window.pwned = true</script>"), "shown as text: {answer}");
     assert_eq!(b.js("return window.pwned === undefined;").await, true, "the script did not run");
     assert_eq!(b.js("return document.querySelectorAll('#chat-log img, #chat-log script').length;").await, 0);
+
+    // The shift handover: none yet; an operator (here the supervisor) writes one now.
+    b.click("button[data-tab=handover]").await;
+    b.until("no handover yet", "document.querySelector('#handover-when').textContent.includes('No handover yet')")
+        .await;
+    b.click("#handover-write").await;
+    let handover = b
+        .until("the handover", "document.querySelector('#handover-latest .md') && document.querySelector('#handover-latest .md').textContent")
+        .await;
+    let handover = handover.as_str().unwrap();
+    assert!(handover.contains("PUMP-007: watch the bearing <img src=x"), "shown as text: {handover}");
+    assert_eq!(b.js("return document.querySelectorAll('#handover-latest img').length;").await, 0);
+    assert_eq!(b.js("return window.pwned === undefined;").await, true, "the handler did not run");
+    let when = b.js("return document.querySelector('#handover-when').textContent;").await;
+    assert!(when.as_str().unwrap().ends_with("by supervisor.ruiz."), "{when}");
+    b.screenshot(&shots.join("handover.png")).await;
 
     // The trend chart.
     b.click("button[data-tab=assets]").await;

@@ -133,6 +133,7 @@ fn every_command_has_help_with_an_example() {
         &["broker"],
         &["dead-letters", "list"],
         &["dead-letters", "replay"],
+        &["handover"],
     ] {
         let mut args: Vec<&str> = cmd.to_vec();
         args.push("--help");
@@ -284,6 +285,35 @@ fn triage_without_a_model_uses_the_rules_model_and_runs_show_the_trace() {
     let missing = twinops(&p, &["runs", "show", "99"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no agent run 99"));
+}
+
+/// `twinops handover` writes one now and prints it; `--last N` prints the stored ones,
+/// newest first, without a model run.
+#[test]
+fn handover_writes_now_and_last_prints_the_stored_ones() {
+    let p = Plant::new();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--db")
+            .arg(p.db_path())
+            .args(["--config", "/nonexistent/twinops.toml"])
+            .args(args)
+            .env_remove("TWINOPS_LLM_KIND")
+            .env("USER", "kaur")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        stdout(&out)
+    };
+    assert!(run(&["handover", "--last", "3"]).contains("no handover yet"));
+    let first = run(&["handover"]);
+    assert!(first.starts_with("-- handover note 1 at ") && first.contains("(final via rules)"), "{first}");
+    assert!(first.contains("\nShift handover: 18 assets;"), "{first}");
+    run(&["handover"]);
+    let last = run(&["handover", "--last", "3"]);
+    let (two, one) = (last.find("-- handover note 2 ").unwrap(), last.find("-- handover note 1 ").unwrap());
+    assert!(two < one, "newest first: {last}");
+    assert_eq!(p.count("SELECT count(*) FROM agent_runs WHERE profile = 'handover' AND trigger = 'user:kaur'"), 2);
 }
 
 /// Every command that reads the seed folder takes it as `--from`, which is what its

@@ -608,27 +608,92 @@ async fn housekeeping_and_retention() {
     assert!(p.count("SELECT count(*) FROM readings") > 0, "recent readings kept");
 }
 
-/// The shift handover is an agent run stored as a `handover` note.
+/// The shift handover is an agent run stored as a `handover` note, with who asked.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_shift_handover_is_a_stored_note() {
     let p = Plant::new();
     let agent = rules_agent(&p);
-    let note = twinops::schedule::handover(&agent).await.unwrap();
-    let (body, run): (String, i64) = p
-        .store
-        .read()
-        .unwrap()
-        .query_row("SELECT body, run_id FROM notes WHERE id = ?1 AND kind = 'handover'", [note], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
-    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let text = body["text"].as_str().unwrap();
-    assert!(text.starts_with("Shift handover:") && text.contains("PUMP-007"), "{text}");
-    assert_eq!(p.count(&format!("SELECT count(*) FROM agent_runs WHERE id = {run} AND profile = 'handover'")), 1);
+    let h = twinops::handover::write(&agent, "schedule:handover").await.unwrap();
+    assert!(h.text.starts_with("Shift handover:") && h.text.contains("PUMP-007"), "{}", h.text);
+    let db = p.store.read().unwrap();
+    let stored = twinops::handover::recent(&db, 5).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!((stored[0].note_id, &stored[0].text, stored[0].run_id), (h.note_id, &h.text, h.run_id));
+    assert_eq!(stored[0].provider.as_deref(), Some("rules"));
+    let run = h.run_id.unwrap();
+    let trigger = format!(
+        "SELECT count(*) FROM agent_runs WHERE id = {run} AND profile = 'handover' AND trigger = 'schedule:handover'"
+    );
+    assert_eq!(p.count(&trigger), 1);
     let tools =
         p.count(&format!("SELECT count(*) FROM agent_steps WHERE run_id = {run} AND name = 'propose_work_order'"));
     assert_eq!(tools, 0);
+}
+
+/// A handover, whoever writes it, goes out once: on MQTT `twinops/handover` and to the
+/// webhook, through the daemon's outbox; a restarted daemon does not send it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handover_goes_out_once_on_mqtt_and_to_the_webhook() {
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use twinops::app::{Daemon, ServeOptions};
+
+    let p = Plant::new();
+    let hooked: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let app = {
+        let hooked = Arc::clone(&hooked);
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: axum::Json<serde_json::Value>| {
+                let hooked = Arc::clone(&hooked);
+                async move { hooked.lock().unwrap().push(body.0) }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let config = |label: &str| {
+        let mut config = common::test_config(label);
+        config.notify.webhook_url = Some(twinops::config::Secret::new(hook.clone()));
+        config.schedule.handover = "0 0 0 1 1 *".into(); // not during the test
+        ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() }
+    };
+    let daemon = Daemon::start_on(p.store.clone(), config("handover")).await.unwrap();
+    let port: u16 = daemon.mqtt_url.rsplit(':').next().unwrap().parse().unwrap();
+    let (sub, mut events) = rumqttc::AsyncClient::new(rumqttc::MqttOptions::new("handover-sub", "127.0.0.1", port), 10);
+    sub.subscribe(twinops::handover::TOPIC, rumqttc::QoS::AtLeastOnce).await.unwrap();
+    let published = tokio::spawn(async move {
+        loop {
+            if let Ok(rumqttc::Event::Incoming(rumqttc::Packet::Publish(m))) = events.poll().await {
+                return (m.topic.clone(), serde_json::from_slice::<serde_json::Value>(&m.payload).unwrap());
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Written as `twinops handover` or the HMI would: only stored; the outbox sends it.
+    let h = twinops::handover::write(&rules_agent(&p), "user:kaur").await.unwrap();
+    let (topic, body) = tokio::time::timeout(Duration::from_secs(10), published).await.unwrap().unwrap();
+    assert_eq!(topic, "twinops/handover");
+    assert_eq!((body["note_id"].as_i64(), body["kind"].as_str()), (Some(h.note_id), Some("handover")));
+    assert_eq!((body["text"].as_str(), body["run_id"].as_i64()), (Some(h.text.as_str()), h.run_id));
+    let sent = format!("SELECT count(*) FROM notes WHERE id = {} AND published_at IS NOT NULL", h.note_id);
+    for _ in 0..50 {
+        if p.count(&sent) == 1 && !hooked.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(p.count(&sent), 1, "marked once sent");
+    let text = hooked.lock().unwrap()[0]["text"].as_str().unwrap().to_string();
+    assert!(text.starts_with("*Shift handover*") && text.contains(&h.text) && text.contains("AI advisory"), "{text}");
+    daemon.shutdown().await;
+
+    let again = Daemon::start_on(p.store.clone(), config("handover-again")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    again.shutdown().await;
+    assert_eq!(hooked.lock().unwrap().len(), 1, "sent once, not again after a restart");
 }
 
 /// The daemon runs housekeeping on its schedule.

@@ -79,6 +79,23 @@ fn cookie_of(r: &reqwest::Response) -> Option<String> {
     (pair.len() > "twinops_session=".len()).then_some(pair)
 }
 
+/// Reads the `/events` stream until it says `wanted`, for at most `secs`; else what it
+/// did say.
+async fn feed_tells(feed: &mut reqwest::Response, wanted: &str, secs: u64) -> Result<(), String> {
+    let mut seen = String::new();
+    let found = tokio::time::timeout(std::time::Duration::from_secs(secs), async {
+        while let Some(chunk) = feed.chunk().await.unwrap() {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.contains(wanted) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    if found == Ok(true) { Ok(()) } else { Err(seen) }
+}
+
 fn add_users(p: &Plant) {
     for (name, role) in
         [("viewer.ng", Role::Viewer), ("operator.kaur", Role::Operator), ("supervisor.ruiz", Role::Supervisor)]
@@ -241,20 +258,57 @@ async fn the_event_feed_tells_of_a_late_dispatch() {
         })
         .unwrap();
 
-    let wanted = format!(r#"{{"id":{wo},"status":"dispatched""#);
-    let mut seen = String::new();
-    let told = tokio::time::timeout(std::time::Duration::from_secs(15), async {
-        while let Some(chunk) = feed.chunk().await.unwrap() {
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-            if seen.contains(&wanted) {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(told.is_ok(), "no work_order event saying dispatched; the feed said: {seen}");
+    let told = feed_tells(&mut feed, &format!(r#"{{"id":{wo},"status":"dispatched""#), 15).await;
+    assert!(told.is_ok(), "no work_order event saying dispatched; the feed said: {told:?}");
     let dispatched_at = p.count(&format!("SELECT dispatched_at FROM work_orders WHERE id = {wo}"));
     assert!(dispatched_at >= long_ago + 60, "dispatched_at is recorded");
+    drop(feed);
+    hmi.daemon.shutdown().await;
+}
+
+/// The incoming shift reads handovers in the HMI; an operator may write one now (a
+/// viewer may not), at most one a minute, and the event feed tells the page.
+#[tokio::test(flavor = "multi_thread")]
+async fn handovers_are_read_and_written_in_the_hmi() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let (viewer, operator) = (hmi.session("viewer.ng").await, hmi.session("operator.kaur").await);
+    let list = hmi.get("/api/handovers", &viewer).await.json::<Value>().await.unwrap();
+    assert_eq!(list["handovers"], json!([]));
+    let mut feed = hmi.get("/events", &viewer).await;
+
+    let r = hmi.post("/api/handovers", &viewer, json!({})).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "viewers read only");
+    let r = hmi.post("/api/handovers", &operator, json!({})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let written = r.json::<Value>().await.unwrap();
+    let text = written["text"].as_str().unwrap();
+    assert!(text.starts_with("Shift handover:") && text.contains("PUMP-007"), "{written}");
+    let note = written["note_id"].as_i64().unwrap();
+    let r = hmi.post("/api/handovers", &operator, json!({})).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT, "one a minute");
+    let error = r.json::<Value>().await.unwrap()["error"].as_str().unwrap().to_string();
+    assert!(error.contains(&format!("handover note {note} was written")) && error.contains("ask again in"), "{error}");
+
+    let list = hmi.get("/api/handovers?limit=5", &viewer).await.json::<Value>().await.unwrap();
+    assert_eq!(list["handovers"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        (list["handovers"][0]["note_id"].as_i64(), &list["handovers"][0]["text"]),
+        (Some(note), &written["text"])
+    );
+    assert_eq!(list["handovers"][0]["trigger"], "user:operator.kaur", "who asked");
+    let r = hmi.get("/api/handovers?limit=0", &viewer).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().await.unwrap().contains("use 1 to 50"));
+    let run = written["run_id"].as_i64().unwrap();
+    let asked = format!("SELECT count(*) FROM agent_runs WHERE id = {run} AND trigger = 'user:operator.kaur'");
+    assert_eq!(p.count(&asked), 1);
+    let audited = "SELECT count(*) FROM audit_log WHERE action = 'handover_written' AND actor = 'operator.kaur'";
+    assert_eq!(p.count(audited), 1);
+
+    let told = feed_tells(&mut feed, &format!(r#""note_id":{note},"kind":"handover""#), 10).await;
+    assert!(told.is_ok(), "no note event for the handover; the feed said: {told:?}");
     drop(feed);
     hmi.daemon.shutdown().await;
 }

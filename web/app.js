@@ -101,6 +101,7 @@ async function start() {
   $('#own-password-form').addEventListener('submit', changeOwnPassword);
   $('#add-user-form').addEventListener('submit', addUser);
   $('#add-token-form').addEventListener('submit', addToken);
+  $('#handover-write').addEventListener('click', writeHandover);
   show(location.hash.slice(1) || 'alarms');
   refreshStatus();
   setInterval(refreshStatus, 15000);
@@ -114,11 +115,11 @@ function showLogin() {
 }
 
 function show(tab) {
-  state.tab = ['alarms', 'assets', 'chat', 'approvals', 'account'].includes(tab) ? tab : 'alarms';
+  state.tab = ['alarms', 'handover', 'assets', 'chat', 'approvals', 'account'].includes(tab) ? tab : 'alarms';
   history.replaceState(null, '', `#${state.tab}`);
   for (const b of document.querySelectorAll('.tab')) b.classList.toggle('active', b.dataset.tab === state.tab);
   for (const v of document.querySelectorAll('.view')) v.hidden = v.id !== `view-${state.tab}`;
-  ({ alarms: loadAlarms, assets: loadAssets, chat: loadChat, approvals: loadApprovals, account: loadAccount })[state.tab]();
+  ({ alarms: loadAlarms, handover: loadHandover, assets: loadAssets, chat: loadChat, approvals: loadApprovals, account: loadAccount })[state.tab]();
 }
 
 async function refreshStatus() {
@@ -148,7 +149,12 @@ function listen() {
   es.addEventListener('error', () => refreshStatus());
   const kinds = new Set();
   for (const kind of ['alarm', 'note', 'work_order']) {
-    es.addEventListener(kind, () => {
+    es.addEventListener(kind, (ev) => {
+      if (kind === 'note' && JSON.parse(ev.data).kind === 'handover') {
+        if (state.tab === 'handover') loadHandover();
+        else $('#handover-new').textContent = '(new)';
+        return;
+      }
       kinds.add(kind);
       soon(kinds);
     });
@@ -248,24 +254,27 @@ async function act(fn) {
   loadAlarms();
 }
 
+// What the agent wrote, marked as advice, with its flags and the way to its trace.
+function advisory(attrs, flags, runId, ...content) {
+  const box = h('div', { class: 'advisory', ...attrs },
+    h('div', { class: 'tag' }, 'AI advisory: check before acting', flags?.length ? ` · ${flags.join(', ')}` : ''), ...content);
+  if (runId) box.append(h('button', { class: 'trace-button', onclick: () => showTrace(runId, box) }, 'Show the tool trace'));
+  return box;
+}
+
 function noteView(note) {
   const b = note.body || {};
-  const box = h('div', { class: 'advisory', id: 'note' },
-    h('div', { class: 'tag' }, 'AI advisory: check before acting', note.flags?.length ? ` · ${note.flags.join(', ')}` : ''));
-  if (b.summary) {
-    box.append(
-      markdown(b.summary),
-      h('p', {}, h('strong', {}, 'Urgency: '), b.urgency),
-      h('strong', {}, 'Likely causes'), h('ul', {}, (b.likely_causes || []).map((c) => h('li', {}, inline(c)))),
-      h('strong', {}, 'Recommended actions'), h('ol', {}, (b.recommended_actions || []).map((c) => h('li', {}, inline(c)))),
-      h('strong', {}, 'Evidence'),
-      h('ul', {}, (b.evidence || []).map((e) => h('li', {}, `${e.claim} `, source(e.source)))),
-    );
-  } else {
-    box.append(markdown(b.text));
-  }
-  if (note.run_id) box.append(h('button', { class: 'trace-button', onclick: () => showTrace(note.run_id, box) }, 'Show the tool trace'));
-  return box;
+  const content = b.summary
+    ? [
+        markdown(b.summary),
+        h('p', {}, h('strong', {}, 'Urgency: '), b.urgency),
+        h('strong', {}, 'Likely causes'), h('ul', {}, (b.likely_causes || []).map((c) => h('li', {}, inline(c)))),
+        h('strong', {}, 'Recommended actions'), h('ol', {}, (b.recommended_actions || []).map((c) => h('li', {}, inline(c)))),
+        h('strong', {}, 'Evidence'),
+        h('ul', {}, (b.evidence || []).map((e) => h('li', {}, `${e.claim} `, source(e.source)))),
+      ]
+    : [markdown(b.text)];
+  return advisory({ id: 'note' }, note.flags, note.run_id, content);
 }
 
 // A citation key opens its documentation chunk; a tool name is shown as it is.
@@ -289,6 +298,38 @@ async function showTrace(runId, where) {
     h('ol', {}, steps.map((s) => h('li', {}, h('span', { class: 'step' }, `${s.kind} ${s.name} ${s.is_error ? '(error) ' : ''}${s.arguments || ''}`),
       s.kind === 'tool_call' ? h('pre', {}, (s.result || '').slice(0, 600)) : null))),
   ));
+}
+
+// ---------------------------------------------------------------- shift handover
+
+async function loadHandover() {
+  $('#handover-new').textContent = '';
+  $('#handover-write').hidden = !can('operator');
+  const { handovers } = await api('/api/handovers?limit=10');
+  const [latest, ...earlier] = handovers;
+  const by = (t) => (t?.startsWith('user:') ? ` by ${t.slice(5)}` : t === 'schedule:handover' ? ' at the shift change' : '');
+  const when = (x) => `${new Date(x.created_at).toLocaleString()} (${ago(Date.parse(x.created_at) / 1000)})${by(x.trigger)}`;
+  $('#handover-when').textContent = latest
+    ? `Written ${when(latest)}.`
+    : 'No handover yet: one is written at each shift change.';
+  const view = (x) => advisory({ class: 'advisory handover', 'data-note': x.note_id }, x.flags, x.run_id, markdown(x.text));
+  $('#handover-latest').replaceChildren(...(latest ? [view(latest)] : []));
+  $('#handover-earlier').hidden = earlier.length === 0;
+  $('#handover-list').replaceChildren(...earlier.map((x) => h('details', {}, h('summary', {}, when(x)), view(x))));
+}
+
+async function writeHandover() {
+  const button = $('#handover-write');
+  button.disabled = true;
+  $('#handover-result').textContent = 'Writing: the agent reads the plant first, which can take a minute.';
+  try {
+    await api('/api/handovers', { json: {} });
+    $('#handover-result').textContent = '';
+  } catch (e) {
+    $('#handover-result').textContent = e.message;
+  }
+  button.disabled = false;
+  loadHandover();
 }
 
 // ---------------------------------------------------------------- assets and trends

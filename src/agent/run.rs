@@ -288,12 +288,13 @@ impl Agent {
         })
     }
 
-    /// The shift handover summary, as of now.
-    pub async fn handover(&self) -> anyhow::Result<RunReport> {
+    /// The shift handover summary, as of now. `trigger` says who asked, for the audit
+    /// trail: `schedule:handover`, `user:kaur`.
+    pub async fn handover(&self, trigger: &str) -> anyhow::Result<RunReport> {
         let now = (self.clock)();
         let task = Task {
             profile: Profile::handover(),
-            trigger: "schedule:handover".to_string(),
+            trigger: trigger.to_string(),
             facts: TaskFacts::default(),
             user_message: format!(
                 "Write the shift handover for the shift starting {}. Cover the last 8 hours.",

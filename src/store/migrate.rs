@@ -64,6 +64,11 @@ const MIGRATIONS: &[&str] = &[
      BEGIN INSERT INTO work_order_changes (work_order_id, status) VALUES (NEW.id, NEW.status); END;
      CREATE TRIGGER work_order_status_changed AFTER UPDATE OF status ON work_orders WHEN NEW.status IS NOT OLD.status
      BEGIN INSERT INTO work_order_changes (work_order_id, status) VALUES (NEW.id, NEW.status); END;",
+    // 6: shift handovers go out (MQTT, webhook) once each, through the daemon's outbox,
+    // whoever wrote them. Those written before this version are not sent now, hours late.
+    "ALTER TABLE notes ADD COLUMN published_at INTEGER;
+     UPDATE notes SET published_at = created_at WHERE kind = 'handover';
+     CREATE INDEX notes_handover_unpublished ON notes(id) WHERE kind = 'handover' AND published_at IS NULL;",
 ];
 
 /// The schema version this build writes.
@@ -82,4 +87,31 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Handovers written before version 6 are taken as sent: upgrading must not publish
+    /// hours-old handovers as if new. Those written after go out.
+    #[test]
+    fn handovers_from_before_the_outbox_are_not_sent_late() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        conn.execute("INSERT INTO notes (kind, body, created_at) VALUES ('handover', '{}', 1000)", []).unwrap();
+        migrate(&mut conn, Path::new(":memory:")).unwrap();
+        conn.execute("INSERT INTO notes (kind, body, created_at) VALUES ('handover', '{}', 2000)", []).unwrap();
+        let sent: Vec<Option<i64>> = conn
+            .prepare("SELECT published_at FROM notes ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(sent, [Some(1000), None]);
+    }
 }

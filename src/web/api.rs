@@ -180,6 +180,20 @@ pub fn endpoints() -> Vec<Endpoint> {
             post(reject),
         )
         .body::<ReasonRequest>(),
+        ep(
+            M::GET,
+            "/api/handovers",
+            viewer,
+            "Shift handovers, newest first (query: limit, 1-50, default 10)",
+            get(handovers),
+        ),
+        ep(
+            M::POST,
+            "/api/handovers",
+            operator,
+            "Write a shift handover now (an agent run; at most one a minute); returns it",
+            post(write_handover),
+        ),
         ep(M::GET, "/api/chat", operator, "This user's conversation with the agent", get(chat_history)),
         ep(
             M::POST,
@@ -675,6 +689,43 @@ async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>) -> Result
     )?;
     let rows = json_rows(&mut stmt, [q.status])?;
     Ok(Json(json!({"work_orders": rows})))
+}
+
+#[derive(Deserialize)]
+struct LimitQuery {
+    limit: Option<u32>,
+}
+
+async fn handovers(State(s): State<S>, Query(q): Query<LimitQuery>) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(10);
+    if !(1..=50).contains(&limit) {
+        return Err(ApiError::bad_request(format!("limit {limit}: use 1 to 50 (default 10)")));
+    }
+    let db = s.store.read()?;
+    Ok(Json(json!({"handovers": crate::handover::recent(&db, limit)?})))
+}
+
+/// Writes a handover now, unless one was written within the last minute: then the
+/// answer is 409 with that one's id, which the page shows instead.
+async fn write_handover(State(s): State<S>, Extension(user): Extension<User>) -> Result<Json<Value>, ApiError> {
+    let latest = crate::handover::recent(&*s.store.read()?, 1)?.pop();
+    if let Some(h) = latest {
+        let age = Timestamp::now().unix() - h.created_at.unix();
+        if age < crate::handover::MIN_INTERVAL_S {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "handover note {} was written {age} s ago; read it, or ask again in {} s",
+                    h.note_id,
+                    crate::handover::MIN_INTERVAL_S - age
+                ),
+            ));
+        }
+    }
+    let h = crate::handover::write(&s.agent, &format!("user:{}", user.name)).await?;
+    let (st, name, detail) = (Arc::clone(&s), user.name.clone(), format!("note {}", h.note_id));
+    tokio::task::spawn_blocking(move || accounts::audit(&st.store, &name, "handover_written", &detail, None)).await??;
+    Ok(Json(serde_json::to_value(&h)?))
 }
 
 /// A work-order decision, or taking an alarm's point out of service, needs a reason; it

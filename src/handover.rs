@@ -1,0 +1,132 @@
+//! The shift handover: an agent run (read-only profile) at each shift change, or on
+//! demand, stored as a `handover` note. The incoming shift reads it in the HMI's
+//! Handover tab; the daemon's outbox publishes each one once on [`TOPIC`] and to the
+//! webhook, whoever wrote it (the schedule, the HMI, or `twinops handover`).
+
+use anyhow::Context;
+use rusqlite::{Connection, params};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::agent::{Agent, Outcome};
+use crate::domain::Timestamp;
+use crate::store::StoreError;
+
+/// Where handovers are published (QoS 1), as JSON: a [`Handover`].
+pub const TOPIC: &str = "twinops/handover";
+
+/// A stored shift handover.
+#[derive(Debug, Clone, Serialize)]
+pub struct Handover {
+    pub note_id: i64,
+    /// Always `handover`: a subscriber that also takes triage notes can tell them apart.
+    pub kind: &'static str,
+    /// The agent run that wrote it (`twinops runs show RUN_ID`).
+    pub run_id: Option<i64>,
+    /// Who asked: `schedule:handover` (the shift change), `user:kaur`.
+    pub trigger: Option<String>,
+    pub outcome: Option<String>,
+    pub provider: Option<String>,
+    /// `ungrounded`, `partial`, ...: read the text with them in mind.
+    pub flags: Vec<String>,
+    pub text: String,
+    pub created_at: Timestamp,
+}
+
+impl Handover {
+    /// The Slack-compatible webhook body, marked AI advisory like a triage note's.
+    pub fn webhook_body(&self) -> Value {
+        let flags = if self.flags.is_empty() { String::new() } else { format!(" [{}]", self.flags.join(", ")) };
+        json!({
+            "text": format!(
+                "*Shift handover* ({}){flags}\n{}\n_AI advisory (note {}, run {}); check before acting._",
+                self.created_at.to_rfc3339(),
+                self.text,
+                self.note_id,
+                self.run_id.map_or("-".to_string(), |r| r.to_string())
+            ),
+        })
+    }
+}
+
+/// Runs the handover now and stores it; `trigger` as for [`Agent::handover`]. Returns
+/// the stored note.
+pub async fn write(agent: &Agent, trigger: &str) -> anyhow::Result<Handover> {
+    let report = agent.handover(trigger).await?;
+    let text = report.answer.clone().context("the handover run produced no text")?;
+    let mut flags = report.flags.clone();
+    if report.outcome != Outcome::Final {
+        flags.push(report.outcome.as_str().to_string());
+    }
+    let flags_text = serde_json::to_string(&flags).unwrap_or_default();
+    let body = json!({"text": text, "outcome": report.outcome, "provider": report.provider}).to_string();
+    let (run_id, now) = (report.run_id, Timestamp::now());
+    let w = agent.store().writer().clone();
+    let note_id = w
+        .call_async(move |c| {
+            c.prepare_cached(
+                "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at) VALUES ('handover', NULL, ?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![run_id, body, flags_text, now.unix()])?;
+            Ok::<_, StoreError>(c.last_insert_rowid())
+        })
+        .await?;
+    Ok(Handover {
+        note_id,
+        kind: "handover",
+        run_id: Some(run_id),
+        trigger: Some(trigger.to_string()),
+        outcome: Some(report.outcome.as_str().to_string()),
+        provider: report.provider,
+        flags,
+        text,
+        created_at: now,
+    })
+}
+
+/// The columns [`from_row`] reads, from `notes n` joined to `agent_runs r`.
+const SELECT: &str = "SELECT n.id, n.run_id, n.body, n.flags, n.created_at, r.trigger
+                      FROM notes n LEFT JOIN agent_runs r ON r.id = n.run_id";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Handover> {
+    let body: Value = serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or(Value::Null);
+    let text = |key: &str| body[key].as_str().map(str::to_string);
+    Ok(Handover {
+        note_id: r.get(0)?,
+        kind: "handover",
+        run_id: r.get(1)?,
+        trigger: r.get(5)?,
+        outcome: text("outcome"),
+        provider: text("provider"),
+        flags: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+        text: text("text").unwrap_or_default(),
+        created_at: Timestamp::from_unix(r.get(4)?),
+    })
+}
+
+/// Seconds between handovers asked for on demand: a second request within this long
+/// gets the one just written, not another model run.
+pub const MIN_INTERVAL_S: i64 = 60;
+
+/// The latest `limit` handovers, newest first.
+pub fn recent(conn: &Connection, limit: u32) -> Result<Vec<Handover>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE n.kind = 'handover' ORDER BY n.id DESC LIMIT ?1"))?;
+    let rows = stmt.query_map([limit], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Handovers not yet published, oldest first (at most 20 a pass).
+pub fn unpublished(conn: &Connection) -> Result<Vec<Handover>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "{SELECT} WHERE n.kind = 'handover' AND n.published_at IS NULL ORDER BY n.id LIMIT 20"
+    ))?;
+    let rows = stmt.query_map([], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Records that handover `note_id` went out.
+pub fn mark_published(conn: &Connection, note_id: i64, at: Timestamp) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE notes SET published_at = ?2 WHERE id = ?1 AND kind = 'handover'")?
+        .execute(params![note_id, at.unix()])?;
+    Ok(())
+}
