@@ -608,6 +608,50 @@ async fn housekeeping_and_retention() {
     assert!(p.count("SELECT count(*) FROM readings") > 0, "recent readings kept");
 }
 
+/// The backlog the HMI's banner reads: occurrences waiting for a note (the oldest's
+/// wait), and those given up in the last hour; occurrences with a note, and failures
+/// older than an hour, do not count.
+#[test]
+fn the_triage_backlog_counts_what_waits_and_what_was_given_up() {
+    let p = Plant::new();
+    let now = Timestamp::now();
+    let idle = twinops::triage::backlog(&p.store.read().unwrap(), now).unwrap();
+    assert_eq!(idle, twinops::triage::Backlog::default(), "the seeded plant has nothing waiting");
+    let alarms: Vec<i64> = {
+        let db = p.store.read().unwrap();
+        let mut stmt = db.prepare("SELECT id FROM alarms ORDER BY id LIMIT 5").unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    };
+    let jobs = [
+        (alarms[0], "queued", 600, None),
+        (alarms[1], "running", 120, Some(60)),
+        (alarms[2], "failed", 900, Some(100)),
+        (alarms[3], "failed", 9000, Some(7200)),
+        (alarms[4], "queued", 3600, None),
+    ];
+    let noted = alarms[4];
+    p.store
+        .writer()
+        .call(move |c| {
+            for (alarm, state, waited, started) in jobs {
+                c.execute(
+                    "INSERT INTO triage_jobs (alarm_id, state, priority, enqueued_at, started_at) VALUES (?1, ?2, 1, ?3, ?4)",
+                    rusqlite::params![alarm, state, now.unix() - waited, started.map(|s: i64| now.unix() - s)],
+                )?;
+                c.execute("UPDATE alarms SET triage_job = ?2 WHERE id = ?1", [alarm, c.last_insert_rowid()])?;
+            }
+            // A job redone after a crash: its occurrence already has its note.
+            c.execute(
+                "INSERT INTO notes (kind, alarm_id, body, created_at) VALUES ('triage', ?1, '{}', ?2)",
+                [noted, now.unix()],
+            )?;
+            Ok::<_, twinops::store::StoreError>(())
+        })
+        .unwrap();
+    let backlog = twinops::triage::backlog(&p.store.read().unwrap(), now).unwrap();
+    assert_eq!(backlog, twinops::triage::Backlog { waiting: 2, oldest_wait_s: 600, failed_last_hour: 1 });
+}
+
 /// The shift handover is an agent run stored as a `handover` note, with who asked.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_shift_handover_is_a_stored_note() {

@@ -266,6 +266,60 @@ async fn the_event_feed_tells_of_a_late_dispatch() {
     hmi.daemon.shutdown().await;
 }
 
+/// The banner says when the twin is missing data or notes: messages ingest refused in
+/// the last 15 minutes (by reason), and occurrences triage gave up on.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_banner_tells_of_refused_messages_and_triage_given_up() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let viewer = hmi.session("viewer.ng").await;
+    let status = || async { hmi.get("/api/status", &viewer).await.json::<Value>().await.unwrap() };
+    let calm = status().await;
+    assert_eq!(calm["degraded"], false, "{calm}");
+
+    let port: u16 = hmi.daemon.mqtt_url.rsplit(':').next().unwrap().parse().unwrap();
+    let (gateway, mut events) =
+        rumqttc::AsyncClient::new(rumqttc::MqttOptions::new("banner-gw", "127.0.0.1", port), 10);
+    tokio::spawn(async move { while events.poll().await.is_ok() {} });
+    gateway.publish("scada/alarms", rumqttc::QoS::AtLeastOnce, false, "{not json").await.unwrap();
+    let unknown =
+        json!({"type": "reading", "sensor_id": "PUMP-099.FLOW", "time": Timestamp::now().to_rfc3339(), "value": 1.0});
+    for _ in 0..2 {
+        gateway.publish("scada/telemetry", rumqttc::QoS::AtLeastOnce, false, unknown.to_string()).await.unwrap();
+    }
+    for _ in 0..100 {
+        if p.count("SELECT count(*) FROM dead_letters") == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let alarm = p.count("SELECT min(id) FROM alarms");
+    p.store
+        .writer()
+        .call(move |c| {
+            let now = Timestamp::now().unix();
+            c.execute(
+                "INSERT INTO triage_jobs (alarm_id, state, priority, enqueued_at, started_at, attempts) VALUES (?1, 'failed', 1, ?2, ?2, 3)",
+                [alarm, now],
+            )?;
+            c.execute("UPDATE alarms SET triage_job = ?2 WHERE id = ?1", [alarm, c.last_insert_rowid()])?;
+            Ok::<_, twinops::store::StoreError>(())
+        })
+        .unwrap();
+
+    let told = status().await;
+    assert_eq!(told["degraded"], true, "{told}");
+    let reasons = told["reasons"].to_string();
+    assert!(
+        reasons.contains("ingest refused 3 message(s) or event(s) in the last 15 min (2 unknown_sensor, 1 malformed)"),
+        "{reasons}"
+    );
+    assert!(reasons.contains("1 alarm occurrence(s) got no triage note in the last hour"), "{reasons}");
+    assert_eq!((told["refused"]["total"].as_i64(), told["triage"]["failed_last_hour"].as_i64()), (Some(3), Some(1)));
+    hmi.daemon.shutdown().await;
+}
+
 /// The incoming shift reads handovers in the HMI; an operator may write one now (a
 /// viewer may not), at most one a minute, and the event feed tells the page.
 #[tokio::test(flavor = "multi_thread")]

@@ -23,6 +23,24 @@ pub struct DeadLetter {
     pub replayed_at: Option<Timestamp>,
 }
 
+/// Dead letters received since a time and not replayed: how many, by reason (most
+/// first). The HMI's banner says so, because what they carried is missing from the twin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Refused {
+    pub total: i64,
+    pub by_reason: Vec<(String, i64)>,
+}
+
+pub fn refused_since(db: &Connection, since: Timestamp) -> rusqlite::Result<Refused> {
+    let mut stmt = db.prepare_cached(
+        "SELECT reason, count(*) FROM dead_letters WHERE received_at >= ?1 AND replayed_at IS NULL
+         GROUP BY reason ORDER BY count(*) DESC, reason",
+    )?;
+    let by_reason: Vec<(String, i64)> =
+        stmt.query_map([since.unix()], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    Ok(Refused { total: by_reason.iter().map(|(_, n)| n).sum(), by_reason })
+}
+
 /// Dead letters, oldest first: those not yet replayed (or all), of one reason or any.
 pub fn list(
     db: &Connection,

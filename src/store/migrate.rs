@@ -66,9 +66,12 @@ const MIGRATIONS: &[&str] = &[
      BEGIN INSERT INTO work_order_changes (work_order_id, status) VALUES (NEW.id, NEW.status); END;",
     // 6: shift handovers go out (MQTT, webhook) once each, through the daemon's outbox,
     // whoever wrote them. Those written before this version are not sent now, hours late.
+    // Triage jobs by state, for the HMI's banner.
     "ALTER TABLE notes ADD COLUMN published_at INTEGER;
      UPDATE notes SET published_at = created_at WHERE kind = 'handover';
-     CREATE INDEX notes_handover_unpublished ON notes(id) WHERE kind = 'handover' AND published_at IS NULL;",
+     CREATE INDEX notes_handover_unpublished ON notes(id) WHERE kind = 'handover' AND published_at IS NULL;
+     -- The HMI's banner reads the jobs not done (waiting, running, given up) every 15 s.
+     CREATE INDEX triage_jobs_state ON triage_jobs(state, started_at);",
 ];
 
 /// The schema version this build writes.

@@ -306,6 +306,30 @@ impl Triage {
     }
 }
 
+/// How far behind triage is, for the HMI's banner: occurrences waiting for a note and
+/// how long the oldest has waited, and occurrences whose job was given up lately (they
+/// have no note: `twinops triage ALARM_ID` writes one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Backlog {
+    pub waiting: i64,
+    pub oldest_wait_s: i64,
+    pub failed_last_hour: i64,
+}
+
+pub fn backlog(conn: &rusqlite::Connection, now: Timestamp) -> rusqlite::Result<Backlog> {
+    conn.prepare_cached(
+        "SELECT count(*) FILTER (WHERE j.state IN ('queued', 'running')),
+                coalesce(?1 - min(j.enqueued_at) FILTER (WHERE j.state IN ('queued', 'running')), 0),
+                count(*) FILTER (WHERE j.state = 'failed' AND j.started_at >= ?1 - 3600)
+         FROM alarms a JOIN triage_jobs j ON j.id = a.triage_job
+         WHERE j.state IN ('queued', 'running', 'failed')
+           AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = 'triage' AND n.alarm_id = a.id)",
+    )?
+    .query_row([now.unix()], |r| {
+        Ok(Backlog { waiting: r.get(0)?, oldest_wait_s: r.get(1)?, failed_last_hour: r.get(2)? })
+    })
+}
+
 /// Stored triage notes after `after` (a note id), oldest first, at most 1,000: what a
 /// consumer that fell behind the broadcast channel missed.
 pub fn notes_after(conn: &rusqlite::Connection, after: i64) -> Result<Vec<PublishedNote>, StoreError> {

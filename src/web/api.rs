@@ -118,7 +118,13 @@ pub fn endpoints() -> Vec<Endpoint> {
         ep(M::POST, "/api/tokens", admin, "Create an API token for a user; shown once", post(admin::create_token))
             .body::<admin::NewToken>(),
         ep(M::POST, "/api/tokens/{id}/revoke", admin, "Revoke an API token for good", post(admin::revoke_token)),
-        ep(M::GET, "/api/status", viewer, "Degraded conditions: model breakers, broker, alarm flood", get(status)),
+        ep(
+            M::GET,
+            "/api/status",
+            viewer,
+            "Degraded conditions: model breakers, broker, alarm flood, triage backlog, refused messages",
+            get(status),
+        ),
         ep(
             M::GET,
             "/api/alarms",
@@ -367,9 +373,17 @@ async fn me(Extension(user): Extension<User>) -> Json<User> {
     Json(user)
 }
 
+/// Triage waiting longer than this is "behind" on the banner.
+const TRIAGE_LATE_S: i64 = 300;
+/// Dead letters this recent are on the banner.
+const REFUSED_WINDOW_S: i64 = 900;
+
 async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> {
+    let now = Timestamp::now();
     let db = s.store.read()?;
-    let flood = alarms::flood_state(&db, Timestamp::now(), false)?;
+    let flood = alarms::flood_state(&db, now, false)?;
+    let backlog = crate::triage::backlog(&db, now)?;
+    let refused = crate::ingest::replay::refused_since(&db, now.plus_secs(-REFUSED_WINDOW_S))?;
     drop(db);
     let models: Vec<Value> = s
         .agent
@@ -385,19 +399,41 @@ async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> {
         .iter()
         .any(|l| l.model.name() != "rules" && l.breaker.state() == crate::agent::reliability::BreakerState::Open);
     let broker_up = *s.broker_up.borrow();
-    let mut reasons = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
     if model_down {
-        reasons.push("a language model is failing; triage falls back to the next provider or the rules model");
+        reasons.push("a language model is failing; triage falls back to the next provider or the rules model".into());
     }
     if !broker_up {
-        reasons.push("the MQTT broker is not connected; new alarms are not arriving");
+        reasons.push("the MQTT broker is not connected; new alarms are not arriving".into());
     }
     if flood.flood {
-        reasons.push("alarm flood: more than 10 alarms in 10 minutes; routine alarms get rules-model notes");
+        reasons.push("alarm flood: more than 10 alarms in 10 minutes; routine alarms get rules-model notes".into());
     }
-    Ok(Json(
-        json!({"degraded": !reasons.is_empty(), "reasons": reasons, "models": models, "broker_up": broker_up, "flood": flood}),
-    ))
+    if backlog.waiting > 0 && backlog.oldest_wait_s >= TRIAGE_LATE_S {
+        reasons.push(format!(
+            "triage is behind: {} alarm occurrence(s) wait for a note, the oldest for {}; notes come late",
+            backlog.waiting,
+            crate::domain::approx_duration(backlog.oldest_wait_s)
+        ));
+    }
+    if backlog.failed_last_hour > 0 {
+        reasons.push(format!(
+            "{} alarm occurrence(s) got no triage note in the last hour (triage gave up; the daemon log says why); \
+             `twinops triage ALARM_ID` writes one",
+            backlog.failed_last_hour
+        ));
+    }
+    if refused.total > 0 {
+        let by: Vec<String> = refused.by_reason.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
+        reasons.push(format!(
+            "ingest refused {} message(s) or event(s) in the last 15 min ({}): the twin lacks what they carried; \
+             `twinops dead-letters list` shows them",
+            refused.total,
+            by.join(", ")
+        ));
+    }
+    Ok(Json(json!({"degraded": !reasons.is_empty(), "reasons": reasons, "models": models, "broker_up": broker_up,
+                   "flood": flood, "triage": backlog, "refused": refused})))
 }
 
 #[derive(Deserialize)]
