@@ -163,6 +163,10 @@ pub struct MqttConfig {
     /// (`invalid`): a gateway clock that runs ahead, or local time sent as UTC. 0: no
     /// limit.
     pub max_time_ahead_s: u32,
+    /// Events stamped more than this many seconds before they arrive are dead-lettered
+    /// (`invalid`). 0 (the default): no limit, since a backfill after an outage is late
+    /// by design; events stamped before 2001 (a reset clock) are refused regardless.
+    pub max_time_behind_s: u32,
     /// Notes are published on `{notes_topic}/{asset}`.
     pub notes_topic: String,
 }
@@ -198,6 +202,7 @@ impl Default for MqttConfig {
             batch_max: 500,
             batch_ms: None,
             max_time_ahead_s: crate::ingest::MAX_AHEAD_S as u32,
+            max_time_behind_s: 0,
             notes_topic: "twinops/notes".into(),
         }
     }
@@ -316,6 +321,7 @@ impl Config {
         crate::ingest::IngestPolicy {
             queue: crate::alarms::QueuePolicy { capacity: self.triage.queue_capacity },
             max_ahead_s: (self.mqtt.max_time_ahead_s > 0).then_some(i64::from(self.mqtt.max_time_ahead_s)),
+            max_behind_s: (self.mqtt.max_time_behind_s > 0).then_some(i64::from(self.mqtt.max_time_behind_s)),
         }
     }
 
@@ -557,6 +563,8 @@ mod tests {
         assert_eq!(policy("").max_ahead_s, Some(300));
         assert_eq!(policy("[mqtt]\nmax_time_ahead_s = 3600\n").max_ahead_s, Some(3600));
         assert_eq!(policy("[mqtt]\nmax_time_ahead_s = 0\n").max_ahead_s, None, "0: no limit");
+        assert_eq!(policy("").max_behind_s, None, "backfills are late by design");
+        assert_eq!(policy("[mqtt]\nmax_time_behind_s = 604800\n").max_behind_s, Some(604_800));
         assert_eq!(policy("[triage]\nqueue_capacity = 50\n").queue.capacity, 50);
     }
 }

@@ -232,6 +232,44 @@ fn events_stamped_ahead_of_their_receipt_are_refused() {
     assert_eq!(apply(local_time, unlimited).alarms.len(), 1, "no limit: stored");
 }
 
+/// Events stamped long before their receipt are stored (a backfill after an outage is
+/// late by design) unless the site sets a limit; a reset controller clock (before 2001)
+/// is refused whatever the policy, with what to fix.
+#[test]
+fn late_events_are_refused_only_by_the_sites_choice_or_a_reset_clock() {
+    let p = Plant::new();
+    let received = at(0);
+    let apply = |payload: serde_json::Value, policy: ingest::IngestPolicy| {
+        ingest::apply(p.store.writer(), "scada/telemetry", payload.to_string().as_bytes(), received, policy).unwrap()
+    };
+    let reading = |secs_before: i64, value: f64| json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": received.plus_secs(-secs_before).to_rfc3339(), "value": value});
+    assert_eq!(apply(reading(30 * 86_400, 401.0), Default::default()).readings, 1, "30 days late, no limit: stored");
+
+    let week = ingest::IngestPolicy { max_behind_s: Some(7 * 86_400), ..Default::default() };
+    assert_eq!(apply(reading(86_407, 402.0), week).readings, 1, "a day late is within a week");
+    let refused = apply(reading(31 * 86_400, 403.0), week);
+    assert_eq!((refused.readings, refused.dead_letters), (0, 1));
+    let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'invalid' ORDER BY id DESC LIMIT 1");
+    let expected = format!(
+        "time: {} is 31 days behind its receipt at {} (at most 604800 s is accepted, mqtt.max_time_behind_s)",
+        received.plus_secs(-31 * 86_400).to_rfc3339(),
+        received.to_rfc3339()
+    );
+    assert!(detail.starts_with(&expected) && detail.contains("raise the limit and replay"), "{detail}");
+
+    let reset = json!({"type": "alarm", "event_id": "rtc1", "asset_id": "PUMP-001", "sensor_id": "PUMP-001.FLOW",
+        "code": "FLOW-HI", "severity": "high", "state": "raised", "time": "1970-01-01T00:00:07Z"});
+    let unlimited = ingest::IngestPolicy { max_ahead_s: None, max_behind_s: None, ..Default::default() };
+    let effect = apply(reset, unlimited);
+    assert_eq!((effect.alarms.len(), effect.dead_letters), (0, 1));
+    assert_eq!(p.count("SELECT count(*) FROM alarms WHERE event_id = 'rtc1'"), 0);
+    let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'invalid' ORDER BY id DESC LIMIT 1");
+    assert!(
+        detail.starts_with("time: 1970-01-01T00:00:07Z is before 2001") && detail.contains("clock was reset"),
+        "{detail}"
+    );
+}
+
 /// Ack and shelve through the library, every transition journalled with who and when.
 #[test]
 fn acknowledge_and_shelve() {

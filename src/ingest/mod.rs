@@ -25,16 +25,26 @@ pub struct IngestPolicy {
     /// gateway clock that runs ahead (or local time sent as UTC) would otherwise put
     /// "latest" readings and alarm times in the future. `None`: no limit.
     pub max_ahead_s: Option<i64>,
+    /// Events stamped more than this many seconds before their receipt are refused: a
+    /// site's choice, since a backfill after an outage is legitimately late. `None`
+    /// (the default): no limit but [`CLOCK_RESET_BEFORE`].
+    pub max_behind_s: Option<i64>,
 }
 
 impl Default for IngestPolicy {
     fn default() -> Self {
-        IngestPolicy { queue: QueuePolicy::default(), max_ahead_s: Some(MAX_AHEAD_S) }
+        IngestPolicy { queue: QueuePolicy::default(), max_ahead_s: Some(MAX_AHEAD_S), max_behind_s: None }
     }
 }
 
 /// The default for `mqtt.max_time_ahead_s`: five minutes of clock skew.
 pub const MAX_AHEAD_S: i64 = 300;
+
+/// Events stamped before 2001-01-01T00:00:00Z are refused whatever the policy: a
+/// controller whose clock lost its battery restarts at its epoch (1970, 1980 or 2000),
+/// and its "new" alarms would be triaged as decades old, its readings pruned by
+/// retention within the hour.
+pub const CLOCK_RESET_BEFORE: i64 = 978_307_200;
 
 /// What one message did.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -216,6 +226,33 @@ impl Batch {
         Ok(effect)
     }
 
+    /// Why an event's time is refused, if it is: a reset clock, or further ahead of or
+    /// behind its receipt than the policy allows.
+    fn time_refusal(&self, time: Timestamp) -> Option<Rejected> {
+        let (stamp, received) = (time.to_rfc3339(), self.received.to_rfc3339());
+        let gap = time.unix() - self.received.unix();
+        let detail = if time.unix() < CLOCK_RESET_BEFORE {
+            format!(
+                "time: {stamp} is before 2001, which a controller sends when its clock was reset: set the sender's clock \
+                 (the event's real time is unknown, so it is not stored)"
+            )
+        } else if let Some(max) = self.policy.max_ahead_s.filter(|&max| gap > max) {
+            format!(
+                "time: {stamp} is {} ahead of its receipt at {received} (at most {max} s is accepted): check the sender's clock, and that it sends UTC",
+                crate::domain::approx_duration(gap)
+            )
+        } else if let Some(max) = self.policy.max_behind_s.filter(|&max| -gap > max) {
+            format!(
+                "time: {stamp} is {} behind its receipt at {received} (at most {max} s is accepted, mqtt.max_time_behind_s): \
+                 check the sender's clock; for a backfill after an outage, raise the limit and replay",
+                crate::domain::approx_duration(-gap)
+            )
+        } else {
+            return None;
+        };
+        Some(Rejected { reason: "invalid", detail, event: String::new() })
+    }
+
     /// One event's effect, or its dead letter when the twin refuses it (unknown
     /// sensor, a clear with no raise, ...).
     fn apply_event(
@@ -226,19 +263,8 @@ impl Batch {
         raw: &[u8],
         effect: &mut MessageEffect,
     ) -> Result<(), StoreError> {
-        let ahead = event.time().unix() - self.received.unix();
-        let too_far_ahead = self.policy.max_ahead_s.filter(|&max| ahead > max);
         let refused = match event {
-            _ if let Some(max) = too_far_ahead => Rejected {
-                reason: "invalid",
-                detail: format!(
-                    "time: {} is {} ahead of its receipt at {} (at most {max} s is accepted): check the sender's clock, and that it sends UTC",
-                    event.time().to_rfc3339(),
-                    crate::domain::approx_duration(ahead),
-                    self.received.to_rfc3339(),
-                ),
-                event: String::new(),
-            },
+            _ if let Some(refusal) = self.time_refusal(event.time()) => refusal,
             Event::Alarm(a) => match alarms::apply(conn, a, self.received, self.policy.queue)? {
                 Err(refusal) => {
                     Rejected { reason: refusal.reason(), detail: refusal.to_string(), event: String::new() }
