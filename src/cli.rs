@@ -432,14 +432,14 @@ pub fn main() -> ExitCode {
 }
 
 fn print_handover(h: &crate::handover::Handover) {
-    let flags = if h.flags.is_empty() { String::new() } else { format!(" [{}]", h.flags.join(", ")) };
     println!(
-        "-- handover note {} at {}, run {} ({} via {}){flags}\n{}\n",
+        "-- handover note {} at {}, run {} ({} via {}){}\n{}\n",
         h.note_id,
         h.created_at.to_rfc3339(),
         h.run_id.map_or("-".into(), |r| r.to_string()),
         h.outcome.as_deref().unwrap_or("-"),
         h.provider.as_deref().unwrap_or("-"),
+        crate::notify::flag_list(&h.flags),
         h.text
     );
 }

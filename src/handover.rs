@@ -36,12 +36,12 @@ pub struct Handover {
 impl Handover {
     /// The Slack-compatible webhook body, marked AI advisory like a triage note's.
     pub fn webhook_body(&self) -> Value {
-        let flags = if self.flags.is_empty() { String::new() } else { format!(" [{}]", self.flags.join(", ")) };
         json!({
             "text": format!(
-                "*Shift handover* ({}){flags}\n{}\n_AI advisory (note {}, run {}); check before acting._",
+                "*Shift handover* ({}){}\n{}\n_AI advisory (note {}, run {}); check before acting._",
                 self.created_at.to_rfc3339(),
-                self.text,
+                crate::notify::flag_list(&self.flags),
+                crate::notify::slack_text(&self.text),
                 self.note_id,
                 self.run_id.map_or("-".to_string(), |r| r.to_string())
             ),

@@ -21,13 +21,30 @@ use crate::triage::{PublishedNote, notes_after};
 pub fn webhook_body(note: &PublishedNote) -> Value {
     let summary = note.body["summary"].as_str().or(note.body["text"].as_str()).unwrap_or("(no summary)");
     let urgency = note.body["urgency"].as_str().unwrap_or("unknown");
-    let flags = if note.flags.is_empty() { String::new() } else { format!(" [{}]", note.flags.join(", ")) };
     json!({
         "text": format!(
-            "*{}* alarm {}: urgency {urgency}{flags}\n{summary}\n_AI advisory (note {}, run {}); check before acting._",
-            note.asset_id, note.alarm_id, note.note_id, note.run_id
+            "*{}* alarm {}: urgency {}{}\n{}\n_AI advisory (note {}, run {}); check before acting._",
+            note.asset_id,
+            note.alarm_id,
+            slack_text(urgency),
+            flag_list(&note.flags),
+            slack_text(summary),
+            note.note_id,
+            note.run_id
         ),
     })
+}
+
+/// Text for a Slack-compatible message, escaped as Slack asks (`&`, `<`, `>`): model
+/// output and what people typed arrive as text, never as a mention (`<!channel>`) or
+/// a disguised link (`<https://...|here>`).
+pub fn slack_text(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// ` [ungrounded, partial]`, or nothing when there are no flags.
+pub fn flag_list(flags: &[String]) -> String {
+    if flags.is_empty() { String::new() } else { format!(" [{}]", flags.join(", ")) }
 }
 
 /// Posts one note, retrying server errors and timeouts with backoff. Returns the
@@ -302,8 +319,8 @@ fn outbox_due(db: &rusqlite::Connection) -> Result<Vec<Outgoing>, StoreError> {
         .map(|(id, asset, status, body)| {
             let text = format!(
                 "Work order {id} on *{asset}* {status} by {}: {}",
-                body["decided_by"].as_str().unwrap_or("-"),
-                body["decision_reason"].as_str().unwrap_or("")
+                slack_text(body["decided_by"].as_str().unwrap_or("-")),
+                slack_text(body["decision_reason"].as_str().unwrap_or(""))
             );
             Outgoing {
                 topic: format!("twinops/work_orders/{asset}"),

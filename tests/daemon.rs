@@ -519,6 +519,17 @@ async fn notes_reach_the_webhook_with_retries() {
     let err = twinops::notify::post(&client, &url, &note, policy).await.unwrap_err();
     assert!(err.contains("HTTP 400"), "{err}");
     assert_eq!(received.lock().unwrap().len(), 3, "a 400 is not retried");
+
+    // Model output that echoes hostile alarm text reaches the channel as text: no
+    // mention, no disguised link.
+    let hostile = twinops::triage::PublishedNote {
+        body: json!({"summary": "<!channel> open <https://evil.example|the manual> & act", "urgency": "urgent"}),
+        ..note
+    };
+    let body = twinops::notify::webhook_body(&hostile);
+    let text = body["text"].as_str().unwrap();
+    assert!(text.contains("&lt;!channel&gt; open &lt;https://evil.example|the manual&gt; &amp; act"), "{text}");
+    assert!(!text.contains("<!") && !text.contains("<http"), "{text}");
 }
 
 /// The model is kept for alarms that need judgement: during a flood, medium alarms
@@ -769,7 +780,12 @@ async fn a_handover_goes_out_once_on_mqtt_and_to_the_webhook() {
     }
     assert_eq!(p.count(&sent), 1, "marked once sent");
     let text = hooked.lock().unwrap()[0]["text"].as_str().unwrap().to_string();
-    assert!(text.starts_with("*Shift handover*") && text.contains(&h.text) && text.contains("AI advisory"), "{text}");
+    assert!(
+        text.starts_with("*Shift handover*")
+            && text.contains(&twinops::notify::slack_text(&h.text))
+            && text.contains("AI advisory"),
+        "{text}"
+    );
     daemon.shutdown().await;
 
     let again = Daemon::start_on(p.store.clone(), config("handover-again")).await.unwrap();
