@@ -171,6 +171,12 @@ enum Command {
     /// API tokens for machine clients (bearer tokens; shown once, stored hashed): create, list, revoke.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Copy the database to a new file, consistent and checked, while the daemon runs.
+    #[command(after_help = "Example:\n  twinops backup /var/backups/twinops/twinops-2026-12-01.db")]
+    Backup {
+        /// The backup file to write; it must not exist.
+        to: PathBuf,
+    },
     /// Print performance figures.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -595,6 +601,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{}", report.answer.as_deref().unwrap_or("(no answer)"));
             }
             print_summary(&report);
+        }
+        Command::Backup { to } => {
+            let from = cli.global.db_path();
+            let b = crate::store::backup(&from, &to)?;
+            println!(
+                "backup of {} written to {}: {:.1} MiB, schema version {}, integrity ok, in {:.1} s",
+                from.display(),
+                to.display(),
+                b.bytes as f64 / (1024.0 * 1024.0),
+                b.schema_version,
+                b.elapsed.as_secs_f64()
+            );
         }
         Command::Handover { last: Some(n) } => {
             let db = cli.global.open()?.read()?;

@@ -134,6 +134,7 @@ fn every_command_has_help_with_an_example() {
         &["dead-letters", "list"],
         &["dead-letters", "replay"],
         &["handover"],
+        &["backup"],
     ] {
         let mut args: Vec<&str> = cmd.to_vec();
         args.push("--help");
@@ -314,6 +315,38 @@ fn handover_writes_now_and_last_prints_the_stored_ones() {
     let (two, one) = (last.find("-- handover note 2 ").unwrap(), last.find("-- handover note 1 ").unwrap());
     assert!(two < one, "newest first: {last}");
     assert_eq!(p.count("SELECT count(*) FROM agent_runs WHERE profile = 'handover' AND trigger = 'user:kaur'"), 2);
+}
+
+/// `twinops backup` copies the twin while another connection is mid-write (as the
+/// daemon's writer would be): the copy holds what was committed, not the open
+/// transaction, passes its integrity check, and never overwrites a file.
+#[test]
+fn backup_copies_what_is_committed_while_a_writer_is_busy() {
+    let p = Plant::new();
+    let writer = rusqlite::Connection::open(p.db_path()).unwrap();
+    writer.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE; DELETE FROM readings;").unwrap();
+
+    let to = p.dir.path().join("backups").join("twinops-copy.db");
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    let out = twinops(&p, &["backup", to.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = stdout(&out);
+    assert!(said.contains("written to") && said.contains("integrity ok"), "{said}");
+    writer.execute_batch("ROLLBACK").unwrap();
+
+    let count = |db: &std::path::Path, sql: &str| -> i64 {
+        rusqlite::Connection::open(db).unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
+    };
+    let readings = "SELECT count(*) FROM readings";
+    assert!(count(&to, readings) > 300_000, "the uncommitted delete is not in the copy");
+    assert_eq!(count(&to, readings), count(&p.db_path(), readings));
+    assert_eq!(count(&to, "SELECT count(*) FROM alarms"), p.count("SELECT count(*) FROM alarms"));
+    assert!(!to.with_file_name("twinops-copy.db.partial").exists());
+
+    let again = twinops(&p, &["backup", to.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("a backup never overwrites one"));
 }
 
 /// Every command that reads the seed folder takes it as `--from`, which is what its

@@ -4,6 +4,7 @@
 //! lives on the writer thread ([`Writer`]). Everything else, the agent's tools above
 //! all, reads through [`Readers`], whose connections SQLite itself refuses to write.
 
+mod backup;
 mod filter;
 mod migrate;
 mod read;
@@ -12,6 +13,7 @@ mod write;
 
 use std::path::{Path, PathBuf};
 
+pub use backup::{Backup, backup};
 pub use filter::Filter;
 pub use migrate::{SCHEMA_VERSION, migrate};
 pub use read::{ReadConn, Readers};
