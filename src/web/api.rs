@@ -758,10 +758,16 @@ async fn write_handover(State(s): State<S>, Extension(user): Extension<User>) ->
             ));
         }
     }
-    let h = crate::handover::write(&s.agent, &format!("user:{}", user.name)).await?;
-    let (st, name, detail) = (Arc::clone(&s), user.name.clone(), format!("note {}", h.note_id));
-    tokio::task::spawn_blocking(move || accounts::audit(&st.store, &name, "handover_written", &detail, None)).await??;
-    Ok(Json(serde_json::to_value(&h)?))
+    // A task of its own: a page closed mid-run must not cancel the run half-way.
+    let st = Arc::clone(&s);
+    let written = tokio::spawn(async move {
+        let h = crate::handover::write(&st.agent, &format!("user:{}", user.name)).await?;
+        let detail = format!("note {}", h.note_id);
+        tokio::task::spawn_blocking(move || accounts::audit(&st.store, &user.name, "handover_written", &detail, None))
+            .await??;
+        anyhow::Ok(h)
+    });
+    Ok(Json(serde_json::to_value(written.await??)?))
 }
 
 /// A work-order decision, or taking an alarm's point out of service, needs a reason; it
