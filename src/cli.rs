@@ -253,9 +253,15 @@ enum AlarmsCommand {
         limit: u32,
     },
     /// Acknowledge an alarm.
-    #[command(after_help = "Example:\n  twinops alarms ack 46 --user operator.kaur")]
+    #[command(
+        after_help = "Examples:\n  twinops alarms ack 46 --user operator.kaur\n  twinops alarms ack 52 --returned   # and every other returned-to-normal alarm of its point"
+    )]
     Ack {
         alarm_id: i64,
+        /// Acknowledge every returned-to-normal occurrence of the alarm's point (asset,
+        /// sensor, code) instead: the rows a point leaves each time it goes in and out.
+        #[arg(long)]
+        returned: bool,
         #[arg(long, env = "USER", default_value = "cli")]
         user: String,
     },
@@ -738,10 +744,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::accounts::revoke_token(&cli.global.open()?, id, "cli")?;
             println!("token {id} is revoked");
         }
-        Command::Alarms(AlarmsCommand::Ack { alarm_id, user }) => {
+        Command::Alarms(AlarmsCommand::Ack { alarm_id, returned: false, user }) => {
             let store = cli.global.open()?;
             let state = alarms::acknowledge(store.writer(), alarm_id, &user, Timestamp::now())?;
             println!("alarm {alarm_id} is now {state}");
+        }
+        Command::Alarms(AlarmsCommand::Ack { alarm_id, returned: true, user }) => {
+            let store = cli.global.open()?;
+            let ids = alarms::acknowledge_returned(store.writer(), alarm_id, &user, Timestamp::now())?;
+            let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+            println!("{} returned-to-normal alarm(s) acknowledged, now cleared: {}", ids.len(), list.join(", "));
         }
         Command::Alarms(AlarmsCommand::Shelve { alarm_id, minutes, reason, user }) => {
             let store = cli.global.open()?;

@@ -267,6 +267,28 @@ async fn the_hmi_in_a_real_browser() {
     ));
     assert_eq!(journal, "out_of_service: permit 4471: vibration probe replaced | returned_to_service: ");
 
+    // A point that went in and out of alarm many times: its returned occurrences are
+    // acknowledged together, from one of them.
+    let returned = "SELECT count(*) FROM alarms WHERE asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO' AND state = 'rtn_unacknowledged'";
+    let waiting = p.count(returned);
+    assert!(waiting > 1, "the seeded plant has repeats: {waiting}");
+    let one = p.count("SELECT max(id) FROM alarms WHERE asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO' AND state = 'rtn_unacknowledged'");
+    b.click(&format!("#alarm-rows tr[data-alarm=\"{one}\"]")).await;
+    let label = b
+        .until(
+            "the group button",
+            "document.querySelector('#ack-returned') && document.querySelector('#ack-returned').textContent",
+        )
+        .await;
+    assert_eq!(label, format!("Acknowledge all {waiting} returned to normal on PUMP-004 PRESS-SUC-LO"));
+    b.click("#ack-returned").await;
+    b.until(
+        "the point's rows gone",
+        &format!("document.querySelector('#alarm-rows tr[data-alarm=\"{one}\"]') === null"),
+    )
+    .await;
+    assert_eq!(p.count(returned), 0);
+
     // The chat streams its answer; the hostile parts stay text.
     b.click("button[data-tab=chat]").await;
     b.type_into("#chat-input", "How is PUMP-007?").await;

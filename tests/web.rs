@@ -266,6 +266,46 @@ async fn the_event_feed_tells_of_a_late_dispatch() {
     hmi.daemon.shutdown().await;
 }
 
+/// The returned-to-normal occurrences of a point are acknowledged together, each
+/// journalled; active ones and other points are left; a viewer may not.
+#[tokio::test(flavor = "multi_thread")]
+async fn returned_alarms_of_a_point_are_acknowledged_together() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let (viewer, operator) = (hmi.session("viewer.ng").await, hmi.session("operator.kaur").await);
+    let point = "asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO'";
+    let returned = format!("SELECT count(*) FROM alarms WHERE {point} AND state = 'rtn_unacknowledged'");
+    let (waiting, others) =
+        (p.count(&returned), p.count("SELECT count(*) FROM alarms WHERE state = 'rtn_unacknowledged'"));
+    assert!(waiting > 1, "the seeded plant has repeats: {waiting}");
+    let one = p.count(&format!("SELECT max(id) FROM alarms WHERE {point} AND state = 'rtn_unacknowledged'"));
+    let path = format!("/api/alarms/{one}/ack-returned");
+
+    assert_eq!(hmi.post(&path, &viewer, json!({})).await.status(), StatusCode::FORBIDDEN);
+    let r = hmi.post(&path, &operator, json!({})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let acked = r.json::<Value>().await.unwrap()["acknowledged"].as_array().unwrap().len() as i64;
+    assert_eq!((acked, p.count(&returned)), (waiting, 0));
+    assert_eq!(
+        p.count("SELECT count(*) FROM alarms WHERE state = 'rtn_unacknowledged'"),
+        others - waiting,
+        "other points left"
+    );
+    let journalled = format!(
+        "SELECT count(*) FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
+         WHERE a.{point} AND e.kind = 'acknowledged' AND e.actor = 'operator.kaur'
+           AND e.detail = 'with its point''s returned alarms'"
+    );
+    assert_eq!(p.count(&journalled), waiting);
+
+    let again = hmi.post(&path, &operator, json!({})).await;
+    assert_eq!(again.status(), StatusCode::BAD_REQUEST);
+    assert!(again.text().await.unwrap().contains("no returned-to-normal alarm waiting"));
+    assert_eq!(hmi.post("/api/alarms/999999/ack-returned", &operator, json!({})).await.status(), StatusCode::NOT_FOUND);
+    hmi.daemon.shutdown().await;
+}
+
 /// The banner says when the twin is missing data or notes: messages ingest refused in
 /// the last 15 minutes (by reason), and occurrences triage gave up on.
 #[tokio::test(flavor = "multi_thread")]

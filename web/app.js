@@ -6,7 +6,7 @@
 const $ = (sel) => document.querySelector(sel);
 const RANK = { critical: 0, high: 1, medium: 2, low: 3 };
 const ROLES = ['viewer', 'operator', 'supervisor', 'admin'];
-const state = { me: null, tab: 'alarms', alarm: null, asset: null, sensor: null, hours: 24 };
+const state = { me: null, tab: 'alarms', alarm: null, alarms: [], asset: null, sensor: null, hours: 24 };
 
 // Builds an element: h('td', {class: 'x', onclick: f}, 'text', child, ...).
 function h(tag, attrs, ...children) {
@@ -180,17 +180,18 @@ async function loadAlarms() {
     ),
   );
   alarms.sort((a, b) => RANK[a.severity] - RANK[b.severity] || b.raised_at - a.raised_at);
+  state.alarms = alarms;
   $('#alarm-count').textContent = alarms.length ? `(${alarms.length})` : '';
   $('#no-alarms').hidden = alarms.length > 0;
   $('#alarm-rows').replaceChildren(
     ...alarms.map((a) =>
       h('tr', { 'data-alarm': a.id, class: a.id === state.alarm ? 'selected' : '', onclick: () => openAlarm(a.id) },
         h('td', {}, h('span', { class: `sev ${a.severity}` }, a.severity)),
-        h('td', { title: time(a.raised_at) }, ago(a.raised_at)),
-        h('td', {}, a.asset_id),
-        h('td', {}, a.code),
+        h('td', { class: 'nowrap', title: time(a.raised_at) }, ago(a.raised_at)),
+        h('td', { class: 'nowrap' }, a.asset_id),
+        h('td', { class: 'nowrap' }, a.code),
         h('td', {}, a.message),
-        h('td', { class: `state-${a.state}` }, a.state.replaceAll('_', ' ')),
+        h('td', { class: `nowrap state-${a.state}` }, a.state.replaceAll('_', ' ')),
         h('td', { class: 'quiet' }, a.note_id ? 'note' : a.triage === 'queued' || a.triage === 'running' ? 'triaging…' : ''),
       ),
     ),
@@ -208,6 +209,13 @@ async function openAlarm(id, quiet) {
   if (can('operator')) {
     if (['unacknowledged', 'rtn_unacknowledged'].includes(a.state)) {
       actions.append(h('button', { id: 'ack', onclick: () => act(() => api(`/api/alarms/${id}/ack`, { method: 'POST' })) }, 'Acknowledge'));
+    }
+    // A point that went in and out of alarm leaves a row each time; its returned ones go together.
+    const samePoint = (x) => x.asset_id === a.asset_id && x.code === a.code && (x.sensor_id || '') === (a.sensor_id || '');
+    const returned = (state.alarms || []).filter((x) => samePoint(x) && x.state === 'rtn_unacknowledged').length;
+    if (a.state === 'rtn_unacknowledged' && returned > 1) {
+      actions.append(h('button', { id: 'ack-returned', onclick: () => act(() => api(`/api/alarms/${id}/ack-returned`, { method: 'POST' })) },
+        `Acknowledge all ${returned} returned to normal on ${a.asset_id} ${a.code}`));
     }
     if (['unacknowledged', 'acknowledged'].includes(a.state)) {
       const minutes = h('input', { type: 'number', min: 1, max: 1440, value: 60, 'aria-label': 'minutes' });

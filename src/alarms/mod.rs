@@ -339,6 +339,37 @@ pub fn acknowledge(writer: &Writer, id: i64, user: &str, now: Timestamp) -> Resu
     })
 }
 
+/// Acknowledges every returned-to-normal occurrence of alarm `id`'s point (asset,
+/// sensor, code) at once: a point that went in and out of alarm many times leaves a
+/// row each, whose condition is gone; the operator has read one and acknowledges them
+/// together. Active occurrences are left to be acknowledged one by one. Returns the ids
+/// acknowledged, each journalled.
+pub fn acknowledge_returned(writer: &Writer, id: i64, user: &str, now: Timestamp) -> Result<Vec<i64>, ActionError> {
+    let user = user.to_string();
+    writer.call(move |conn| {
+        state_of(conn, id)?;
+        let ids: Vec<i64> = conn
+            .prepare_cached(concat!(
+                "SELECT p.id FROM alarms a",
+                same_point!(),
+                "WHERE a.id = ?1 AND p.state = 'rtn_unacknowledged' ORDER BY p.id"
+            ))?
+            .query_map([id], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        if ids.is_empty() {
+            return Err(ActionError::Invalid(format!(
+                "alarm {id}'s point has no returned-to-normal alarm waiting for acknowledgement"
+            )));
+        }
+        for &alarm in &ids {
+            conn.prepare_cached("UPDATE alarms SET state = 'cleared', acked_at = ?2, acked_by = ?3 WHERE id = ?1")?
+                .execute(params![alarm, now.unix(), user])?;
+            journal(conn, alarm, None, "acknowledged", now.unix(), &user, "with its point's returned alarms")?;
+        }
+        Ok(ids)
+    })
+}
+
 /// Shelves an active alarm for `secs` (at most 24 hours), with a reason.
 pub fn shelve(
     writer: &Writer,

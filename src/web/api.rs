@@ -136,6 +136,13 @@ pub fn endpoints() -> Vec<Endpoint> {
         ep(M::POST, "/api/alarms/{id}/ack", operator, "Acknowledge an alarm", post(ack)),
         ep(
             M::POST,
+            "/api/alarms/{id}/ack-returned",
+            operator,
+            "Acknowledge every returned-to-normal occurrence of this alarm's point (asset, sensor, code)",
+            post(ack_returned),
+        ),
+        ep(
+            M::POST,
             "/api/alarms/{id}/shelve",
             operator,
             "Shelve an active alarm for a while, with a reason",
@@ -528,6 +535,18 @@ async fn ack(
 ) -> Result<Json<Value>, ApiError> {
     let w = s.store.writer().clone();
     alarm_action(id, move || alarms::acknowledge(&w, id, &user.name, Timestamp::now())).await
+}
+
+async fn ack_returned(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    let ids = tokio::task::spawn_blocking(move || alarms::acknowledge_returned(&w, id, &user.name, Timestamp::now()))
+        .await?
+        .map_err(action_error)?;
+    Ok(Json(json!({"acknowledged": ids})))
 }
 
 /// Runs an operator action off the async threads (it waits on the writer) and answers
