@@ -237,6 +237,10 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut notes = daemon.triage.subscribe();
+    // Handovers are written by the schedule, the HMI or the CLI: the table says which is new.
+    let latest_handover = || daemon.store.read().ok().and_then(|db| crate::handover::recent(&db, 1).ok()?.pop());
+    let mut handover_seen = latest_handover().map_or(0, |h| h.note_id);
+    let mut handovers = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -244,6 +248,10 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             n = notes.recv() => if let Ok(n) = n {
                 let summary = n.body["summary"].as_str().or(n.body["text"].as_str()).unwrap_or("").to_string();
                 eprintln!("note {} for alarm {} on {} ({}): {summary}", n.note_id, n.alarm_id, n.asset_id, n.outcome.as_str());
+            },
+            _ = handovers.tick() => if let Some(h) = latest_handover().filter(|h| h.note_id > handover_seen) {
+                handover_seen = h.note_id;
+                eprintln!("shift handover, note {} ({}):\n{}", h.note_id, h.trigger.as_deref().unwrap_or("-"), h.text);
             },
         }
     }

@@ -145,6 +145,30 @@ fn every_command_has_help_with_an_example() {
     }
 }
 
+/// `alarms ack ID --returned` acknowledges the point's returned-to-normal occurrences
+/// and names them; with none left, it says so and exits 1.
+#[test]
+fn alarms_ack_returned_takes_a_points_returned_alarms_together() {
+    let p = Plant::new();
+    let returned = "SELECT count(*) FROM alarms WHERE asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO' AND state = 'rtn_unacknowledged'";
+    let waiting = p.count(returned);
+    assert!(waiting > 1, "the seeded plant has repeats: {waiting}");
+    let one = p
+        .count("SELECT max(id) FROM alarms WHERE asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO' AND state = 'rtn_unacknowledged'")
+        .to_string();
+    let out = twinops(&p, &["alarms", "ack", &one, "--returned", "--user", "operator.kaur"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = stdout(&out);
+    assert!(
+        said.starts_with(&format!("{waiting} returned-to-normal alarm(s) acknowledged")) && said.contains(&one),
+        "{said}"
+    );
+    assert_eq!(p.count(returned), 0);
+    let again = twinops(&p, &["alarms", "ack", &one, "--returned"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no returned-to-normal alarm waiting"));
+}
+
 /// The operator's view of dead letters: listed with their reason, replayed by reason,
 /// and the exit code says whether any was refused again.
 #[test]
@@ -425,8 +449,8 @@ fn a_failing_model_provider_is_logged_without_its_key() {
 }
 
 /// `twinops serve --demo` on a fresh data directory seeds the plant, starts the
-/// embedded broker and the simulator, and prints triage notes within a minute; SIGTERM
-/// stops it cleanly.
+/// embedded broker and the simulator, and prints triage notes within a minute, and a
+/// handover written by `twinops handover` beside it; SIGTERM stops it cleanly.
 #[test]
 fn serve_demo_produces_notes_within_a_minute() {
     use std::time::{Duration, Instant};
@@ -444,7 +468,25 @@ fn serve_demo_produces_notes_within_a_minute() {
             }
         }
     }
+    // A handover written from another process shows on the daemon's terminal too.
+    let written = Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--config", "/nonexistent/twinops.toml", "handover"])
+        .env_remove("TWINOPS_LLM_KIND")
+        .output()
+        .unwrap();
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    let told = Instant::now();
+    let mut handover = None;
+    while handover.is_none() && told.elapsed() < Duration::from_secs(20) {
+        if let Ok(line) = demo.lines.recv_timeout(Duration::from_millis(500)) {
+            handover = line.starts_with("shift handover, note ").then_some(line);
+        }
+    }
     let (status, _) = demo.stop();
+    let handover = handover.expect("the handover on the daemon's terminal within 20 s");
+    assert!(handover.contains("(user:"), "who asked: {handover}");
     let note = note.expect("a triage note within 60 s");
     assert!(note.contains("(final)") || note.contains("(degraded)"), "{note}");
     assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
