@@ -91,7 +91,7 @@ async fn triage_reads_searches_and_ends_with_a_grounded_cited_note() {
     let requests = server.requests();
     assert_eq!(requests.len(), 4);
     let first = &requests[0];
-    assert_eq!(first["tools"].as_array().unwrap().len(), 8);
+    assert_eq!(first["tools"].as_array().unwrap().len(), 9);
     let results = tool_messages(&requests[1]);
     assert!(
         results[0].starts_with("<data source=\"tool:get_asset_details\">") && results[0].contains("\"band\":\"high\"")
@@ -596,4 +596,20 @@ async fn the_rules_model_answers_asset_questions_from_the_twin() {
         assert!(answer.contains(fact), "{fact:?} missing from:\n{answer}");
     }
     assert!(answer.find("- PUMP-007 (") < answer.find("- PUMP-004 ("), "in the order asked");
+}
+
+/// Offline, an operator can still ask what the last shift handed over: the rules model
+/// reads it with get_shift_handover and gives it as written, or says there is none.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rules_model_gives_the_last_handover_when_asked() {
+    let p = Plant::new();
+    let a = agent(&p, vec![], limits());
+    let none = a.ask("What did the last shift hand over?", "kaur", None).await.unwrap().answer.unwrap();
+    assert!(none.starts_with("No shift handover has been written yet"), "{none}");
+    let h = twinops::handover::write(&a, "schedule:handover").await.unwrap();
+    let report = a.ask("Anything in the handover I should know?", "kaur", None).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Final);
+    assert!(report.flags.is_empty(), "grounded in the tool result: {:?}", report.flags);
+    let answer = report.answer.unwrap();
+    assert!(answer.contains("(schedule:handover)") && answer.ends_with(&h.text), "{answer}");
 }

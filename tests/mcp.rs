@@ -11,7 +11,7 @@ use twinops::accounts;
 use twinops::app::{Daemon, ServeOptions};
 use twinops::domain::Role;
 
-const READ_TOOLS: [&str; 7] = [
+const READ_TOOLS: [&str; 8] = [
     "get_system_summary",
     "list_assets",
     "get_asset_details",
@@ -19,6 +19,7 @@ const READ_TOOLS: [&str; 7] = [
     "get_sensor_history",
     "search_docs",
     "read_doc",
+    "get_shift_handover",
 ];
 
 fn text_of(result: &rmcp::model::CallToolResult) -> String {

@@ -25,6 +25,7 @@ fn tool_schemas_are_strict_and_bounded() {
             "get_sensor_history",
             "search_docs",
             "read_doc",
+            "get_shift_handover",
             "propose_work_order"
         ]
     );
@@ -386,6 +387,37 @@ fn read_doc_returns_a_chunk_and_its_neighbours() {
 // ------------------------------------------------------------------------------------
 // propose_work_order
 // ------------------------------------------------------------------------------------
+
+/// The latest handover or an earlier one, as written, with who asked; none yet, or
+/// asking further back than there are, says what to do instead.
+#[test]
+fn shift_handover_reads_the_latest_or_an_earlier_one() {
+    let p = Plant::new();
+    let none = p.err("get_shift_handover", json!({}));
+    assert!(none.contains("No shift handover has been written yet") && none.contains("get_system_summary"), "{none}");
+    p.write(
+        "INSERT INTO agent_runs (id, profile, trigger, started_at) VALUES (901, 'handover', 'schedule:handover', 1796000000);
+         INSERT INTO notes (kind, run_id, body, flags, created_at)
+             VALUES ('handover', 901, '{\"text\":\"Night: PUMP-007 vibration rising; watch it.\"}', '[]', 1796000000);
+         INSERT INTO notes (kind, run_id, body, flags, created_at)
+             VALUES ('handover', NULL, '{\"text\":\"Day: PUMP-004 suction low at 0.41 bar.\"}', '[\"ungrounded\"]', 1796028800);",
+    );
+    let latest = p.ok("get_shift_handover", json!({}));
+    assert_eq!(latest["text"], "Day: PUMP-004 suction low at 0.41 bar.");
+    assert_eq!(
+        (latest["flags"].clone(), latest["written_at"].as_str()),
+        (json!(["ungrounded"]), Some("2026-11-30T08:53:20Z"))
+    );
+    let earlier = p.ok("get_shift_handover", json!({"back": 1}));
+    assert_eq!(
+        (earlier["text"].as_str(), earlier["written_by"].as_str()),
+        (Some("Night: PUMP-007 vibration rising; watch it."), Some("schedule:handover"))
+    );
+    let beyond = p.err("get_shift_handover", json!({"back": 2}));
+    assert!(beyond.contains("There are only 2 handovers: back must be at most 1"), "{beyond}");
+    let range = p.err("get_shift_handover", json!({"back": 10}));
+    assert!(range.contains("back must be between 0 and 9, got 10"), "{range}");
+}
 
 fn proposal(alarm_id: i64) -> Value {
     json!({

@@ -109,6 +109,24 @@ fn next(req: &ModelRequest) -> ModelReply {
     }
 
     if let Some(question) = &t.question {
+        // A question about the handover: the latest one, as it was written.
+        if asks_for_handover(question) && offered("get_shift_handover") {
+            if !done("get_shift_handover") {
+                return reply_calls(vec![call(base, "get_shift_handover", json!({}))]);
+            }
+            return reply_text(match result("get_shift_handover") {
+                Some(h) => format!(
+                    "The latest shift handover, written {} ({}), as it was written then; check it against the plant now:\n{}",
+                    h["written_at"].as_str().unwrap_or("-"),
+                    h["written_by"].as_str().unwrap_or("-"),
+                    h["text"].as_str().unwrap_or_default()
+                ),
+                None => {
+                    "No shift handover has been written yet: the HMI's Handover tab or `twinops handover` writes one."
+                        .into()
+                }
+            });
+        }
         // The assets the question names (directly or by a sensor id), then the docs.
         let assets = mentioned_assets(question);
         let details_of =
@@ -176,6 +194,12 @@ fn next(req: &ModelRequest) -> ModelReply {
         ));
     }
     reply_text(text)
+}
+
+/// Whether an operator's question is about the shift handover.
+fn asks_for_handover(question: &str) -> bool {
+    let q = question.to_lowercase();
+    ["handover", "hand over", "handed over", "last shift", "previous shift"].iter().any(|w| q.contains(w))
 }
 
 /// Composes the triage note from the observations alone.

@@ -70,6 +70,8 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE notes ADD COLUMN published_at INTEGER;
      UPDATE notes SET published_at = created_at WHERE kind = 'handover';
      CREATE INDEX notes_handover_unpublished ON notes(id) WHERE kind = 'handover' AND published_at IS NULL;
+     -- The latest handovers, among many more triage notes.
+     CREATE INDEX notes_kind ON notes(kind, id);
      -- The HMI's banner reads the jobs not done (waiting, running, given up) every 15 s.
      CREATE INDEX triage_jobs_state ON triage_jobs(state, started_at);",
 ];

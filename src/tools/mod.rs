@@ -12,6 +12,7 @@ mod propose_work_order;
 mod read_doc;
 mod search_docs;
 mod sensor_history;
+mod shift_handover;
 mod system_summary;
 
 use std::sync::LazyLock;
@@ -217,6 +218,7 @@ static REGISTRY: LazyLock<Vec<ToolDef>> = LazyLock::new(|| {
         sensor_history::def(),
         search_docs::def(),
         read_doc::def(),
+        shift_handover::def(),
         propose_work_order::def(),
     ]
 });
