@@ -357,6 +357,7 @@ async fn the_banner_tells_of_refused_messages_and_triage_given_up() {
     );
     assert!(reasons.contains("1 alarm occurrence(s) got no triage note in the last hour"), "{reasons}");
     assert_eq!((told["refused"]["total"].as_i64(), told["triage"]["failed_last_hour"].as_i64()), (Some(3), Some(1)));
+    assert_eq!(told["refused"]["by_reason"][0], json!({"reason": "unknown_sensor", "count": 2}));
     hmi.daemon.shutdown().await;
 }
 

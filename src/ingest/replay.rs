@@ -28,7 +28,13 @@ pub struct DeadLetter {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Refused {
     pub total: i64,
-    pub by_reason: Vec<(String, i64)>,
+    pub by_reason: Vec<ReasonCount>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReasonCount {
+    pub reason: String,
+    pub count: i64,
 }
 
 pub fn refused_since(db: &Connection, since: Timestamp) -> rusqlite::Result<Refused> {
@@ -36,9 +42,10 @@ pub fn refused_since(db: &Connection, since: Timestamp) -> rusqlite::Result<Refu
         "SELECT reason, count(*) FROM dead_letters WHERE received_at >= ?1 AND replayed_at IS NULL
          GROUP BY reason ORDER BY count(*) DESC, reason",
     )?;
-    let by_reason: Vec<(String, i64)> =
-        stmt.query_map([since.unix()], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
-    Ok(Refused { total: by_reason.iter().map(|(_, n)| n).sum(), by_reason })
+    let by_reason: Vec<ReasonCount> = stmt
+        .query_map([since.unix()], |r| Ok(ReasonCount { reason: r.get(0)?, count: r.get(1)? }))?
+        .collect::<Result<_, _>>()?;
+    Ok(Refused { total: by_reason.iter().map(|r| r.count).sum(), by_reason })
 }
 
 /// Dead letters, oldest first: those not yet replayed (or all), of one reason or any.

@@ -431,7 +431,7 @@ async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> {
         ));
     }
     if refused.total > 0 {
-        let by: Vec<String> = refused.by_reason.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
+        let by: Vec<String> = refused.by_reason.iter().map(|r| format!("{} {}", r.count, r.reason)).collect();
         reasons.push(format!(
             "ingest refused {} message(s) or event(s) in the last 15 min ({}): the twin lacks what they carried; \
              `twinops dead-letters list` shows them",
