@@ -2,19 +2,26 @@
 //!
 //! # Layout
 //!
-//! Data flows ingest → store → alarms → triage → agent → notes → notify; these modules
-//! exist so far:
+//! Data flows ingest → store → alarms → triage → agent → notes → notify, one module
+//! per stage (ARCHITECTURE.md has the map):
 //!
 //! - [`domain`]: validated types (`AssetId`, `SensorId`, `Severity`, ...). Raw strings stop
 //!   at the edge.
+//! - [`ingest`]: MQTT (rumqttc, manual acks after commit), payloads, dead letters;
+//!   [`broker`] is the embedded rumqttd.
 //! - [`store`]: the SQLite twin. `schema.sql` via `user_version` migrations, one writer
-//!   thread with group commit, read-only handles for everything else.
-//! - [`seed`]: the demo plant from `seed/plant.toml`: readings, faults, alarm history.
-//! - [`rag`]: Markdown chunking, FTS5 indexing and BM25 search.
-//! - [`tools`]: the agent's tools, one file each, schemas derived from argument types.
-//! - [`approvals`]: the only writer of `work_orders`.
-//! - [`bench`]: the `twinops bench` figures.
-//! - [`cli`]: the command line; `main.rs` only calls it.
+//!   thread with group commit, read-only handles for everything else, online backup.
+//! - [`alarms`]: the ISA-18.2 lifecycle, floods and chattering.
+//! - [`triage`]: the durable queue and its workers; [`agent`]: models, the bounded
+//!   tool-call loop, guardrails; [`tools`]: the agent's tools, one file each.
+//! - [`approvals`]: the only writer of `work_orders` decisions.
+//! - [`notify`]: notes out, and the outbox (decisions, handovers); [`handover`]: the
+//!   shift handover; [`schedule`]: the timed jobs.
+//! - [`web`]: the HMI and its API; [`accounts`]: users, sessions, tokens; [`mcp`]: the
+//!   tools for MCP hosts; [`metrics`]: Prometheus.
+//! - [`seed`] and [`sim`]: the demo plant and its simulator; [`rag`]: documentation
+//!   search; [`app`]: `serve`; [`bench`](mod@bench): the figures; [`cli`]: the command line
+//!   (`main.rs` only calls it).
 
 pub mod accounts;
 pub mod agent;

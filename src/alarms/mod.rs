@@ -37,7 +37,7 @@ macro_rules! same_point {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueuePolicy {
     /// Most jobs queued at once. Occurrences are never dropped: past capacity they join
-    /// the one overflow job, which the rules model triages (see [`enqueue_triage`]).
+    /// the one overflow job, which the rules model triages (see `enqueue_triage`).
     pub capacity: i64,
 }
 
