@@ -844,7 +844,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A password from the terminal (no echo), or the first line of stdin when piped.
 /// An administrator's change to a user, from the command line; says what it did.
 fn change_user(global: &Global, name: &str, change: Change, done: &str) -> anyhow::Result<()> {
     crate::accounts::change_user(&global.open()?, name, change, "cli")?;
@@ -852,6 +851,7 @@ fn change_user(global: &Global, name: &str, change: Change, done: &str) -> anyho
     Ok(())
 }
 
+/// A password from the terminal (no echo), or the first line of stdin when piped.
 fn read_password(prompt: &str) -> anyhow::Result<String> {
     use std::io::IsTerminal;
     let password = if std::io::stdin().is_terminal() {

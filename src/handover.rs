@@ -15,12 +15,12 @@ use crate::store::StoreError;
 /// Where handovers are published (QoS 1), as JSON: a [`Handover`].
 pub const TOPIC: &str = "twinops/handover";
 
-/// A stored shift handover.
+/// A stored shift handover. Serialized with `"kind": "handover"` first, so that a
+/// subscriber that also takes triage notes can tell them apart.
 #[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename = "handover")]
 pub struct Handover {
     pub note_id: i64,
-    /// Always `handover`: a subscriber that also takes triage notes can tell them apart.
-    pub kind: &'static str,
     /// The agent run that wrote it (`twinops runs show RUN_ID`).
     pub run_id: Option<i64>,
     /// Who asked: `schedule:handover` (the shift change), `user:kaur`.
@@ -73,7 +73,6 @@ pub async fn write(agent: &Agent, trigger: &str) -> anyhow::Result<Handover> {
         .await?;
     Ok(Handover {
         note_id,
-        kind: "handover",
         run_id: Some(run_id),
         trigger: Some(trigger.to_string()),
         outcome: Some(report.outcome.as_str().to_string()),
@@ -85,15 +84,18 @@ pub async fn write(agent: &Agent, trigger: &str) -> anyhow::Result<Handover> {
 }
 
 /// The columns [`from_row`] reads, from `notes n` joined to `agent_runs r`.
-const SELECT: &str = "SELECT n.id, n.run_id, n.body, n.flags, n.created_at, r.trigger
-                      FROM notes n LEFT JOIN agent_runs r ON r.id = n.run_id";
+macro_rules! select_handovers {
+    () => {
+        "SELECT n.id, n.run_id, n.body, n.flags, n.created_at, r.trigger
+         FROM notes n LEFT JOIN agent_runs r ON r.id = n.run_id "
+    };
+}
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Handover> {
     let body: Value = serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or(Value::Null);
     let text = |key: &str| body[key].as_str().map(str::to_string);
     Ok(Handover {
         note_id: r.get(0)?,
-        kind: "handover",
         run_id: r.get(1)?,
         trigger: r.get(5)?,
         outcome: text("outcome"),
@@ -110,15 +112,17 @@ pub const MIN_INTERVAL_S: i64 = 60;
 
 /// The latest `limit` handovers, newest first.
 pub fn recent(conn: &Connection, limit: u32) -> Result<Vec<Handover>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE n.kind = 'handover' ORDER BY n.id DESC LIMIT ?1"))?;
+    let mut stmt =
+        conn.prepare_cached(concat!(select_handovers!(), "WHERE n.kind = 'handover' ORDER BY n.id DESC LIMIT ?1"))?;
     let rows = stmt.query_map([limit], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// Handovers not yet published, oldest first (at most 20 a pass).
 pub fn unpublished(conn: &Connection) -> Result<Vec<Handover>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "{SELECT} WHERE n.kind = 'handover' AND n.published_at IS NULL ORDER BY n.id LIMIT 20"
+    let mut stmt = conn.prepare_cached(concat!(
+        select_handovers!(),
+        "WHERE n.kind = 'handover' AND n.published_at IS NULL ORDER BY n.id LIMIT 20"
     ))?;
     let rows = stmt.query_map([], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

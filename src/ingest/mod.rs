@@ -229,23 +229,29 @@ impl Batch {
     /// Why an event's time is refused, if it is: a reset clock, or further ahead of or
     /// behind its receipt than the policy allows.
     fn time_refusal(&self, time: Timestamp) -> Option<Rejected> {
-        let (stamp, received) = (time.to_rfc3339(), self.received.to_rfc3339());
+        // On every event: the times are formatted only for a refusal.
+        let (stamp, received) = (|| time.to_rfc3339(), || self.received.to_rfc3339());
         let gap = time.unix() - self.received.unix();
         let detail = if time.unix() < CLOCK_RESET_BEFORE {
             format!(
-                "time: {stamp} is before 2001, which a controller sends when its clock was reset: set the sender's clock \
-                 (the event's real time is unknown, so it is not stored)"
+                "time: {} is before 2001, which a controller sends when its clock was reset: set the sender's clock \
+                 (the event's real time is unknown, so it is not stored)",
+                stamp()
             )
         } else if let Some(max) = self.policy.max_ahead_s.filter(|&max| gap > max) {
             format!(
-                "time: {stamp} is {} ahead of its receipt at {received} (at most {max} s is accepted): check the sender's clock, and that it sends UTC",
-                crate::domain::approx_duration(gap)
+                "time: {} is {} ahead of its receipt at {} (at most {max} s is accepted): check the sender's clock, and that it sends UTC",
+                stamp(),
+                crate::domain::approx_duration(gap),
+                received()
             )
         } else if let Some(max) = self.policy.max_behind_s.filter(|&max| -gap > max) {
             format!(
-                "time: {stamp} is {} behind its receipt at {received} (at most {max} s is accepted, mqtt.max_time_behind_s): \
+                "time: {} is {} behind its receipt at {} (at most {max} s is accepted, mqtt.max_time_behind_s): \
                  check the sender's clock; for a backfill after an outage, raise the limit and replay",
-                crate::domain::approx_duration(-gap)
+                stamp(),
+                crate::domain::approx_duration(-gap),
+                received()
             )
         } else {
             return None;
