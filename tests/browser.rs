@@ -122,8 +122,8 @@ fn free_port() -> u16 {
 /// browser requests nothing from another origin.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_hmi_in_a_real_browser() {
-    let Ok(driver) = std::env::var("TWINOPS_TEST_CHROMEDRIVER") else {
-        println!("NOT RUN: the_hmi_in_a_real_browser needs TWINOPS_TEST_CHROMEDRIVER (e.g. /usr/bin/chromedriver)");
+    let Some(driver) = common::external("TWINOPS_TEST_CHROMEDRIVER", "ChromeDriver (e.g. /usr/bin/chromedriver)")
+    else {
         return;
     };
     let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/hmi-screenshots");

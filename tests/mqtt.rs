@@ -25,10 +25,7 @@ macro_rules! on_both_brokers {
 
         #[tokio::test(flavor = "multi_thread")]
         async fn $mosquitto() {
-            let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
-                println!("NOT RUN: {} needs TWINOPS_TEST_MQTT_URL (a Mosquitto broker)", stringify!($mosquitto));
-                return;
-            };
+            let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
             $scenario(Some(url)).await;
         }
     };
@@ -101,12 +98,7 @@ on_both_brokers!(embedded_broker_ingest_loses_nothing, mosquitto_ingest_loses_no
 /// accepted from the publisher but not yet delivered with it.
 #[tokio::test(flavor = "multi_thread")]
 async fn mosquitto_sigkill_mid_publish_loses_and_doubles_nothing() {
-    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
-        println!(
-            "NOT RUN: mosquitto_sigkill_mid_publish_loses_and_doubles_nothing needs TWINOPS_TEST_MQTT_URL (a Mosquitto broker)"
-        );
-        return;
-    };
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
     sigkill_mid_publish(url).await;
 }
 
@@ -610,12 +602,7 @@ on_both_brokers!(
 /// short of it.
 #[tokio::test(flavor = "multi_thread")]
 async fn mosquitto_an_intake_full_of_large_messages_still_commits() {
-    let Ok(url) = std::env::var("TWINOPS_TEST_MQTT_URL") else {
-        println!(
-            "NOT RUN: mosquitto_an_intake_full_of_large_messages_still_commits needs TWINOPS_TEST_MQTT_URL (a Mosquitto broker)"
-        );
-        return;
-    };
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
     let Alone { p, run, broker, ingest, wire, _stop } = ingest_alone(Some(url), "q", |c| c.batch_max = 5_000).await;
     let topic = format!("{run}/scada/telemetry");
     let start = common::end().unix() - 86_400 * 600;
@@ -870,14 +857,11 @@ on_both_brokers!(embedded_broker_killed_triage_is_redone, mosquitto_killed_triag
 #[tokio::test(flavor = "multi_thread")]
 async fn mqtts_with_a_client_certificate() {
     common::logs();
-    let (Ok(tls_url), Ok(dir), Ok(plain_url)) = (
-        std::env::var("TWINOPS_TEST_MQTTS_URL"),
-        std::env::var("TWINOPS_TEST_MQTT_TLS_DIR"),
-        std::env::var("TWINOPS_TEST_MQTT_URL"),
+    let (Some(tls_url), Some(dir), Some(plain_url)) = (
+        common::external("TWINOPS_TEST_MQTTS_URL", "Mosquitto listening for TLS with client certificates"),
+        common::external("TWINOPS_TEST_MQTT_TLS_DIR", "the test certificates (ca.pem, client.pem, client.key)"),
+        common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker"),
     ) else {
-        println!(
-            "NOT RUN: mqtts_with_a_client_certificate needs TWINOPS_TEST_MQTTS_URL, TWINOPS_TEST_MQTT_TLS_DIR (ca.pem, client.pem, client.key) and TWINOPS_TEST_MQTT_URL"
-        );
         return;
     };
     let dir = std::path::PathBuf::from(dir);

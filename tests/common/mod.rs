@@ -15,6 +15,22 @@ use twinops::seed::{SeedOptions, seed};
 use twinops::store::Store;
 use twinops::tools::{self, ToolContext, ToolOutput};
 
+/// The value of an environment variable that names a program or service from outside
+/// Cargo (Mosquitto, Chromium, a model server). Without it the test is skipped on a
+/// developer's machine, but under `CI=true` it fails, naming what it needs: libtest
+/// hides what a passing test prints, so a skip that only said so would go unseen.
+pub fn external(var: &str, what: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!(
+                "{var} is not set: this test needs {what}, and under CI=true it must run (.ci/run installs it and sets {var})"
+            )
+        }
+        _ => None,
+    }
+}
+
 /// The seeded week ends here; tools run "now" at this instant.
 pub const END: &str = "2026-11-30T12:00:00Z";
 
