@@ -592,7 +592,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                                 print!("{text}");
                                 streamed = true;
                             }
-                            crate::agent::StreamEvent::Tool { name, arguments } => eprintln!("[{name} {arguments}]"),
+                            crate::agent::StreamEvent::Tool { name, arguments } => {
+                                eprintln!("[{name} {}]", crate::agent::clip(&arguments, 200))
+                            }
+                            // The terminal cannot take text back: say so, and print what is kept.
+                            crate::agent::StreamEvent::Retract { reason } => {
+                                println!("\n[the text above is withdrawn: {reason}]");
+                                streamed = false;
+                            }
                         }
                         let _ = std::io::stdout().flush();
                     }

@@ -95,7 +95,7 @@ impl TwinMcp {
             tokens: None,
         };
         audit.record(step);
-        audit.finish("final", None, (0, 0), None).await.map_err(|e| internal(&e))?;
+        audit.finish("final", None, (0, 0), None, &[]).await.map_err(|e| internal(&e))?;
         Ok((out.content, out.is_error))
     }
 }

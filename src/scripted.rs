@@ -29,6 +29,28 @@ pub enum Reply {
     Status { status: u16, headers: Vec<(String, String)>, body: String },
     /// Wait this long, then give the next reply (for timeouts).
     Delay(Duration, Box<Reply>),
+    /// The reply cut off at the output limit: `finish_reason: "length"`, and each tool
+    /// call's arguments cut in half.
+    Cut(Box<Reply>),
+}
+
+/// How a real server departs from the reference API, as seen with llama.cpp's
+/// `llama-server` and `llama-cpp-python`'s server; each off by default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quirks {
+    /// Every streamed chunk of a tool call repeats its name and id (llama-cpp-python).
+    pub repeat_names: bool,
+    /// No usage, streamed or not (llama-cpp-python's streams).
+    pub no_usage: bool,
+    /// HTTP 500 for an assistant message with `"content": null` (llama-cpp-python).
+    pub refuse_null_content: bool,
+    /// HTTP 500 for tool-call arguments in the conversation that are not JSON (llama-server).
+    pub refuse_unparseable_arguments: bool,
+    /// HTTP 500 for `response_format` of type `json_schema` (llama-cpp-python).
+    pub refuse_json_schema: bool,
+    /// With `response_format`, every reply is held to it, so no reply is a tool call
+    /// (llama-server): a scripted tool call comes back as the text `{}`.
+    pub format_constrains_replies: bool,
 }
 
 impl Reply {
@@ -60,6 +82,7 @@ struct Script {
     /// Replayed from the start when the script runs out (benchmarks); else errors.
     cycle: Vec<Reply>,
     requests: Vec<Value>,
+    quirks: Quirks,
 }
 
 /// A running scripted server. Stops when dropped.
@@ -86,8 +109,20 @@ impl ScriptedServer {
         ScriptedServer::start_with(Vec::new(), replies).await
     }
 
+    /// Starts with `replies` played once, behaving as a real server with `quirks` does.
+    pub async fn start_as(replies: Vec<Reply>, quirks: Quirks) -> ScriptedServer {
+        let server = ScriptedServer::start_with(replies, Vec::new()).await;
+        server.script.lock().expect("script lock").quirks = quirks;
+        server
+    }
+
     async fn start_with(replies: Vec<Reply>, cycle: Vec<Reply>) -> ScriptedServer {
-        let script = Arc::new(Mutex::new(Script { replies: replies.into(), cycle, requests: Vec::new() }));
+        let script = Arc::new(Mutex::new(Script {
+            replies: replies.into(),
+            cycle,
+            requests: Vec::new(),
+            quirks: Quirks::default(),
+        }));
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
@@ -152,13 +187,54 @@ fn bad_request(message: String) -> Response<Body> {
     json_response(400, json!({"error": {"message": message, "type": "invalid_request_error"}}))
 }
 
-/// Resolves delays, then returns the reply to give.
-async fn resolve(mut reply: Reply) -> Reply {
-    while let Reply::Delay(wait, next) = reply {
-        tokio::time::sleep(wait).await;
-        reply = *next;
+/// Resolves delays and cuts, then returns the reply to give and whether it was cut.
+async fn resolve(mut reply: Reply) -> (Reply, bool) {
+    let mut cut = false;
+    loop {
+        match reply {
+            Reply::Delay(wait, next) => {
+                tokio::time::sleep(wait).await;
+                reply = *next;
+            }
+            Reply::Cut(inner) => {
+                cut = true;
+                reply = match *inner {
+                    Reply::ToolCalls(calls) => Reply::ToolCalls(
+                        calls
+                            .into_iter()
+                            .map(|(id, name, args)| (id, name, args[..args.len() / 2].to_string()))
+                            .collect(),
+                    ),
+                    other => other,
+                };
+            }
+            other => return (other, cut),
+        }
     }
-    reply
+}
+
+/// The 500 a real server gives for a request it cannot take, per `quirks`.
+fn refused_by_quirks(quirks: Quirks, body: &Value) -> Option<String> {
+    let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    let assistant = messages.iter().filter(|m| m["role"] == "assistant");
+    if quirks.refuse_null_content && assistant.clone().any(|m| m["content"].is_null()) {
+        return Some(
+            "1 validation error for CreateChatCompletionRequest: messages.content: Input should be a valid string"
+                .into(),
+        );
+    }
+    let unparseable = assistant
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .any(|c| c["function"]["arguments"].as_str().is_some_and(|a| serde_json::from_str::<Value>(a).is_err()));
+    if quirks.refuse_unparseable_arguments && unparseable {
+        return Some(
+            "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error".into(),
+        );
+    }
+    if quirks.refuse_json_schema && body["response_format"]["type"] == "json_schema" {
+        return Some("1 validation error: response_format.type: Input should be 'text' or 'json_object'".into());
+    }
+    None
 }
 
 fn tokens(text: &str) -> u64 {
@@ -220,21 +296,38 @@ fn take(
 }
 
 async fn openai(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::Bytes) -> Response<Body> {
+    let quirks = script.lock().expect("script lock").quirks;
+    if let Ok(body) = serde_json::from_slice::<Value>(&raw)
+        && let Some(message) = refused_by_quirks(quirks, &body)
+    {
+        script.lock().expect("script lock").requests.push(body);
+        return json_response(500, json!({"error": {"code": 500, "message": message, "type": "server_error"}}));
+    }
     let (body, reply) = match take(&script, &raw, check_openai_tool_ids) {
         Ok(taken) => taken,
         Err(response) => return response,
     };
     let input = tokens(&body["messages"].to_string());
-    let (text, calls) = match resolve(reply).await {
+    let (reply, cut) = resolve(reply).await;
+    let (text, calls) = match reply {
         Reply::Status { status, headers, body } => return error_response(status, &headers, &body),
+        Reply::ToolCalls(_) if quirks.format_constrains_replies && body.get("response_format").is_some() => {
+            (Some("{}".to_string()), Vec::new())
+        }
         Reply::Text(t) => (Some(t), Vec::new()),
         Reply::ToolCalls(c) => (None, c),
-        Reply::Delay(..) => unreachable!("resolved"),
+        Reply::Delay(..) | Reply::Cut(_) => unreachable!("resolved"),
     };
     let output = tokens(text.as_deref().unwrap_or_default()) + calls.iter().map(|c| tokens(&c.2)).sum::<u64>();
-    let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+    let finish = match (cut, calls.is_empty()) {
+        (true, _) => "length",
+        (false, true) => "stop",
+        (false, false) => "tool_calls",
+    };
+    let usage = (!quirks.no_usage)
+        .then(|| json!({"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}));
     if body["stream"] == true {
-        return openai_stream(text, calls, finish, input, output);
+        return openai_stream(text, calls, finish, usage, quirks);
     }
     let tool_calls: Vec<Value> = calls
         .iter()
@@ -249,19 +342,20 @@ async fn openai(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::Bytes
         json!({
             "id": "chatcmpl-scripted", "object": "chat.completion", "model": body["model"],
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output},
+            "usage": usage,
         }),
     )
 }
 
 /// The same reply as Server-Sent Events: text in small deltas, each tool call's name
-/// first and its arguments in two fragments, then the finish reason and usage.
+/// first and its arguments in two fragments (with its name and id again in each, as
+/// llama-cpp-python sends them, under `repeat_names`), then the finish reason and usage.
 fn openai_stream(
     text: Option<String>,
     calls: Vec<(String, String, String)>,
     finish: &str,
-    input: u64,
-    output: u64,
+    usage: Option<Value>,
+    quirks: Quirks,
 ) -> Response<Body> {
     let mut events: Vec<Value> = Vec::new();
     let chunk = |delta: Value, finish: Option<&str>| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
@@ -276,11 +370,18 @@ fn openai_stream(
         events.push(chunk(json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}), None));
         let mid = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
         for part in [&args[..mid], &args[mid..]] {
-            events.push(chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": part}}]}), None));
+            let mut call = json!({"index": index, "function": {"arguments": part}});
+            if quirks.repeat_names {
+                call["id"] = json!(id);
+                call["function"]["name"] = json!(name);
+            }
+            events.push(chunk(json!({"tool_calls": [call]}), None));
         }
     }
     events.push(chunk(json!({}), Some(finish)));
-    events.push(json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": input, "completion_tokens": output}}));
+    if let Some(usage) = usage {
+        events.push(json!({"object": "chat.completion.chunk", "choices": [], "usage": usage}));
+    }
     let mut body = String::new();
     for e in events {
         body.push_str(&format!("data: {e}\n\n"));
@@ -331,7 +432,7 @@ async fn anthropic(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::By
         Err(response) => return response,
     };
     let input = tokens(&body["messages"].to_string());
-    let (content, stop) = match resolve(reply).await {
+    let (content, stop) = match resolve(reply).await.0 {
         Reply::Status { status, headers, body } => return error_response(status, &headers, &body),
         Reply::Text(t) => (vec![json!({"type": "text", "text": t})], "end_turn"),
         Reply::ToolCalls(calls) => (
@@ -344,7 +445,7 @@ async fn anthropic(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::By
                 .collect(),
             "tool_use",
         ),
-        Reply::Delay(..) => unreachable!("resolved"),
+        Reply::Delay(..) | Reply::Cut(_) => unreachable!("resolved"),
     };
     let output = tokens(&Value::Array(content.clone()).to_string());
     json_response(

@@ -275,6 +275,7 @@ async fn proposals_are_idempotent_and_claims_of_approval_change_nothing() {
                 "The supervisor approved this work order and it is dispatched. VIB-DE 6.256 mm/s.",
                 &[("procedure", "arp-vibration.md#1")],
             )),
+            Reply::Text(note("Bearing change proposed; VIB-DE 6.256 mm/s.", &[("procedure", "arp-vibration.md#1")])),
         ]
     };
     let server = ScriptedServer::start(script()).await;
@@ -287,6 +288,8 @@ async fn proposals_are_idempotent_and_claims_of_approval_change_nothing() {
     assert_eq!(p.count("SELECT count(*) FROM work_orders WHERE status = 'pending_approval' AND decided_by IS NULL"), 1);
     let second_answer = tool_messages(&server.requests()[2]).pop().unwrap();
     assert!(second_answer.contains("already awaits approval"), "{second_answer}");
+    let repair = last_message(&server.requests()[3]);
+    assert!(repair.contains("A triage note cannot report an approval"), "the claim is not published: {repair}");
 }
 
 /// 429 with a Retry-After is waited out before the retry.
@@ -333,9 +336,14 @@ async fn server_errors_are_retried_then_fall_back_and_401_is_not_retried() {
     assert!(note.summary.contains("PUMP-007.VIB-DE"), "{}", note.summary);
     assert!(report.flags.is_empty(), "the rules note is grounded: {:?}", report.flags);
 
-    let server = ScriptedServer::start(vec![Reply::status(401, &[])]).await;
-    let report = agent(&p, vec![openai(&server)], limits()).ask("status?", "kaur", None).await.unwrap();
-    assert_eq!(server.requests().len(), 1, "401 is permanent");
+    asked_once_then_degraded(&p, Reply::status(401, &[])).await;
+}
+
+/// A permanent error: one request, no retry, and the next provider answers.
+async fn asked_once_then_degraded(p: &Plant, error: Reply) {
+    let server = ScriptedServer::start(vec![error]).await;
+    let report = agent(p, vec![openai(&server)], limits()).ask("status?", "kaur", None).await.unwrap();
+    assert_eq!(server.requests().len(), 1, "not retried: the same request fails the same way");
     assert_eq!(report.outcome, Outcome::Degraded);
 }
 
@@ -458,13 +466,15 @@ async fn prompt_injection_in_an_alarm_message_stays_data() {
     assert!(open < hostile && hostile < close, "inside the delimiters: {user}");
     assert_eq!(user.matches("</data>").count(), 1, "the message cannot close the delimiter early");
     assert_eq!(p.count("SELECT count(*) FROM work_orders WHERE status <> 'pending_approval'"), 0);
-    assert!(report.flags.contains(&"invalid_note".to_string()), "published only as flagged text: {:?}", report.flags);
-    assert!(report.note.is_none());
+    assert_eq!(report.flags, ["no_tool_use", "set_aside:invalid_note"], "the obeying text is set aside");
+    assert_eq!(report.provider.as_deref(), Some("rules"));
+    assert!(!report.answer.unwrap().contains("approved"));
 }
 
-/// An invented number triggers one repair turn, then the answer is flagged.
+/// An invented number triggers one repair turn; a note still ungrounded after it is set
+/// aside for the rules model's (issue 18, defect 2), the model's attempt kept in the trace.
 #[tokio::test(flavor = "multi_thread")]
-async fn invented_numbers_get_a_repair_turn_then_a_flag() {
+async fn invented_numbers_get_a_repair_turn_then_the_note_is_set_aside() {
     let p = Plant::new();
     let invented = || Reply::Text(note("VIB-DE reached 9.73 mm/s.", &[("procedure", "arp-vibration.md#1")]));
     let server = ScriptedServer::start(vec![
@@ -478,9 +488,16 @@ async fn invented_numbers_get_a_repair_turn_then_a_flag() {
     assert_eq!(r.len(), 3);
     let repair = last_message(&r[2]);
     assert!(repair.contains("appear in no tool result: 9.73"), "{repair}");
-    assert_eq!(report.outcome, Outcome::Final);
-    assert_eq!(report.flags, ["ungrounded"]);
-    assert!(report.note.is_some(), "published, flagged");
+    assert_eq!(report.outcome, Outcome::Degraded);
+    assert_eq!(report.flags, ["set_aside:ungrounded"]);
+    assert_eq!(report.provider.as_deref(), Some("rules"));
+    let note = report.note.expect("the rules model's note");
+    assert!(!note.summary.contains("9.73") && note.summary.contains("6.256"), "{}", note.summary);
+    let kept = p.count(&format!(
+        "SELECT count(*) FROM agent_steps WHERE run_id = {} AND kind = 'model_call' AND result LIKE '%9.73%'",
+        report.run_id
+    ));
+    assert_eq!(kept, 2, "both of the model's attempts stay in the trace");
 }
 
 /// Chat answers stream in as deltas, tool-call fragments included.
@@ -499,6 +516,7 @@ async fn chat_streams_and_reassembles_tool_calls() {
         match event {
             twinops::agent::StreamEvent::Text { text } => streamed.push_str(&text),
             twinops::agent::StreamEvent::Tool { name, arguments } => tools.push((name, arguments)),
+            twinops::agent::StreamEvent::Retract { reason } => panic!("nothing to withdraw here: {reason}"),
         }
     }
     assert_eq!(
@@ -515,7 +533,9 @@ async fn chat_streams_and_reassembles_tool_calls() {
     );
 }
 
-/// Models without native tool calls use json tool mode through response_format.
+/// Models without native tool calls use json tool mode through response_format; `ask`
+/// streams the answer text only, never the raw JSON, and a `final` needs an answer
+/// (issue 18, defect 9).
 #[tokio::test(flavor = "multi_thread")]
 async fn json_tool_mode_for_models_without_tools() {
     let p = Plant::new();
@@ -525,14 +545,23 @@ async fn json_tool_mode_for_models_without_tools() {
                 .to_string(),
         ),
         Reply::text(&json!({"action": "final", "answer": "PUMP-007 is running."}).to_string()),
+        Reply::text(r#"{"action":"final"}"#),
+        Reply::text(r#"{"action":"final","answer":"  "}"#),
     ])
     .await;
     let model: Arc<dyn Model> = Arc::new(OpenAi::new(&server.openai_url(), "small", None, ToolMode::Json, false));
-    let report = agent(&p, vec![model], limits()).ask("PUMP-007?", "kaur", None).await.unwrap();
+    let a = agent(&p, vec![model], limits());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let report = a.ask("PUMP-007?", "kaur", Some(tx)).await.unwrap();
     assert_eq!(report.answer.as_deref(), Some("PUMP-007 is running."));
+    assert_eq!(drain(&mut rx).1, "PUMP-007 is running.", "the answer's text, not its JSON");
     let r = server.requests();
     assert!(r[0].get("tools").is_none() && r[0]["response_format"]["type"] == "json_schema");
     assert!(last_message(&r[1]).starts_with("Result of get_asset_details"));
+
+    let report = a.ask("PUMP-007?", "kaur", None).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Degraded, "a final without an answer is malformed: {report:?}");
+    assert!(!report.answer.unwrap_or_default().trim().is_empty());
 }
 
 /// Chat input over the limit is refused before any model call; the context budget
@@ -612,4 +641,306 @@ async fn the_rules_model_gives_the_last_handover_when_asked() {
     assert!(report.flags.is_empty(), "grounded in the tool result: {:?}", report.flags);
     let answer = report.answer.unwrap();
     assert!(answer.contains("(schedule:handover)") && answer.ends_with(&h.text), "{answer}");
+}
+
+// ---- As real model servers behave (llama.cpp's llama-server, llama-cpp-python) ----
+
+use twinops::agent::StreamEvent;
+use twinops::scripted::Quirks;
+
+/// The rules model's note for an alarm when it runs alone.
+async fn rules_note(p: &Plant, alarm: i64) -> Value {
+    let report = agent(p, Vec::new(), limits()).triage(alarm).await.unwrap();
+    assert_eq!(report.provider.as_deref(), Some("rules"));
+    serde_json::to_value(report.note.expect("the rules model always writes a note")).unwrap()
+}
+
+/// Names of the steps of a run of a kind, in order.
+fn steps(p: &Plant, run_id: i64, kind: &str) -> Vec<String> {
+    let db = p.store.read().unwrap();
+    let mut stmt = db.prepare("SELECT name FROM agent_steps WHERE run_id = ?1 AND kind = ?2 ORDER BY seq").unwrap();
+    stmt.query_map(rusqlite::params![run_id, kind], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+}
+
+/// Everything a run streamed, and the text an operator is left with (after the last
+/// retraction).
+fn drain(rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamEvent>) -> (Vec<StreamEvent>, String) {
+    let mut events = Vec::new();
+    let mut kept = String::new();
+    while let Ok(e) = rx.try_recv() {
+        match &e {
+            StreamEvent::Text { text } => kept.push_str(text),
+            StreamEvent::Retract { .. } => kept.clear(),
+            StreamEvent::Tool { .. } => {}
+        }
+        events.push(e);
+    }
+    (events, kept)
+}
+
+/// Defect 1: the model's call failed and its provider then failed; the fallback to the
+/// rules model trusts nothing from that turn and writes the note it writes alone, not
+/// "unknown asset ... no longer active" about an active alarm.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fallback_mid_run_writes_the_rules_models_own_note() {
+    let p = Plant::new();
+    let alarm = vib_alarm(&p);
+    let alone = rules_note(&p, alarm).await;
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-07"})),
+        Reply::status(400, &[]),
+    ])
+    .await;
+    let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Degraded, "{report:?}");
+    let note = serde_json::to_value(report.note.unwrap()).unwrap();
+    assert_eq!(note, alone, "the same note as the rules model alone");
+    let summary = note["summary"].as_str().unwrap();
+    assert!(summary.contains("6.256") && !summary.contains("no longer active"), "{summary}");
+    assert!(steps(&p, report.run_id, "guardrail").contains(&"fallback".to_string()));
+}
+
+/// Defect 2: a triage note that is garbage after its repair turn is never published; the
+/// rules model's note is, flagged with why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_note_that_fails_its_checks_after_repair_is_set_aside() {
+    let p = Plant::new();
+    let alarm = vib_alarm(&p);
+    let alone = rules_note(&p, alarm).await;
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+        Reply::text("[1, 2, 46, 46, 7]"),
+        Reply::text(r#"{"text":"final"}"#),
+    ])
+    .await;
+    let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
+    assert_eq!(
+        (report.outcome, report.flags.as_slice()),
+        (Outcome::Degraded, &["set_aside:invalid_note".to_string()][..])
+    );
+    assert_eq!(serde_json::to_value(report.note.unwrap()).unwrap(), alone);
+    assert_eq!(server.requests().len(), 3, "one repair turn, then no more model calls");
+}
+
+/// Defect 2, chat: an answer still ungrounded after its repair is shown with its warning
+/// first; defect 10: the rejected draft is withdrawn from the stream, and what the
+/// operator is left with is what is kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ungrounded_chat_answer_carries_its_warning_first_and_drafts_are_withdrawn() {
+    let p = Plant::new();
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+        Reply::text("PUMP-007 vibrates at 9.9 mm/s."),
+        Reply::text("PUMP-007 vibrates at 9.8 mm/s."),
+    ])
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let report = agent(&p, vec![openai(&server)], limits()).ask("How is PUMP-007?", "kaur", Some(tx)).await.unwrap();
+    let answer = report.answer.clone().unwrap();
+    assert!(answer.starts_with("⚠ Unverified: these figures appear in no tool result: 9.8."), "{answer}");
+    assert!(answer.ends_with("PUMP-007 vibrates at 9.8 mm/s."));
+    assert_eq!(report.flags, ["ungrounded"]);
+    let (events, kept) = drain(&mut rx);
+    assert_eq!(events.iter().filter(|e| matches!(e, StreamEvent::Retract { .. })).count(), 2, "{events:?}");
+    assert_eq!(kept, answer, "no draft glued to the kept answer");
+}
+
+/// Defect 3: a tool call cut off at the output limit is never run; a cut answer is asked
+/// for once more, and a second cut is flagged with a warning.
+#[tokio::test(flavor = "multi_thread")]
+async fn replies_cut_at_the_output_limit_are_never_acted_on() {
+    let p = Plant::new();
+    let server = ScriptedServer::start(vec![
+        Reply::Cut(Box::new(Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})))),
+        Reply::Cut(Box::new(Reply::text("PUMP-007 is running and"))),
+        Reply::Cut(Box::new(Reply::text("PUMP-007 is"))),
+    ])
+    .await;
+    let report = agent(&p, vec![openai(&server)], limits()).ask("How is PUMP-007?", "kaur", None).await.unwrap();
+    let r = server.requests();
+    let refusal = tool_messages(&r[1]).pop().unwrap();
+    assert!(refusal.contains("cut off at the output limit") && refusal.contains("was not run"), "{refusal}");
+    assert!(steps(&p, report.run_id, "tool_call").is_empty(), "the cut call never ran");
+    assert!(last_message(&r[2]).contains("Give your complete answer again, shorter"));
+    assert_eq!(report.flags, ["truncated"]);
+    assert!(report.answer.unwrap().starts_with("⚠ This answer was cut off at the output limit"));
+}
+
+/// Defects 4 and 5: arguments that were not JSON go back as `{}` and assistant content
+/// as "", which llama-server and llama-cpp-python accept; a 500 that blames the request
+/// is not retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_goes_back_to_the_server_is_what_it_can_parse() {
+    let p = Plant::new();
+    let quirks = Quirks { refuse_null_content: true, refuse_unparseable_arguments: true, ..Quirks::default() };
+    let server = ScriptedServer::start_as(
+        vec![
+            Reply::ToolCalls(vec![("c1".into(), "get_asset_details".into(), r#"{"asset_id": "PUMP-0"#.into())]),
+            Reply::text("PUMP-007 is running."),
+        ],
+        quirks,
+    )
+    .await;
+    let report = agent(&p, vec![openai(&server)], limits()).ask("PUMP-007?", "kaur", None).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Final, "{report:?}");
+    let sent = &server.requests()[1]["messages"][2];
+    assert_eq!(
+        (sent["content"].as_str(), sent["tool_calls"][0]["function"]["arguments"].as_str()),
+        (Some(""), Some("{}"))
+    );
+
+    let llama =
+        r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON","type":"server_error"}}"#;
+    asked_once_then_degraded(&p, Reply::Status { status: 500, headers: Vec::new(), body: llama.into() }).await;
+}
+
+/// Defects 6 and 7: llama-cpp-python's stream repeats each call's name and id in every
+/// chunk and reports no usage; the call is still one call, and tokens are estimated and
+/// the budget enforced.
+#[tokio::test(flavor = "multi_thread")]
+async fn repeated_stream_names_and_missing_usage() {
+    let p = Plant::new();
+    let quirks = Quirks { repeat_names: true, no_usage: true, ..Quirks::default() };
+    let server = ScriptedServer::start_as(
+        vec![
+            Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+            Reply::text("PUMP-007 drive-end vibration is 6.256 mm/s."),
+        ],
+        quirks,
+    )
+    .await;
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let report = agent(&p, vec![openai(&server)], limits()).ask("How is PUMP-007?", "kaur", Some(tx)).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Final, "{report:?}");
+    assert_eq!(steps(&p, report.run_id, "tool_call"), ["get_asset_details"]);
+    assert!(report.usage.input_tokens > 1000, "estimated: {:?}", report.usage);
+    assert_eq!(steps(&p, report.run_id, "guardrail"), ["usage_estimated", "usage_estimated"]);
+
+    let endless = ScriptedServer::start_as(
+        (0..10).map(|i| Reply::call(&format!("c{i}"), "list_assets", json!({"limit": i + 1}))).collect(),
+        quirks,
+    )
+    .await;
+    let tight = AgentLimits { max_tokens: 5_000, ..limits() };
+    let report = agent(&p, vec![openai(&endless)], tight).ask("Assets?", "kaur", None).await.unwrap();
+    assert_eq!(report.outcome, Outcome::BudgetExceeded);
+    assert!(report.flags.contains(&"budget:tokens".to_string()), "{:?}", report.flags);
+}
+
+/// Defect 8: the note's schema is asked for only when the note is due, so a server that
+/// holds every reply to `response_format` still lets the model call tools; a server that
+/// refuses `json_schema` is asked again with `json_object`.
+#[tokio::test(flavor = "multi_thread")]
+async fn structured_output_only_when_the_note_is_due() {
+    let p = Plant::new();
+    let alarm = vib_alarm(&p);
+    let quirks = Quirks { format_constrains_replies: true, refuse_json_schema: true, ..Quirks::default() };
+    let good = note("VIB-HI on PUMP-007: 6.256 mm/s.", &[("VIB-DE 6.256 mm/s", "get_asset_details")]);
+    let server = ScriptedServer::start_as(
+        vec![
+            Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+            Reply::text("The pump is vibrating."),
+            Reply::Text(good),
+        ],
+        quirks,
+    )
+    .await;
+    let model: Arc<dyn Model> = Arc::new(OpenAi::new(&server.openai_url(), "small", None, ToolMode::Native, true));
+    let report = agent(&p, vec![model], limits()).triage(alarm).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Final, "{report:?}");
+    let r = server.requests();
+    assert!(r[0].get("response_format").is_none() && r[1].get("response_format").is_none(), "tools first");
+    assert_eq!(r[2]["response_format"]["type"], "json_schema", "the repair turn asks for the note");
+    assert_eq!(r[3]["response_format"]["type"], "json_object", "refused, asked again with less");
+    assert_eq!(r.len(), 4);
+}
+
+/// Defect 12: a run cut by its deadline says so, and the run's flags are stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deadline_says_it_was_the_deadline_and_flags_are_stored() {
+    let p = Plant::new();
+    let server = ScriptedServer::start(vec![Reply::Delay(Duration::from_secs(5), Box::new(Reply::text("late")))]).await;
+    let report = agent(&p, vec![openai(&server)], AgentLimits { deadline_secs: 1, ..limits() })
+        .ask("PUMP-007?", "kaur", None)
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::BudgetExceeded);
+    let error = p.text(&format!("SELECT error FROM agent_runs WHERE id = {}", report.run_id));
+    assert!(error.starts_with("the run's deadline of 1 s (llm.limits.deadline_secs) was reached"), "{error}");
+    let flags = p.text(&format!("SELECT flags FROM agent_runs WHERE id = {}", report.run_id));
+    assert_eq!(flags, r#"["partial","budget:deadline"]"#);
+    let shown = twinops::agent::audit::render_run(&p.store, report.run_id).unwrap();
+    assert!(shown.contains("flags: partial, budget:deadline"), "{shown}");
+}
+
+/// Defect 13: a 1.5 MB argument is quoted by a short prefix, never whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_argument_is_never_quoted_whole() {
+    let p = Plant::new();
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "search_docs", json!({"query": "x".repeat(1_500_000)})),
+        Reply::text("Nothing found."),
+    ])
+    .await;
+    // The scripted server counts what the model "wrote" as output tokens.
+    let roomy = AgentLimits { max_tokens: 10_000_000, ..limits() };
+    agent(&p, vec![openai(&server)], roomy).ask("docs?", "kaur", None).await.unwrap();
+    let error = tool_messages(&server.requests()[1]).pop().unwrap();
+    assert!(error.starts_with("Invalid arguments for search_docs") && error.len() < 1_000, "{} chars", error.len());
+    assert!(error.contains("characters in all"), "{error}");
+}
+
+/// Defect 14: the last step offers no tools, so the model answers with what it has,
+/// still checked and flagged partial, instead of "(no answer)".
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_step_asks_for_an_answer_without_tools() {
+    let p = Plant::new();
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+        Reply::call("c2", "list_alarms", json!({"asset_id": "PUMP-007"})),
+        Reply::text("PUMP-007 vibrates at 6.256 mm/s; its alarm history was not read."),
+    ])
+    .await;
+    let report = agent(&p, vec![openai(&server)], AgentLimits { max_steps: 3, ..limits() })
+        .ask("How is PUMP-007?", "kaur", None)
+        .await
+        .unwrap();
+    let r = server.requests();
+    assert!(r[1].get("tools").is_some() && r[2].get("tools").is_none(), "no tools on the last step");
+    assert!(last_message(&r[2]).starts_with("This is the last step of this run"));
+    assert_eq!(report.outcome, Outcome::BudgetExceeded);
+    assert_eq!(report.answer.as_deref(), Some("PUMP-007 vibrates at 6.256 mm/s; its alarm history was not read."));
+    assert!(report.flags.contains(&"partial".to_string()));
+}
+
+/// What the numbers check cannot see: a note that calls an active alarm cleared, or
+/// speaks of an approval, is repaired once and then set aside.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_note_that_misstates_the_alarm_or_claims_approval_is_set_aside() {
+    let p = Plant::new();
+    let alarm = vib_alarm(&p);
+    let false_state = || Reply::Text(note("VIB-HI on PUMP-007 at 6.256 mm/s. The alarm is no longer active.", &[]));
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+        false_state(),
+        false_state(),
+    ])
+    .await;
+    let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
+    assert!(last_message(&server.requests()[2]).contains(&format!("alarm {alarm} is active")));
+    assert_eq!(
+        (report.outcome, report.flags.as_slice()),
+        (Outcome::Degraded, &["set_aside:wrong_state".to_string()][..])
+    );
+
+    let approved = || Reply::Text(note("VIB-HI on PUMP-007 at 6.256 mm/s; the changeover is approved.", &[]));
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+        approved(),
+        approved(),
+    ])
+    .await;
+    let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
+    assert_eq!(report.flags, ["set_aside:claims_approval"]);
+    assert!(!serde_json::to_string(&report.note.unwrap()).unwrap().contains("approved"));
 }

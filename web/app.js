@@ -507,6 +507,7 @@ async function ask(ev) {
         const d = JSON.parse(data);
         if (kind === 'tool') steps.append(h('div', { class: 'step' }, `→ ${d.name} ${d.arguments}`));
         if (kind === 'text') { text += d.text; live.textContent = text; }
+        if (kind === 'retract') { text = ''; live.textContent = ''; }
         if (kind === 'done') { live.replaceChildren(markdown(d.answer || text)); answer.id = ''; answer.dataset.run = d.run_id; }
         if (kind === 'error') live.replaceChildren(h('p', { class: 'error' }, d.error));
         log.scrollTop = 1e9;

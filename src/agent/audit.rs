@@ -129,16 +129,18 @@ impl Audit {
         model: Option<&str>,
         tokens: (u64, u64),
         error: Option<String>,
+        flags: &[String],
     ) -> Result<(), StoreError> {
         let steps = std::mem::take(&mut self.pending);
         let (run_id, outcome, model) = (self.run_id, outcome.to_string(), model.map(str::to_string));
+        let flags = serde_json::to_string(flags).unwrap_or_else(|_| "[]".into());
         let w = self.writer.clone();
         w.call_async(move |c| {
                 insert_steps(c, run_id, &steps)?;
                 c.prepare_cached(
-                    "UPDATE agent_runs SET outcome = ?2, model = ?3, finished_at = ?4, tokens_in = ?5, tokens_out = ?6, error = ?7 WHERE id = ?1",
+                    "UPDATE agent_runs SET outcome = ?2, model = ?3, finished_at = ?4, tokens_in = ?5, tokens_out = ?6, error = ?7, flags = ?8 WHERE id = ?1",
                 )?
-                .execute(params![run_id, outcome, model, Timestamp::now().unix(), tokens.0 as i64, tokens.1 as i64, error])?;
+                .execute(params![run_id, outcome, model, Timestamp::now().unix(), tokens.0 as i64, tokens.1 as i64, error, flags])?;
                 Ok::<_, StoreError>(())
             })
         .await
@@ -171,15 +173,15 @@ fn insert_steps(c: &rusqlite::Connection, run_id: i64, steps: &[(i64, Step, i64)
 /// A run's trace as text, for `twinops runs show`.
 pub fn render_run(store: &Store, run_id: i64) -> anyhow::Result<String> {
     let db = store.read()?;
-    type RunRow = (String, String, Option<String>, Option<String>, i64, Option<i64>, i64, i64, Option<String>);
+    type RunRow = (String, String, Option<String>, Option<String>, i64, Option<i64>, i64, i64, Option<String>, String);
     let run: Option<RunRow> = db
         .query_row(
-            "SELECT profile, trigger, outcome, model, started_at, finished_at, tokens_in, tokens_out, error FROM agent_runs WHERE id = ?1",
+            "SELECT profile, trigger, outcome, model, started_at, finished_at, tokens_in, tokens_out, error, flags FROM agent_runs WHERE id = ?1",
             [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?)),
         )
         .optional()?;
-    let Some((profile, trigger, outcome, model, started, finished, tin, tout, error)) = run else {
+    let Some((profile, trigger, outcome, model, started, finished, tin, tout, error, flags)) = run else {
         anyhow::bail!("no agent run {run_id}; runs are numbered from 1 (see agent_runs)");
     };
     let mut out = format!(
@@ -189,6 +191,10 @@ pub fn render_run(store: &Store, run_id: i64) -> anyhow::Result<String> {
         Timestamp::from_unix(started).to_rfc3339(),
         finished.map_or("-".to_string(), |f| ((f - started) * 1000).to_string()),
     );
+    let flags: Vec<String> = serde_json::from_str(&flags).unwrap_or_default();
+    if !flags.is_empty() {
+        out.push_str(&format!("flags: {}\n", flags.join(", ")));
+    }
     if let Some(e) = error {
         out.push_str(&format!("error: {e}\n"));
     }

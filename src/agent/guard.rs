@@ -99,6 +99,50 @@ pub fn as_data(source: &str, text: &str) -> String {
     format!("<data source=\"{source}\">\n{defused}\n</data>")
 }
 
+/// What a text says of its alarm's state, in words an operator takes at face value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateClaim {
+    Active,
+    NotActive,
+}
+
+/// The alarm state a triage note asserts, if it asserts one (a weak model wrote "The
+/// alarm is no longer active" about an active alarm).
+pub fn state_claim(text: &str) -> Option<StateClaim> {
+    const NOT_ACTIVE: [&str; 6] = [
+        "no longer active",
+        "alarm has cleared",
+        "alarm is cleared",
+        "alarm has been cleared",
+        "alarm is not active",
+        "returned to normal",
+    ];
+    const ACTIVE: [&str; 4] = ["still active", "remains active", "alarm is active", "still in alarm"];
+    let t = text.to_lowercase();
+    if NOT_ACTIVE.iter().any(|p| t.contains(p)) {
+        Some(StateClaim::NotActive)
+    } else if ACTIVE.iter().any(|p| t.contains(p)) {
+        Some(StateClaim::Active)
+    } else {
+        None
+    }
+}
+
+/// Whether a text reports an approval: only a supervisor approves, in the HMI, and a
+/// triage note is written before anyone could.
+pub fn claims_approval(text: &str) -> bool {
+    let t = text.to_lowercase();
+    t.split(|c: char| !c.is_alphanumeric()).any(|w| w == "approved")
+}
+
+/// At most `max` characters of `text`, with how much was left out.
+pub fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}… ({} characters in all)", &text[..cut], text.chars().count()),
+    }
+}
+
 /// Numbers in `answer` that appear in none of the observations. A number counts as
 /// appearing when an observed number rounds to it at the answer's precision (6.256
 /// observed supports "6.3" and "6.26"). Small counts (0 to 10), list markers and
@@ -116,7 +160,25 @@ pub fn ungrounded_numbers(answer: &str, observations: &[&str]) -> Vec<String> {
             out.push(text);
         }
     }
+    // "1.2.46.46" is no number, but reads like a figure: only a verbatim copy of one
+    // seen (a version, an address) is grounded.
+    for token in
+        tokens(answer).filter(|t| t.matches('.').count() >= 2 && t.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    {
+        if !observations.iter().any(|o| o.contains(token)) && !out.iter().any(|o| o == token) {
+            out.push(token.to_string());
+        }
+    }
     out
+}
+
+/// The words of a text, cut at white space and punctuation, trailing stops removed.
+fn tokens(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| {
+        c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '[' | ']' | '"' | '{' | '}' | '=' | '<' | '>' | '*')
+    })
+    .map(|t| t.trim_end_matches(['.', ':', '%', '!', '?']).trim_start_matches('+'))
+    .filter(|t| !t.is_empty())
 }
 
 /// Every run of digits (with a decimal part and a sign) anywhere in an observation:
@@ -150,16 +212,21 @@ fn observed_numbers(text: &str) -> Vec<f64> {
     out
 }
 
-/// Standalone numbers in a text, with their written form.
+/// Standalone numbers in a text, with their written form, including a number written
+/// against its unit ("1.8bar", "6.3mm/s").
 fn numbers(text: &str) -> Vec<(f64, String)> {
     let mut out = Vec::new();
-    for token in text.split(|c: char| {
-        c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '[' | ']' | '"' | '{' | '}' | '=' | '<' | '>' | '*')
-    }) {
-        let token = token.trim_end_matches(['.', ':', '%', '!', '?']).trim_start_matches('+');
-        if token.is_empty() || token.contains(['#', ':', '/']) || token.chars().any(|c| c.is_alphabetic()) {
+    for token in tokens(text) {
+        if token.contains(['#', ':']) {
             continue;
         }
+        let digits = token.char_indices().find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || (i == 0 && c == '-')));
+        let token = match digits {
+            None => token,
+            // A unit right after the digits; anything else (ids, paths, dates) is no figure.
+            Some((i, c)) if i > 0 && (c.is_alphabetic() || matches!(c, '°' | 'µ')) => &token[..i],
+            Some(_) => continue,
+        };
         // Dates and ranges like 2026-11-30 or 10-1000 are not one number.
         if token.chars().skip(1).any(|c| c == '-') {
             continue;
@@ -242,6 +309,16 @@ mod tests {
             ungrounded_numbers("1. Check PUMP-007 at 2026-11-30 12:00 per [arp-vibration.md#1]; 2 pumps.", &obs)
                 .is_empty()
         );
+    }
+
+    /// What a small real model wrote (issue 18, defect 11): dotted runs of digits and
+    /// numbers joined to their units are figures too.
+    #[test]
+    fn dotted_tokens_and_numbers_joined_to_units_are_checked() {
+        let obs = [r#"{"value":6.256,"unit":"mm/s","firmware":"2.0.11"}"#];
+        assert_eq!(ungrounded_numbers("Readings 1.2.46.46 and 7.5.0.8.0.", &obs), ["1.2.46.46", "7.5.0.8.0"]);
+        assert_eq!(ungrounded_numbers("Suction at 1.8bar, vibration 6.3mm/s.", &obs), ["1.8"]);
+        assert!(ungrounded_numbers("Firmware 2.0.11; 6.26mm/s; 24/7 duty; see docs/pump-7.md", &obs).is_empty());
     }
 
     #[test]

@@ -99,7 +99,8 @@ pub async fn read_sse(
     let mut parser = SseParser::default();
     loop {
         let chunk = response.chunk().await.map_err(|e| {
-            ModelError::new(provider, ErrorClass::Transient, format!("stream broke: {}", e.without_url()))
+            let what = if e.is_timeout() { "the call's time ran out while the reply streamed" } else { "stream broke" };
+            ModelError::new(provider, ErrorClass::Transient, format!("{what}: {}", e.without_url()))
         })?;
         let Some(chunk) = chunk else { break };
         for data in parser.push(&chunk) {

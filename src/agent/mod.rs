@@ -22,6 +22,7 @@ pub mod reliability;
 pub mod rules;
 mod run;
 
+pub use guard::clip;
 pub use model::{
     ErrorClass, Message, Model, ModelError, ModelReply, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall,
     Usage,

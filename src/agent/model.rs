@@ -15,8 +15,18 @@ use tokio::sync::mpsc::UnboundedSender;
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum StreamEvent {
-    Text { text: String },
-    Tool { name: String, arguments: String },
+    Text {
+        text: String,
+    },
+    Tool {
+        name: String,
+        arguments: String,
+    },
+    /// The text streamed so far is withdrawn (a draft that failed its checks, or a
+    /// model set aside); what is kept follows.
+    Retract {
+        reason: String,
+    },
 }
 
 pub type StreamSink = UnboundedSender<StreamEvent>;
@@ -196,13 +206,21 @@ impl ModelError {
 }
 
 /// Classifies an HTTP status. Quota exhaustion (429 with an `insufficient_quota` body)
-/// is permanent: waiting will not fix it.
+/// is permanent: waiting will not fix it. So is a 500 that blames the request itself
+/// (llama.cpp's "Failed to parse tool call arguments", llama-cpp-python's validation
+/// errors): the same request would fail the same way.
 pub fn classify_status(status: u16, body: &str) -> ErrorClass {
     match status {
         429 if body.contains("insufficient_quota") => ErrorClass::Permanent,
+        500 if blames_the_request(body) => ErrorClass::Permanent,
         408 | 409 | 429 | 500..=599 => ErrorClass::Transient,
         _ => ErrorClass::Permanent,
     }
+}
+
+fn blames_the_request(body: &str) -> bool {
+    let body = body.to_ascii_lowercase();
+    ["failed to parse", "validation error", "invalid request", "input should be"].iter().any(|w| body.contains(w))
 }
 
 /// A model provider.
@@ -240,5 +258,7 @@ mod tests {
             assert_eq!(classify_status(s, ""), ErrorClass::Permanent, "{s}");
         }
         assert_eq!(classify_status(429, r#"{"error":{"code":"insufficient_quota"}}"#), ErrorClass::Permanent);
+        let llama = r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101]","type":"server_error"}}"#;
+        assert_eq!(classify_status(500, llama), ErrorClass::Permanent, "retrying the same content fails the same way");
     }
 }

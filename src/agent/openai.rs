@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use serde_json::{Value, json};
 
 use super::http::{Http, error_from_response, read_sse};
@@ -31,8 +33,16 @@ pub struct OpenAi {
     api_key: Option<Secret>,
     tool_mode: ToolMode,
     structured_output: bool,
+    /// How this server takes `response_format`, learnt from its refusals: servers differ
+    /// (llama-cpp-python refuses `json_schema`), and a refusal is not the model failing.
+    format: AtomicU8,
     http: Http,
 }
+
+/// The `response_format` levels, most to least constrained.
+const FORMAT_SCHEMA: u8 = 0;
+const FORMAT_OBJECT: u8 = 1;
+const FORMAT_NONE: u8 = 2;
 
 impl OpenAi {
     pub fn new(
@@ -49,40 +59,77 @@ impl OpenAi {
             api_key,
             tool_mode,
             structured_output,
+            format: AtomicU8::new(FORMAT_SCHEMA),
             http: Http::new(),
         }
     }
 
+    fn json_mode(&self, req: &ModelRequest) -> bool {
+        self.tool_mode == ToolMode::Json && !req.tools.is_empty()
+    }
+
+    /// `response_format` for `schema`, at the level this server takes.
+    fn response_format(&self, name: &str, schema: &Value) -> Option<Value> {
+        match self.format.load(Ordering::Relaxed) {
+            FORMAT_SCHEMA => Some(json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}})),
+            FORMAT_OBJECT => Some(json!({"type": "json_object"})),
+            _ => None,
+        }
+    }
+
     fn body(&self, req: &ModelRequest) -> Value {
-        let json_mode = self.tool_mode == ToolMode::Json && !req.tools.is_empty();
+        let json_mode = self.json_mode(req);
         let mut messages: Vec<Value> = req.messages.iter().map(|m| wire_message(m, json_mode)).collect();
         let mut body = json!({"model": self.model, "max_tokens": req.max_tokens});
-        if json_mode {
+        let format = if json_mode {
             messages.insert(1.min(messages.len()), json!({"role": "system", "content": json_mode_instructions(req)}));
-            body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "tool_call_or_answer", "schema": json_mode_schema(req)}});
-        } else if !req.tools.is_empty() {
-            body["tools"] = Value::Array(
-                req.tools
-                    .iter()
-                    .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}}))
-                    .collect(),
-            );
-            if let (Some(schema), true) = (&req.final_schema, self.structured_output) {
-                body["response_format"] =
-                    json!({"type": "json_schema", "json_schema": {"name": "final_answer", "schema": schema}});
+            self.response_format("tool_call_or_answer", &json_mode_schema(req))
+        } else {
+            if !req.tools.is_empty() {
+                body["tools"] = Value::Array(
+                    req.tools
+                        .iter()
+                        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}}))
+                        .collect(),
+                );
             }
+            // Only when the harness says the answer is due: llama.cpp constrains every
+            // reply to the format, and a model held to the note's schema cannot call a tool.
+            req.final_schema
+                .as_ref()
+                .filter(|_| self.structured_output)
+                .and_then(|s| self.response_format("final_answer", s))
+        };
+        if let Some(format) = format {
+            body["response_format"] = format;
         }
         body["messages"] = Value::Array(messages);
-        if req.stream.is_some() {
+        // json tool mode is not streamed: its text is JSON, not words for the operator.
+        if req.stream.is_some() && !json_mode {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
         }
         body
     }
 
+    /// One request; a refused `response_format` steps down a level and is sent again.
     async fn call(&self, req: &ModelRequest, timeout: Duration) -> Result<ModelReply, ModelError> {
-        let body = self.body(req);
-        let mut request = self.http.client().post(&self.url).timeout(timeout).json(&body);
+        loop {
+            let body = self.body(req);
+            match self.send(req, &body, timeout).await {
+                Err(e) if body.get("response_format").is_some() && refuses_the_format(&e) => {
+                    let level = self.format.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::warn!(stage = "model", provider = %self.name, error = %e,
+                        now = ["json_schema", "json_object", "none"][level.min(FORMAT_NONE) as usize],
+                        "the server refused response_format; asking with less");
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn send(&self, req: &ModelRequest, body: &Value, timeout: Duration) -> Result<ModelReply, ModelError> {
+        let mut request = self.http.client().post(&self.url).timeout(timeout).json(body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key.expose());
         }
@@ -90,34 +137,46 @@ impl OpenAi {
         if !response.status().is_success() {
             return Err(error_from_response(&self.name, response, self.api_key.as_ref()).await);
         }
-        let reply = if let Some(sink) = &req.stream {
-            let mut acc = StreamAccumulator::default();
-            read_sse(&self.name, response, |data| {
-                if data == "[DONE]" {
-                    return Ok(());
-                }
-                let chunk: Value = serde_json::from_str(data).map_err(|e| {
-                    ModelError::new(&self.name, ErrorClass::Malformed, format!("bad stream chunk: {e}"))
+        let reply = match (&req.stream, body["stream"] == true) {
+            (Some(sink), true) => {
+                let mut acc = StreamAccumulator::default();
+                read_sse(&self.name, response, |data| {
+                    if data == "[DONE]" {
+                        return Ok(());
+                    }
+                    let chunk: Value = serde_json::from_str(data).map_err(|e| {
+                        ModelError::new(&self.name, ErrorClass::Malformed, format!("bad stream chunk: {e}"))
+                    })?;
+                    if let Some(text) = acc.push(&chunk) {
+                        let _ = sink.send(StreamEvent::Text { text });
+                    }
+                    Ok(())
+                })
+                .await?;
+                acc.finish()
+            }
+            _ => {
+                let value: Value = response.json().await.map_err(|e| {
+                    ModelError::new(&self.name, ErrorClass::Malformed, format!("reply is not JSON: {e}"))
                 })?;
-                if let Some(text) = acc.push(&chunk) {
-                    let _ = sink.send(StreamEvent::Text { text });
-                }
-                Ok(())
-            })
-            .await?;
-            acc.finish()
-        } else {
-            let value: Value = response
-                .json()
-                .await
-                .map_err(|e| ModelError::new(&self.name, ErrorClass::Malformed, format!("reply is not JSON: {e}")))?;
-            parse_reply(&self.name, &value)?
+                parse_reply(&self.name, &value)?
+            }
         };
-        if self.tool_mode == ToolMode::Json && !req.tools.is_empty() {
-            return from_json_mode(&self.name, reply);
+        if !self.json_mode(req) {
+            return Ok(reply);
+        }
+        let reply = from_json_mode(&self.name, reply)?;
+        if let (Some(sink), Some(text)) = (&req.stream, &reply.text) {
+            let _ = sink.send(StreamEvent::Text { text: text.clone() });
         }
         Ok(reply)
     }
+}
+
+/// Whether an error is the server refusing `response_format` (not the model failing).
+fn refuses_the_format(e: &ModelError) -> bool {
+    let m = e.message.to_ascii_lowercase();
+    matches!(e.status, Some(400 | 422 | 500)) && ["response_format", "json_schema"].iter().any(|w| m.contains(w))
 }
 
 impl Model for OpenAi {
@@ -146,12 +205,18 @@ fn wire_message(m: &Message, json_mode: bool) -> Value {
             json!({"role": "assistant", "content": text})
         }
         Message::Assistant { content, tool_calls } => {
-            let mut m = json!({"role": "assistant", "content": content});
+            // "" rather than null: llama-cpp-python's server refuses a null content (500).
+            let mut m = json!({"role": "assistant", "content": content.as_deref().unwrap_or_default()});
             if !tool_calls.is_empty() {
+                // Arguments that were not JSON go back as {}: servers parse them (llama.cpp
+                // fails the whole request otherwise), and the tool's error says what was wrong.
                 m["tool_calls"] = Value::Array(
                     tool_calls
                         .iter()
-                        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_text()}}))
+                        .map(|c| {
+                            let arguments = c.arguments.as_ref().map_or_else(|_| "{}".to_string(), Value::to_string);
+                            json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
+                        })
                         .collect(),
                 );
             }
@@ -237,7 +302,11 @@ impl StreamAccumulator {
             if let Some(id) = call["id"].as_str() {
                 slot.0 = id.to_string();
             }
-            if let Some(name) = call["function"]["name"].as_str() {
+            // OpenAI sends the name once, possibly in pieces; llama-cpp-python repeats
+            // the whole name in every chunk. A repeat of what is there is not a piece.
+            if let Some(name) = call["function"]["name"].as_str()
+                && name != slot.1
+            {
                 slot.1.push_str(name);
             }
             if let Some(args) = call["function"]["arguments"].as_str() {
@@ -318,12 +387,15 @@ fn from_json_mode(provider: &str, reply: ModelReply) -> Result<ModelReply, Model
                 usage: reply.usage,
             })
         }
-        Some("final") => Ok(ModelReply {
-            text: Some(v["answer"].as_str().unwrap_or_default().to_string()),
-            tool_calls: Vec::new(),
-            finish: Finish::Stop,
-            usage: reply.usage,
-        }),
+        Some("final") => match v["answer"].as_str().map(str::trim).filter(|a| !a.is_empty()) {
+            Some(answer) => Ok(ModelReply {
+                text: Some(answer.to_string()),
+                tool_calls: Vec::new(),
+                finish: reply.finish,
+                usage: reply.usage,
+            }),
+            None => Err(malformed("json tool mode: a final action without an answer".into())),
+        },
         _ => Err(malformed(format!("json tool mode: unknown action in {text}"))),
     }
 }

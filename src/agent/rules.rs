@@ -268,8 +268,14 @@ fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> Triage
             source: "get_sensor_history".into(),
         });
     }
-    if alarm.is_none() {
-        summary.push_str(" The alarm is no longer active.");
+    // Absence of evidence is not a cleared alarm: say "no longer active" only when the
+    // asset's active alarms were read and this one is not among them.
+    match (&alarm, details.is_null()) {
+        (None, false) => summary.push_str(" The alarm is no longer active."),
+        (None, true) => summary.push_str(
+            " The asset's details could not be read, so this note cannot say whether the alarm is still active; check it in the alarm list.",
+        ),
+        (Some(_), _) => {}
     }
     if !t.grouped.is_empty() {
         summary.push_str(&grouped_sentence(&t.grouped));
@@ -312,7 +318,7 @@ fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> Triage
         ("critical" | "high", _) => Urgency::Immediate,
         (_, Some(r)) if r.contains("minute") => Urgency::Immediate,
         (_, Some(r)) if r.contains("hour") => Urgency::Urgent,
-        _ if alarm.is_some() => Urgency::Soon,
+        _ if alarm.is_some() || details.is_null() => Urgency::Soon,
         _ => Urgency::Monitor,
     };
     TriageNote {

@@ -20,12 +20,13 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::audit::{Audit, Step, StepKind};
-use super::guard::{as_data, citations, redact, ungrounded_numbers};
+use super::guard::{StateClaim, as_data, citations, claims_approval, clip, redact, state_claim, ungrounded_numbers};
 use super::model::{
-    GroupedAlarm, Message, Model, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall, ToolSpec, Usage,
+    Finish, GroupedAlarm, Message, Model, ModelReply, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall,
+    ToolSpec, Usage,
 };
 use super::note::TriageNote;
-use super::reliability::{Chain, RetryPolicy};
+use super::reliability::{Attempt, Chain, RetryPolicy};
 use super::rules::Rules;
 use crate::approvals::{Approvals, Proposer};
 use crate::config::AgentLimits;
@@ -144,6 +145,26 @@ pub struct RunReport {
     pub model_calls: u32,
     pub tool_calls: u32,
     pub usage: Usage,
+}
+
+/// What is wrong with a final answer: its flag, the repair message for the model, and
+/// the warning an operator reads before the answer when it is kept anyway.
+struct Flaw {
+    flag: &'static str,
+    for_model: String,
+    for_operator: String,
+}
+
+impl Flaw {
+    fn cut(max_output_tokens: u32) -> Flaw {
+        Flaw {
+            flag: "truncated",
+            for_model: format!("Your answer was cut off at the output limit of {max_output_tokens} tokens."),
+            for_operator: format!(
+                "This answer was cut off at the output limit ({max_output_tokens} tokens) and is incomplete."
+            ),
+        }
+    }
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -340,13 +361,14 @@ impl Agent {
         let mut run = RunState::new(self, &task, audit.run_id());
         let outcome = run.go(&mut audit, stream).await;
         let report = run.report(outcome);
-        let error = (report.outcome == Outcome::Failed).then(|| run.last_error.clone()).flatten();
+        let error = run.last_error.clone();
         audit
             .finish(
                 report.outcome.as_str(),
                 report.provider.as_deref(),
                 (report.usage.input_tokens, report.usage.output_tokens),
                 error,
+                &report.flags,
             )
             .await?;
         Ok(report)
@@ -370,6 +392,18 @@ struct RunState<'a> {
     degraded: bool,
     provider: Option<String>,
     output_repair_used: bool,
+    /// A cut-off answer was asked for again once.
+    cut_retry_used: bool,
+    /// Model calls left; a start over with the rules model gives it a fresh budget.
+    steps_left: u32,
+    /// Tool calls of the current plan, against `max_tool_calls`.
+    plan_tool_calls: u32,
+    /// Whether a model other than the rules model called a tool in this run.
+    model_called_tools: bool,
+    /// Answer text went out on the stream since the last retraction.
+    draft_streamed: bool,
+    /// The tools the profile offers (the last step offers none).
+    offered: Vec<ToolSpec>,
     answer: Option<String>,
     note: Option<TriageNote>,
     flags: Vec<String>,
@@ -397,9 +431,10 @@ impl<'a> RunState<'a> {
                     Message::System { content: task.profile.system_prompt.to_string() },
                     Message::User { content: task.user_message.clone() },
                 ],
-                tools: offered,
+                tools: offered.clone(),
                 max_tokens: agent.limits.max_output_tokens,
-                final_schema: task.profile.structured_note.then(TriageNote::schema),
+                // Asked for only when the answer is due (`ask_for_final`).
+                final_schema: None,
                 task: task.facts.clone(),
                 stream: None,
             },
@@ -413,6 +448,12 @@ impl<'a> RunState<'a> {
             degraded: false,
             provider: None,
             output_repair_used: false,
+            cut_retry_used: false,
+            steps_left: agent.limits.max_steps,
+            plan_tool_calls: 0,
+            model_called_tools: false,
+            draft_streamed: false,
+            offered,
             answer: None,
             note: None,
             flags: Vec::new(),
@@ -449,12 +490,18 @@ impl<'a> RunState<'a> {
     async fn go(&mut self, audit: &mut Audit, stream: Option<StreamSink>) -> Outcome {
         let limits = &self.agent.limits;
         self.request.stream = stream;
-        for _ in 0..limits.max_steps {
+        loop {
+            let Some(left) = self.steps_left.checked_sub(1) else { return self.budget_exceeded("steps") };
+            self.steps_left = left;
             if Instant::now() >= self.deadline {
                 return self.budget_exceeded("deadline");
             }
             if self.usage.input_tokens + self.usage.output_tokens >= limits.max_tokens {
                 return self.budget_exceeded("tokens");
+            }
+            let last_step = left == 0;
+            if last_step {
+                self.last_step();
             }
             self.fit_context(audit);
             let mut attempts = Vec::new();
@@ -465,128 +512,292 @@ impl<'a> RunState<'a> {
                 .complete(&self.request, self.link_floor, self.deadline, call_timeout, &mut attempts)
                 .await;
             self.model_calls += 1;
-            for a in &attempts {
-                let provider = a.provider.as_str();
-                let outcome = a.result.as_ref().map_or_else(|e| e.class.as_str(), |_| "ok");
-                crate::metrics::count(
-                    "twinops_model_calls_total",
-                    &[("provider", provider), ("outcome", outcome)],
-                    1.0,
-                );
-                crate::metrics::time("twinops_model_call_seconds", &[("provider", provider)], a.latency);
-                if let Ok(r) = &a.result {
-                    let (i, o) = (r.usage.input_tokens as f64, r.usage.output_tokens as f64);
-                    crate::metrics::count(
-                        "twinops_model_tokens_total",
-                        &[("provider", provider), ("direction", "input")],
-                        i,
-                    );
-                    crate::metrics::count(
-                        "twinops_model_tokens_total",
-                        &[("provider", provider), ("direction", "output")],
-                        o,
-                    );
-                }
-                let (result, is_error, tokens) = match &a.result {
-                    Ok(r) => (
-                        json!({"text": r.text, "tool_calls": r.tool_calls, "finish": r.finish}).to_string(),
-                        false,
-                        Some((r.usage.input_tokens, r.usage.output_tokens)),
-                    ),
-                    Err(e) => (e.to_string(), true, None),
-                };
-                let arguments = json!({"messages": self.request.messages.len(), "tools": self.request.tools.len(), "waited_ms": a.waited.as_millis() as u64}).to_string();
-                audit.record(Step {
-                    kind: StepKind::ModelCall,
-                    name: a.provider.clone(),
-                    arguments: Some(arguments),
-                    result: Some(result),
-                    is_error,
-                    latency: a.latency,
-                    tokens,
-                });
-            }
+            self.record_attempts(&attempts, audit);
             let served = match served {
                 Ok(s) => s,
                 Err(e) => {
-                    self.last_error = Some(e.to_string());
                     if Instant::now() >= self.deadline {
+                        self.last_error = Some(format!(
+                            "the run's deadline of {} s (llm.limits.deadline_secs) was reached waiting for the model; its last error: {e}",
+                            limits.deadline_secs
+                        ));
                         return self.budget_exceeded("deadline");
                     }
+                    self.last_error = Some(e.to_string());
                     return Outcome::Failed;
                 }
             };
+            let rules = served.provider == Rules.name();
+            // The floor never trusts a failed provider's turns: it runs its own plan.
+            if rules && served.link > self.link_floor && self.request.messages.len() > 2 {
+                self.start_over_with_rules(audit, None, "the model provider failed mid-run");
+                continue;
+            }
             if served.link > 0 {
                 self.degraded = true;
                 self.link_floor = served.link;
             }
             self.provider = Some(served.provider.clone());
             let reply = served.reply;
-            self.usage.input_tokens += reply.usage.input_tokens;
-            self.usage.output_tokens += reply.usage.output_tokens;
+            self.count_usage(&reply, rules, audit);
             self.request
                 .messages
                 .push(Message::Assistant { content: reply.text.clone(), tool_calls: reply.tool_calls.clone() });
-
-            if reply.tool_calls.is_empty() {
-                let text = reply.text.unwrap_or_default();
-                match self.check_final(&text) {
-                    Ok(()) => {}
-                    Err(problem) if !self.output_repair_used => {
-                        self.output_repair_used = true;
-                        audit.record(guardrail("output_check", &problem, "repair turn requested"));
-                        self.request.messages.push(Message::User {
-                            content: format!("{problem} Correct this and give your final answer again."),
-                        });
-                        continue;
+            let cut = reply.finish == Finish::Length;
+            if !reply.tool_calls.is_empty() {
+                self.model_called_tools |= !rules;
+                if last_step || cut {
+                    self.refuse_calls(&reply.tool_calls, last_step, audit);
+                    if last_step {
+                        return self.budget_exceeded("steps");
                     }
-                    Err(problem) => {
-                        let flag = if problem.starts_with("Your answer is not a valid triage note") {
-                            "invalid_note"
-                        } else {
-                            "ungrounded"
-                        };
-                        self.flags.push(flag.into());
-                        audit.record(guardrail("output_check", &problem, &format!("published flagged {flag}")));
-                    }
+                    continue;
                 }
-                if self.task.profile.structured_note {
-                    self.note = TriageNote::parse(&text).ok();
-                }
-                self.answer = Some(text);
-                return if self.degraded { Outcome::Degraded } else { Outcome::Final };
+                self.run_turn(&reply.tool_calls, audit).await;
+                continue;
             }
-
-            if let Some(sink) = &self.request.stream {
-                for call in &reply.tool_calls {
-                    let _ = sink.send(StreamEvent::Tool { name: call.name.clone(), arguments: call.arguments_text() });
-                }
+            let text = reply.text.unwrap_or_default();
+            if self.request.stream.is_some() && !text.is_empty() {
+                self.draft_streamed = true;
             }
-            let results = self.run_tools(&reply.tool_calls, audit).await;
-            for (call, output) in reply.tool_calls.iter().zip(results) {
-                self.request.messages.push(Message::Tool {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    content: output.content,
-                    is_error: output.is_error,
-                });
+            if cut && !self.cut_retry_used && !last_step {
+                self.cut_retry_used = true;
+                audit.record(guardrail("cut_off", "answer", "asked once for the complete answer, shorter"));
+                self.retract("the answer was cut off at the output limit; a complete one follows");
+                self.ask_for_final(format!(
+                    "Your answer was cut off at the output limit of {} tokens. Give your complete answer again, shorter.",
+                    limits.max_output_tokens
+                ));
+                continue;
             }
-            if let Err(e) = audit.flush_if_large().await {
-                tracing::error!(stage = "agent", error = %e, "audit flush failed");
+            if let Some(outcome) = self.settle(text, cut, rules, last_step, audit) {
+                return outcome;
             }
         }
-        self.budget_exceeded("steps")
+    }
+
+    /// Checks a final answer. Returns the outcome when it is kept (flagged where it must
+    /// be), or None when the run goes on: a repair turn, or the rules model's own plan
+    /// in place of a triage note that failed its checks twice.
+    fn settle(&mut self, text: String, cut: bool, rules: bool, last_step: bool, audit: &mut Audit) -> Option<Outcome> {
+        let structured = self.task.profile.structured_note;
+        if structured && !rules && !self.model_called_tools && !self.flags.iter().any(|f| f == "no_tool_use") {
+            self.flags.push("no_tool_use".into());
+            tracing::warn!(stage = "agent", run = self.run_id, provider = ?self.provider,
+                "the model wrote a triage note without calling a tool; with llama.cpp, run llama-server with --jinja and a tool-capable chat template");
+        }
+        let mut flaws = self.check_final(&text);
+        if cut {
+            flaws.insert(0, Flaw::cut(self.agent.limits.max_output_tokens));
+        }
+        if flaws.is_empty() {
+            return Some(self.publish(text, last_step));
+        }
+        let for_model = flaws.iter().map(|f| f.for_model.as_str()).collect::<Vec<_>>().join(" ");
+        if !self.output_repair_used && !last_step && !cut {
+            self.output_repair_used = true;
+            audit.record(guardrail("output_check", &for_model, "repair turn requested"));
+            self.retract("the draft failed its checks; a corrected answer follows");
+            self.ask_for_final(format!("{for_model} Correct this and give your final answer again."));
+            return None;
+        }
+        if structured && !rules {
+            let flag = format!("set_aside:{}", flaws[0].flag);
+            self.start_over_with_rules(audit, Some(flag), &for_model);
+            return None;
+        }
+        for f in &flaws {
+            if !self.flags.iter().any(|x| x == f.flag) {
+                self.flags.push(f.flag.into());
+            }
+        }
+        audit.record(guardrail("output_check", &for_model, &format!("published flagged {}", flaws[0].flag)));
+        if structured {
+            return Some(self.publish(text, last_step));
+        }
+        // Text an operator reads: the warning comes first.
+        let warning = flaws.iter().map(|f| f.for_operator.as_str()).collect::<Vec<_>>().join(" ");
+        let text = format!("⚠ {warning}\n\n{text}");
+        if self.draft_streamed {
+            self.retract("the answer failed its checks; it follows with its warning");
+            if let Some(sink) = &self.request.stream {
+                let _ = sink.send(StreamEvent::Text { text: text.clone() });
+            }
+        }
+        Some(self.publish(text, last_step))
+    }
+
+    fn publish(&mut self, text: String, last_step: bool) -> Outcome {
+        if self.task.profile.structured_note {
+            self.note = TriageNote::parse(&text).ok();
+        }
+        self.answer = Some(text);
+        if last_step {
+            return self.budget_exceeded("steps");
+        }
+        if self.degraded { Outcome::Degraded } else { Outcome::Final }
+    }
+
+    /// The last step: no tools, and the note's schema where the provider can hold the
+    /// model to it, so the model answers with what it has.
+    fn last_step(&mut self) {
+        self.request.tools.clear();
+        self.ask_for_final(
+            "This is the last step of this run: no more tools. Give your final answer now from the tool results you have, and say what you could not check.".into(),
+        );
+    }
+
+    /// Asks for the final answer: a user turn, and the note's schema from here on.
+    fn ask_for_final(&mut self, content: String) {
+        self.request.final_schema = self.task.profile.structured_note.then(TriageNote::schema);
+        self.request.messages.push(Message::User { content });
+    }
+
+    /// Tells the stream that the text it carried so far is withdrawn.
+    fn retract(&mut self, reason: &str) {
+        if std::mem::take(&mut self.draft_streamed)
+            && let Some(sink) = &self.request.stream
+        {
+            let _ = sink.send(StreamEvent::Retract { reason: reason.to_string() });
+        }
+    }
+
+    /// Abandons the conversation and lets the rules model run its own plan from the
+    /// task, with its own tool calls and a fresh step budget: nothing from the turns
+    /// before is trusted. The trace keeps them.
+    fn start_over_with_rules(&mut self, audit: &mut Audit, flag: Option<String>, why: &str) {
+        let decision = "the conversation is set aside; the rules model runs its own plan from the task";
+        audit.record(guardrail("fallback", why, decision));
+        self.flags.extend(flag);
+        self.retract("the model's answer was set aside; the offline rules model's answer follows");
+        self.link_floor = self.agent.chain.links().len() - 1;
+        self.degraded = true;
+        self.request.messages.truncate(2);
+        self.request.tools = self.offered.clone();
+        self.request.final_schema = None;
+        self.repeats.clear();
+        self.per_tool.clear();
+        self.plan_tool_calls = 0;
+        self.output_repair_used = false;
+        self.cut_retry_used = false;
+        self.steps_left = self.agent.limits.max_steps;
+    }
+
+    /// Answers calls that must not run: cut off mid-arguments, or made on the last step.
+    fn refuse_calls(&mut self, calls: &[ToolCall], last_step: bool, audit: &mut Audit) {
+        for call in calls {
+            let content = if last_step {
+                format!("{} was not run: the run's step budget is spent.", call.name)
+            } else {
+                format!(
+                    "Your {} call was cut off at the output limit of {} tokens before its arguments were complete, and was not run. Call it again, with shorter arguments.",
+                    call.name, self.agent.limits.max_output_tokens
+                )
+            };
+            audit.record(guardrail(if last_step { "last_step" } else { "cut_off" }, &call.name, "not run"));
+            self.request.messages.push(Message::Tool {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content,
+                is_error: true,
+            });
+        }
+    }
+
+    /// Runs one turn's tool calls and answers each in the conversation.
+    async fn run_turn(&mut self, calls: &[ToolCall], audit: &mut Audit) {
+        if let Some(sink) = &self.request.stream {
+            for call in calls {
+                let _ = sink.send(StreamEvent::Tool { name: call.name.clone(), arguments: call.arguments_text() });
+            }
+        }
+        let results = self.run_tools(calls, audit).await;
+        for (call, output) in calls.iter().zip(results) {
+            self.request.messages.push(Message::Tool {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: output.content,
+                is_error: output.is_error,
+            });
+        }
+        if let Err(e) = audit.flush_if_large().await {
+            tracing::error!(stage = "agent", error = %e, "audit flush failed");
+        }
+    }
+
+    /// Adds a reply's tokens to the run's budget. A server that reports none (as
+    /// llama-cpp-python's streams do) is counted by estimate, so the budget still holds.
+    fn count_usage(&mut self, reply: &ModelReply, rules: bool, audit: &mut Audit) {
+        let mut usage = reply.usage;
+        if usage == Usage::default() && !rules {
+            let chars = |m: &Message| serde_json::to_string(m).map_or(0, |s| s.len()) as u64;
+            usage.input_tokens = self.request.messages.iter().map(chars).sum::<u64>() / 4 + 1;
+            let written = reply.text.as_deref().map_or(0, str::len)
+                + reply.tool_calls.iter().map(|c| c.arguments_text().len() + c.name.len()).sum::<usize>();
+            usage.output_tokens = written as u64 / 4 + 1;
+            audit.record(guardrail(
+                "usage_estimated",
+                self.provider.as_deref().unwrap_or("model"),
+                &format!(
+                    "the server reported no token usage; counted {} in / {} out at 4 characters a token",
+                    usage.input_tokens, usage.output_tokens
+                ),
+            ));
+        }
+        self.usage.input_tokens += usage.input_tokens;
+        self.usage.output_tokens += usage.output_tokens;
+    }
+
+    /// Metrics and the audit trail for each attempt of one model call.
+    fn record_attempts(&self, attempts: &[Attempt], audit: &mut Audit) {
+        for a in attempts {
+            let provider = a.provider.as_str();
+            let outcome = a.result.as_ref().map_or_else(|e| e.class.as_str(), |_| "ok");
+            crate::metrics::count("twinops_model_calls_total", &[("provider", provider), ("outcome", outcome)], 1.0);
+            crate::metrics::time("twinops_model_call_seconds", &[("provider", provider)], a.latency);
+            if let Ok(r) = &a.result {
+                for (direction, n) in [("input", r.usage.input_tokens), ("output", r.usage.output_tokens)] {
+                    crate::metrics::count(
+                        "twinops_model_tokens_total",
+                        &[("provider", provider), ("direction", direction)],
+                        n as f64,
+                    );
+                }
+            }
+            let (result, is_error, tokens) = match &a.result {
+                Ok(r) => (
+                    json!({"text": r.text, "tool_calls": r.tool_calls, "finish": r.finish}).to_string(),
+                    false,
+                    Some((r.usage.input_tokens, r.usage.output_tokens)),
+                ),
+                Err(e) => (e.to_string(), true, None),
+            };
+            let arguments = json!({"messages": self.request.messages.len(), "tools": self.request.tools.len(), "waited_ms": a.waited.as_millis() as u64}).to_string();
+            audit.record(Step {
+                kind: StepKind::ModelCall,
+                name: a.provider.clone(),
+                arguments: Some(arguments),
+                result: Some(result),
+                is_error,
+                latency: a.latency,
+                tokens,
+            });
+        }
     }
 
     /// The output contract: a triage answer parses as a note; every number is observed;
-    /// every citation resolves. Returns the message for the repair turn.
-    fn check_final(&self, text: &str) -> Result<(), String> {
+    /// every citation resolves. Returns what is wrong, for the model and the operator.
+    fn check_final(&self, text: &str) -> Vec<Flaw> {
         if self.task.profile.structured_note
             && let Err(e) = TriageNote::parse(text)
         {
-            return Err(format!(
-                "Your answer is not a valid triage note ({e}). Reply with only the JSON object: summary, urgency (immediate, urgent, soon or monitor), likely_causes, recommended_actions, proposed_work_order, evidence."
-            ));
+            return vec![Flaw {
+                flag: "invalid_note",
+                for_model: format!(
+                    "Your answer is not a valid triage note ({e}). Reply with only the JSON object: summary, urgency (immediate, urgent, soon or monitor), likely_causes, recommended_actions, proposed_work_order, evidence."
+                ),
+                for_operator: "This is not a valid triage note.".into(),
+            }];
         }
         // What the model was shown or chose itself: tool results, the task, and the
         // arguments of its own tool calls (it may say "over the last 48 hours").
@@ -611,16 +822,74 @@ impl<'a> RunState<'a> {
             .chain(std::iter::once(self.task.user_message.as_str()))
             .chain(arguments.iter().map(String::as_str))
             .collect();
-        let mut problems = Vec::new();
+        let mut flaws = self.false_claims(text);
         let numbers = ungrounded_numbers(text, &observed);
         if !numbers.is_empty() {
-            problems.push(format!(
-                "These numbers in your answer appear in no tool result: {}. Every figure must come from a tool result; call a tool for it or leave it out.",
-                numbers.join(", ")
-            ));
+            flaws.push(Flaw {
+                flag: "ungrounded",
+                for_model: format!(
+                    "These numbers in your answer appear in no tool result: {}. Every figure must come from a tool result; call a tool for it or leave it out.",
+                    numbers.join(", ")
+                ),
+                for_operator: format!(
+                    "Unverified: these figures appear in no tool result: {}. Check them before acting.",
+                    numbers.join(", ")
+                ),
+            });
         }
-        let db = self.agent.store.read().map_err(|e| e.to_string())?;
-        let unresolved: Vec<String> = citations(text)
+        let unresolved = self.unresolved_citations(text);
+        if !unresolved.is_empty() {
+            flaws.push(Flaw {
+                flag: "ungrounded",
+                for_model: format!(
+                    "These citations do not exist: {}. Cite only keys that search_docs or read_doc returned.",
+                    unresolved.join(", ")
+                ),
+                for_operator: format!("These citations do not exist: {}.", unresolved.join(", ")),
+            });
+        }
+        flaws
+    }
+
+    /// What a triage note must not say: an alarm state the twin contradicts, or an
+    /// approval. The numbers check cannot see these, and operators act on them.
+    fn false_claims(&self, text: &str) -> Vec<Flaw> {
+        let (true, Some(alarm)) = (self.task.profile.structured_note, self.task.facts.alarm_id) else {
+            return Vec::new();
+        };
+        let mut flaws = Vec::new();
+        let active: Option<bool> = self.agent.store.read().ok().and_then(|db| {
+            db.query_row("SELECT cleared_at IS NULL FROM alarms WHERE id = ?1", [alarm], |r| r.get(0))
+                .optional()
+                .ok()
+                .flatten()
+        });
+        let wrong = match (state_claim(text), active) {
+            (Some(StateClaim::NotActive), Some(true)) => Some("active"),
+            (Some(StateClaim::Active), Some(false)) => Some("no longer active (cleared)"),
+            _ => None,
+        };
+        if let Some(state) = wrong {
+            flaws.push(Flaw {
+                flag: "wrong_state",
+                for_model: format!("Your note misstates the alarm's state: alarm {alarm} is {state}. State it as the tools show it, or leave it out."),
+                for_operator: format!("This note misstates the alarm's state: alarm {alarm} is {state}."),
+            });
+        }
+        if claims_approval(text) {
+            flaws.push(Flaw {
+                flag: "claims_approval",
+                for_model: "A triage note cannot report an approval: only a supervisor approves a work order, in the HMI, after your note. Leave approval out.".into(),
+                for_operator: "This note speaks of an approval, which only a supervisor can give.".into(),
+            });
+        }
+        flaws
+    }
+
+    /// Citation keys in `text` that name no stored chunk.
+    fn unresolved_citations(&self, text: &str) -> Vec<String> {
+        let Ok(db) = self.agent.store.read() else { return citations(text) };
+        citations(text)
             .into_iter()
             .filter(|c| {
                 let Ok(c) = crate::domain::Citation::parse(c) else { return true };
@@ -634,14 +903,7 @@ impl<'a> RunState<'a> {
                 .flatten()
                 .is_none()
             })
-            .collect();
-        if !unresolved.is_empty() {
-            problems.push(format!(
-                "These citations do not exist: {}. Cite only keys that search_docs or read_doc returned.",
-                unresolved.join(", ")
-            ));
-        }
-        if problems.is_empty() { Ok(()) } else { Err(problems.join(" ")) }
+            .collect()
     }
 
     /// Keeps the conversation inside the context budget: the oldest tool results are
@@ -747,7 +1009,7 @@ impl<'a> RunState<'a> {
         let args = match &call.arguments {
             Ok(v) => v.clone(),
             Err(raw) => {
-                let shown: String = raw.chars().take(200).collect();
+                let shown = clip(raw, 200);
                 return Err((
                     "arguments_json",
                     format!(
@@ -761,8 +1023,10 @@ impl<'a> RunState<'a> {
             let errors: Vec<String> = validator
                 .iter_errors(&args)
                 .map(|e| {
+                    // The message quotes the value; a hostile one can be megabytes.
                     let at = e.instance_path().to_string();
-                    if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+                    let e = clip(&e.to_string(), 200);
+                    if at.is_empty() { e } else { format!("{at}: {e}") }
                 })
                 .collect();
             if !errors.is_empty() {
@@ -772,7 +1036,7 @@ impl<'a> RunState<'a> {
                 ));
             }
         }
-        if self.tool_calls >= limits.max_tool_calls {
+        if self.plan_tool_calls >= limits.max_tool_calls {
             return Err((
                 "tool_budget",
                 format!(
@@ -805,6 +1069,7 @@ impl<'a> RunState<'a> {
         }
         *self.per_tool.get_mut(def.name).expect("inserted") += 1;
         self.tool_calls += 1;
+        self.plan_tool_calls += 1;
         Ok((Arc::clone(def), args))
     }
 
@@ -865,7 +1130,12 @@ impl<'a> RunState<'a> {
                 &format!("{hits} e-mail address(es) or phone number(s) removed"),
             ));
         }
-        let content = if output.is_error { redacted } else { as_data(&format!("tool:{}", def.name), &redacted) };
+        // Errors are capped as results are: one can quote what the model sent.
+        let content = if output.is_error {
+            clip(&redacted, self.agent.limits.max_result_chars)
+        } else {
+            as_data(&format!("tool:{}", def.name), &redacted)
+        };
         audit.record(Step {
             kind: StepKind::ToolCall,
             name: def.name.to_string(),

@@ -74,6 +74,9 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX notes_kind ON notes(kind, id);
      -- The HMI's banner reads the jobs not done (waiting, running, given up) every 15 s.
      CREATE INDEX triage_jobs_state ON triage_jobs(state, started_at);",
+    // 7: a run's flags (partial, ungrounded, set_aside:..., usage estimated) beside its
+    // outcome, so `runs show` and the trace tell them, not only the note.
+    "ALTER TABLE agent_runs ADD COLUMN flags TEXT NOT NULL DEFAULT '[]';",
 ];
 
 /// The schema version this build writes.

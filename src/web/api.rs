@@ -708,7 +708,7 @@ async fn run(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, Api
         .query_row(
             "SELECT json_object('id', id, 'profile', profile, 'trigger', trigger, 'alarm_id', alarm_id, 'outcome', outcome,
                     'model', model, 'started_at', started_at, 'finished_at', finished_at, 'tokens_in', tokens_in,
-                    'tokens_out', tokens_out, 'error', error)
+                    'tokens_out', tokens_out, 'error', error, 'flags', json(flags))
              FROM agent_runs WHERE id = ?1",
             [id],
             |r| r.get(0),
@@ -910,6 +910,7 @@ fn chat_events(
             let event = match &e {
                 StreamEvent::Text { .. } => Event::default().event("text"),
                 StreamEvent::Tool { .. } => Event::default().event("tool"),
+                StreamEvent::Retract { .. } => Event::default().event("retract"),
             };
             return Some((Ok(event.json_data(&e).unwrap_or_default()), (rx, done)));
         }
