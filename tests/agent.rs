@@ -944,3 +944,24 @@ async fn a_note_that_misstates_the_alarm_or_claims_approval_is_set_aside() {
     assert_eq!(report.flags, ["set_aside:claims_approval"]);
     assert!(!serde_json::to_string(&report.note.unwrap()).unwrap().contains("approved"));
 }
+
+/// A triage run whose time runs out before a valid note publishes the rules model's own
+/// note, not the model's partial text (seen with llama-server on a busy machine).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_triage_run_out_of_time_publishes_the_rules_models_note() {
+    let p = Plant::new();
+    let alarm = vib_alarm(&p);
+    let alone = rules_note(&p, alarm).await;
+    let server = ScriptedServer::start(vec![
+        Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+        Reply::Delay(Duration::from_secs(5), Box::new(Reply::text("VIB-HI is"))),
+    ])
+    .await;
+    let report =
+        agent(&p, vec![openai(&server)], AgentLimits { deadline_secs: 1, ..limits() }).triage(alarm).await.unwrap();
+    assert_eq!(
+        (report.outcome, report.flags.as_slice()),
+        (Outcome::Degraded, &["set_aside:budget:deadline".to_string()][..])
+    );
+    assert_eq!(serde_json::to_value(report.note.unwrap()).unwrap(), alone);
+}

@@ -73,15 +73,19 @@ fn bad_input_is_dead_lettered_and_good_input_kept() {
         {"type": "alarm", "event_id": "x2", "asset_id": "PUMP-001", "code": "VIB-HI", "severity": "high", "state": "cleared", "time": at(5).to_rfc3339()},
         {"type": "alarm", "event_id": "x3", "asset_id": "PUMP-001", "code": "VIB HI", "severity": "high", "state": "raised", "time": at(5).to_rfc3339()},
         {"type": "alarm", "event_id": "x4", "asset_id": "PUMP-001", "code": "VIB-HI", "severity": "urgent", "state": "raised", "time": at(5).to_rfc3339()},
+        {"type": "alarm", "event_id": "x5", "asset_id": "PUMP-001", "sensor_id": "PUMP-004.FLOW", "code": "FLOW-LO", "severity": "low", "state": "raised", "time": at(5).to_rfc3339()},
+        {"type": "reading", "sensor_id": "pump-001.flow", "time": at(6).to_rfc3339(), "value": 402.5},
     ]});
     let effect = send(&p, &batch);
-    assert_eq!((effect.readings, effect.dead_letters), (1, 5));
+    assert_eq!((effect.readings, effect.dead_letters), (2, 6), "ids are found in any case");
     let reasons: Vec<String> = {
         let db = p.store.read().unwrap();
         let mut stmt = db.prepare("SELECT reason FROM dead_letters ORDER BY id").unwrap();
         stmt.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
     };
-    assert_eq!(reasons, ["invalid", "malformed", "unknown_sensor", "unknown_asset", "unmatched_clear"]);
+    assert_eq!(reasons, ["invalid", "malformed", "unknown_sensor", "unknown_asset", "unmatched_clear", "invalid"]);
+    let other = p.text("SELECT detail FROM dead_letters WHERE payload LIKE '%x5%'");
+    assert!(other.contains("sensor_id PUMP-004.FLOW belongs to PUMP-004, not PUMP-001"), "{other}");
     let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'malformed'");
     assert!(detail.contains("urgent"), "{detail}");
     let kept = p.text("SELECT CAST(payload AS TEXT) FROM dead_letters WHERE reason = 'unknown_sensor'");

@@ -198,7 +198,7 @@ fn asset_details_errors_name_the_next_move() {
     assert!(msg.contains("is a sensor id, not an asset id") && msg.contains("its asset is PUMP-007"), "{msg}");
     assert!(msg.contains("asset_id=\"PUMP-007\"") && msg.contains("get_sensor_history"), "{msg}");
     let msg = p.err("get_asset_details", json!({"asset_id": "pump seven"}));
-    assert!(msg.contains("asset ids look like PUMP-007") && msg.contains("list_assets"), "{msg}");
+    assert!(msg.contains("is not an asset id: ids are the site's own") && msg.contains("list_assets"), "{msg}");
     let msg = p.err("get_asset_details", json!({"asset_id": "PUMP-007' OR '1'='1"}));
     assert!(msg.contains("not an asset id") && !msg.to_lowercase().contains("sql"), "{msg}");
 }
@@ -315,7 +315,7 @@ fn sensor_history_errors_name_the_sensors() {
     let msg = p.err("get_sensor_history", json!({"sensor_id": "PUMP-007.VIB-D"}));
     assert!(msg.contains("No sensor PUMP-007.VIB-D") && msg.contains("Did you mean PUMP-007.VIB-DE"), "{msg}");
     let msg = p.err("get_sensor_history", json!({"sensor_id": "PUMP-099.VIB-DE"}));
-    assert!(msg.contains("no asset PUMP-099") && msg.contains("list_assets"), "{msg}");
+    assert!(msg.contains("there is no asset PUMP-099 either") && msg.contains("list_assets"), "{msg}");
     assert!(
         p.err("get_sensor_history", json!({"sensor_id": "PUMP-007.VIB-DE", "hours": 169}))
             .contains("hours must be between 1 and 168")
@@ -325,7 +325,8 @@ fn sensor_history_errors_name_the_sensors() {
             .contains("points must be between 4 and 96")
     );
     assert!(
-        p.err("get_sensor_history", json!({"sensor_id": "x'; --"})).contains("sensor ids look like PUMP-007.VIB-DE")
+        p.err("get_sensor_history", json!({"sensor_id": "x'; --"}))
+            .contains("is not a sensor id: ids are the site's own")
     );
 }
 

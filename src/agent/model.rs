@@ -128,6 +128,10 @@ pub struct TaskFacts {
     pub sensor_id: Option<String>,
     pub code: Option<String>,
     pub question: Option<String>,
+    /// The assets a question names, directly or by a sensor, as the twin spells them, in
+    /// order, at most three; and the words that read like ids but name nothing in it.
+    pub mentioned: Vec<String>,
+    pub not_in_twin: Vec<String>,
     /// Occurrences on the same asset triaged in the same run, after the lead alarm.
     pub grouped: Vec<GroupedAlarm>,
 }

@@ -128,7 +128,7 @@ fn next(req: &ModelRequest) -> ModelReply {
             });
         }
         // The assets the question names (directly or by a sensor id), then the docs.
-        let assets = mentioned_assets(question);
+        let assets = &t.mentioned;
         let details_of =
             |asset: &str| seen.iter().find(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset);
         let mut calls = Vec::new();
@@ -142,8 +142,8 @@ fn next(req: &ModelRequest) -> ModelReply {
             return reply_calls(calls);
         }
         let mut text = String::new();
-        let mut unknown = Vec::new();
-        for asset in &assets {
+        let mut unknown: Vec<&str> = t.not_in_twin.iter().map(String::as_str).collect();
+        for asset in assets {
             match details_of(asset).and_then(|(_, _, r)| r.as_ref()) {
                 Some(d) => text.push_str(&asset_status(d)),
                 None => unknown.push(asset.as_str()),
@@ -329,23 +329,6 @@ fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> Triage
         proposed_work_order: None,
         evidence,
     }
-}
-
-/// Asset ids in a question, named directly (`PUMP-007`) or by one of their sensors
-/// (`PUMP-007.VIB-DE`), in order, at most three.
-fn mentioned_assets(question: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let words = question.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'));
-    for word in words.map(|w| w.trim_matches('.')) {
-        let asset = match crate::domain::AssetId::parse(word) {
-            Ok(asset) | Err(crate::domain::IdError::SensorNotAsset { asset, .. }) => asset.as_str().to_string(),
-            Err(_) => continue,
-        };
-        if !out.contains(&asset) && out.len() < 3 {
-            out.push(asset);
-        }
-    }
-    out
 }
 
 /// One asset's state from `get_asset_details`: status, active alarms, the sensors

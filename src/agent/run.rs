@@ -302,8 +302,8 @@ impl Agent {
                 asset_id: Some(asset),
                 sensor_id: sensor,
                 code: Some(code),
-                question: None,
                 grouped,
+                ..TaskFacts::default()
             },
             user_message,
         })
@@ -339,10 +339,12 @@ impl Agent {
             "the question is {len} characters; the limit is {} (llm.limits.max_chat_chars). Ask about one thing at a time.",
             self.limits.max_chat_chars
         );
+        let db = self.store.read()?;
+        let (mentioned, not_in_twin) = tools::mentioned_assets(&db, question)?;
         Ok(Task {
             profile: Profile::chat(),
             trigger: format!("user:{user}"),
-            facts: TaskFacts { question: Some(question.to_string()), ..TaskFacts::default() },
+            facts: TaskFacts { question: Some(question.to_string()), mentioned, not_in_twin, ..TaskFacts::default() },
             user_message: format!("Operator {user} asks:\n{}", as_data("operator", question)),
         })
     }
@@ -404,6 +406,8 @@ struct RunState<'a> {
     draft_streamed: bool,
     /// The tools the profile offers (the last step offers none).
     offered: Vec<ToolSpec>,
+    /// The twin's ids for the examples the harness gives.
+    examples: tools::Examples,
     answer: Option<String>,
     note: Option<TriageNote>,
     flags: Vec<String>,
@@ -412,14 +416,17 @@ struct RunState<'a> {
 
 impl<'a> RunState<'a> {
     fn new(agent: &'a Agent, task: &'a Task, run_id: i64) -> RunState<'a> {
+        // Examples in the tools' words and the prompt are the twin's own ids.
+        let examples = agent.store.read().ok().and_then(|db| tools::Examples::from_twin(&db).ok()).unwrap_or_default();
         let offered: Vec<ToolSpec> = agent
             .tools
             .iter()
             .filter(|t| task.profile.tools.iter().any(|n| n == t.name))
             .map(|t| ToolSpec {
                 name: t.name.to_string(),
-                description: t.description.to_string(),
-                schema: t.schema.clone(),
+                description: examples.apply(t.description),
+                schema: serde_json::from_str(&examples.apply(&t.schema.to_string()))
+                    .unwrap_or_else(|_| t.schema.clone()),
             })
             .collect();
         RunState {
@@ -428,7 +435,7 @@ impl<'a> RunState<'a> {
             run_id,
             request: ModelRequest {
                 messages: vec![
-                    Message::System { content: task.profile.system_prompt.to_string() },
+                    Message::System { content: examples.apply(task.profile.system_prompt) },
                     Message::User { content: task.user_message.clone() },
                 ],
                 tools: offered.clone(),
@@ -454,6 +461,7 @@ impl<'a> RunState<'a> {
             model_called_tools: false,
             draft_streamed: false,
             offered,
+            examples,
             answer: None,
             note: None,
             flags: Vec::new(),
@@ -487,17 +495,50 @@ impl<'a> RunState<'a> {
         Outcome::BudgetExceeded
     }
 
+    /// A budget ran out. A triage run without a valid note yet gets the rules model's
+    /// own note instead of a partial one (None: the run goes on, on the rules plan); any
+    /// other run ends here, partial.
+    fn out_of_budget(&mut self, what: &str, audit: &mut Audit) -> Option<Outcome> {
+        if self.task.profile.structured_note && self.note.is_none() && !self.on_rules_plan() {
+            let why = format!("the run's {what} budget ran out before a valid note");
+            self.start_over_with_rules(audit, Some(format!("set_aside:budget:{what}")), &why);
+            return None;
+        }
+        Some(self.budget_exceeded(what))
+    }
+
+    /// Whether the run is on the rules model's plan (the chain's last link).
+    fn on_rules_plan(&self) -> bool {
+        self.link_floor + 1 >= self.agent.chain.links().len()
+    }
+
     async fn go(&mut self, audit: &mut Audit, stream: Option<StreamSink>) -> Outcome {
         let limits = &self.agent.limits;
         self.request.stream = stream;
         loop {
-            let Some(left) = self.steps_left.checked_sub(1) else { return self.budget_exceeded("steps") };
+            let Some(left) = self.steps_left.checked_sub(1) else {
+                match self.out_of_budget("steps", audit) {
+                    Some(outcome) => return outcome,
+                    None => continue,
+                }
+            };
             self.steps_left = left;
-            if Instant::now() >= self.deadline {
-                return self.budget_exceeded("deadline");
-            }
-            if self.usage.input_tokens + self.usage.output_tokens >= limits.max_tokens {
-                return self.budget_exceeded("tokens");
+            // The rules model costs no time or tokens worth counting: its plan is bounded
+            // by its steps alone, so a triage note is written even past the deadline.
+            let spent = if self.on_rules_plan() {
+                None
+            } else if Instant::now() >= self.deadline {
+                Some("deadline")
+            } else if self.usage.input_tokens + self.usage.output_tokens >= limits.max_tokens {
+                Some("tokens")
+            } else {
+                None
+            };
+            if let Some(what) = spent {
+                match self.out_of_budget(what, audit) {
+                    Some(outcome) => return outcome,
+                    None => continue,
+                }
             }
             let last_step = left == 0;
             if last_step {
@@ -506,11 +547,11 @@ impl<'a> RunState<'a> {
             self.fit_context(audit);
             let mut attempts = Vec::new();
             let call_timeout = Duration::from_secs(limits.model_timeout_secs);
-            let served = self
-                .agent
-                .chain
-                .complete(&self.request, self.link_floor, self.deadline, call_timeout, &mut attempts)
-                .await;
+            // The rules model answers at once, in-process: its plan is not held to a
+            // deadline the model already spent.
+            let deadline = if self.on_rules_plan() { Instant::now() + call_timeout } else { self.deadline };
+            let served =
+                self.agent.chain.complete(&self.request, self.link_floor, deadline, call_timeout, &mut attempts).await;
             self.model_calls += 1;
             self.record_attempts(&attempts, audit);
             let served = match served {
@@ -521,7 +562,10 @@ impl<'a> RunState<'a> {
                             "the run's deadline of {} s (llm.limits.deadline_secs) was reached waiting for the model; its last error: {e}",
                             limits.deadline_secs
                         ));
-                        return self.budget_exceeded("deadline");
+                        match self.out_of_budget("deadline", audit) {
+                            Some(outcome) => return outcome,
+                            None => continue,
+                        }
                     }
                     self.last_error = Some(e.to_string());
                     return Outcome::Failed;
@@ -548,8 +592,8 @@ impl<'a> RunState<'a> {
                 self.model_called_tools |= !rules;
                 if last_step || cut {
                     self.refuse_calls(&reply.tool_calls, last_step, audit);
-                    if last_step {
-                        return self.budget_exceeded("steps");
+                    if last_step && let Some(outcome) = self.out_of_budget("steps", audit) {
+                        return outcome;
                     }
                     continue;
                 }
@@ -1012,10 +1056,10 @@ impl<'a> RunState<'a> {
                 let shown = clip(raw, 200);
                 return Err((
                     "arguments_json",
-                    format!(
+                    self.examples.apply(&format!(
                         "The arguments of your {} call were not a valid JSON object: {shown}. Send the call again with the arguments as one JSON object, e.g. {{\"asset_id\": \"PUMP-007\"}}.",
                         call.name
-                    ),
+                    )),
                 ));
             }
         };

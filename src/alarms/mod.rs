@@ -8,7 +8,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::domain::{AlarmState, Severity, Timestamp};
+use crate::domain::{AlarmState, AssetId, SensorId, Severity, Timestamp};
 use crate::ingest::{AlarmEvent, Transition};
 use crate::store::{StoreError, Writer};
 
@@ -79,6 +79,10 @@ pub enum Refusal {
     UnknownAsset(String),
     #[error("no sensor {0} in the twin")]
     UnknownSensor(String),
+    #[error("{0} is retired (left out of a full plant import); import it again to take its events")]
+    Retired(String),
+    #[error("sensor_id {sensor} belongs to {owner}, not {asset}")]
+    SensorOfAnotherAsset { sensor: String, owner: String, asset: String },
     #[error("cleared event for {0} with no active occurrence")]
     UnmatchedClear(String),
 }
@@ -89,9 +93,43 @@ impl Refusal {
         match self {
             Refusal::UnknownAsset(_) => "unknown_asset",
             Refusal::UnknownSensor(_) => "unknown_sensor",
+            Refusal::SensorOfAnotherAsset { .. } => "invalid",
+            Refusal::Retired(_) => "retired",
             Refusal::UnmatchedClear(_) => "unmatched_clear",
         }
     }
+}
+
+/// The event with its ids as the twin stores them (a site may send `p-101a` for
+/// `P-101A`), or why it cannot apply: an unknown asset or sensor, or a sensor of
+/// another asset.
+fn resolve(conn: &Connection, ev: &AlarmEvent) -> Result<Result<AlarmEvent, Refusal>, StoreError> {
+    let asset: Option<(String, bool)> = conn
+        .prepare_cached("SELECT id, retired_at IS NOT NULL FROM assets WHERE id = ?1 COLLATE NOCASE")?
+        .query_row([&ev.asset_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((asset, retired)) = asset.and_then(|(a, retired)| Some((AssetId::parse(&a).ok()?, retired))) else {
+        return Ok(Err(Refusal::UnknownAsset(ev.asset_id.to_string())));
+    };
+    if retired {
+        return Ok(Err(Refusal::Retired(format!("asset {asset}"))));
+    }
+    let mut sensor_id = None;
+    if let Some(sensor) = &ev.sensor_id {
+        let found: Option<(String, String, bool)> = conn
+            .prepare_cached("SELECT id, asset_id, retired_at IS NOT NULL FROM sensors WHERE id = ?1 COLLATE NOCASE")?
+            .query_row([sensor], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        let Some((id, owner, retired)) = found else { return Ok(Err(Refusal::UnknownSensor(sensor.to_string()))) };
+        if retired {
+            return Ok(Err(Refusal::Retired(format!("sensor {id}"))));
+        }
+        if owner != asset.as_str() {
+            return Ok(Err(Refusal::SensorOfAnotherAsset { sensor: id, owner, asset: asset.to_string() }));
+        }
+        sensor_id = SensorId::parse(&id).ok();
+    }
+    Ok(Ok(AlarmEvent { asset_id: asset, sensor_id, ..ev.clone() }))
 }
 
 fn severity_rank(s: Severity) -> i64 {
@@ -117,20 +155,11 @@ pub fn apply(
     if seen.is_some() {
         return Ok(Ok(Applied::Duplicate));
     }
-    let asset: Option<i64> = conn
-        .prepare_cached("SELECT 1 FROM assets WHERE id = ?1")?
-        .query_row([&ev.asset_id], |r| r.get(0))
-        .optional()?;
-    if asset.is_none() {
-        return Ok(Err(Refusal::UnknownAsset(ev.asset_id.to_string())));
-    }
-    if let Some(sensor) = &ev.sensor_id {
-        let known: Option<i64> =
-            conn.prepare_cached("SELECT 1 FROM sensors WHERE id = ?1")?.query_row([sensor], |r| r.get(0)).optional()?;
-        if known.is_none() {
-            return Ok(Err(Refusal::UnknownSensor(sensor.to_string())));
-        }
-    }
+    let ev = match resolve(conn, ev)? {
+        Ok(ev) => ev,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let ev = &ev;
     let open: Option<(i64, AlarmState)> = conn
         .prepare_cached(
             "SELECT id, state FROM alarms WHERE asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3

@@ -6,99 +6,74 @@ use rusqlite::types::{ToSql, ToSqlOutput};
 use serde::Serialize;
 
 /// Why a string is not the id it was meant to be. The messages are read by models and
-/// operators, so each names the expected format and, where it can, the right id.
+/// operators, so each names the expected format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
-    #[error("'{given}' is not an asset id: asset ids look like PUMP-007 (letters, a dash, 3 to 5 digits)")]
+    #[error("'{given}' is not an asset id: {ID_FORMAT}")]
     BadAsset { given: String },
-    #[error("'{given}' is a sensor id, not an asset id; its asset is {asset}")]
-    SensorNotAsset { given: String, asset: AssetId },
-    #[error("'{given}' is not a sensor id: sensor ids look like PUMP-007.VIB-DE (asset id, a dot, the tag)")]
+    #[error("'{given}' is not a sensor id: {ID_FORMAT}")]
     BadSensor { given: String },
-    #[error("'{given}' is an asset id, not a sensor id; sensor ids look like {given}.VIB-DE")]
-    AssetNotSensor { given: AssetId },
     #[error(
         "'{given}' is not a citation key: citation keys look like arp-vibration.md#2 (document path, '#', chunk number)"
     )]
     BadCitation { given: String },
 }
 
-/// An asset id such as `PUMP-007`: 2-8 capital letters, a dash, 3-5 digits.
-/// Parsing trims and upper-cases, so `pump-007` is accepted as `PUMP-007`.
+/// What an asset or sensor id may be, as the error messages say it.
+pub const ID_FORMAT: &str = "ids are the site's own, 1 to 64 characters of letters, digits and - _ . / : \
+    (starting with a letter or digit), such as P-101A, FIT-1001, PS01/P1/VIB_DE or PUMP-007.VIB-DE";
+
+/// The longest id, in characters.
+pub const MAX_ID_CHARS: usize = 64;
+
+/// Whether `s` is an id as sites write them: ISA-5.1 tags (`FIT-1001`), SCADA paths
+/// (`PS01/P1/VIB_DE`), OPC-style names (`NPS1:P1.Speed`). ASCII only, so that finding
+/// ids case-insensitively (SQLite's NOCASE) is exact.
+fn is_id(s: &str) -> bool {
+    (1..=MAX_ID_CHARS).contains(&s.len())
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/' | b':'))
+}
+
+/// An asset id as the site writes it (`P-101A`, `NPS1_P1`, `PUMP-007`): stored as
+/// given, found case-insensitively (the store's NOCASE indexes), see [`ID_FORMAT`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct AssetId(String);
 
 impl AssetId {
     pub fn parse(s: &str) -> Result<Self, IdError> {
-        let canonical = s.trim().to_ascii_uppercase();
-        if let Some((asset, _tag)) = canonical.split_once('.')
-            && let Ok(asset) = AssetId::parse(asset)
-        {
-            return Err(IdError::SensorNotAsset { given: s.trim().to_string(), asset });
-        }
-        if is_asset_id(&canonical) {
-            Ok(AssetId(canonical))
-        } else {
-            Err(IdError::BadAsset { given: s.trim().to_string() })
-        }
+        let s = s.trim();
+        if is_id(s) { Ok(AssetId(s.to_string())) } else { Err(IdError::BadAsset { given: clipped(s) }) }
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// The letters before the dash: `PUMP` for `PUMP-007`.
-    pub fn prefix(&self) -> &str {
-        self.0.split_once('-').map_or(&self.0, |(p, _)| p)
-    }
 }
 
-fn is_asset_id(s: &str) -> bool {
-    let Some((letters, digits)) = s.split_once('-') else { return false };
-    (2..=8).contains(&letters.len())
-        && letters.bytes().all(|b| b.is_ascii_uppercase())
-        && (3..=5).contains(&digits.len())
-        && digits.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// A sensor id such as `PUMP-007.VIB-DE`: its asset id, a dot, and a tag of capital
-/// letters and digits in dash-separated parts.
+/// A sensor id: the site's own tag name (SCADA tags are usually unique across a site
+/// already: `FIT-1001`, `PS01/P1/VIB_DE`), or the asset id and a tag joined by a dot
+/// where they are not (the demo plant's `PUMP-007.VIB-DE`). Which asset a sensor
+/// belongs to is the twin's to say (`sensors.asset_id`), not the id's spelling.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct SensorId(String);
 
 impl SensorId {
     pub fn parse(s: &str) -> Result<Self, IdError> {
-        let canonical = s.trim().to_ascii_uppercase();
-        let Some((asset, tag)) = canonical.split_once('.') else {
-            return Err(match AssetId::parse(&canonical) {
-                Ok(asset) => IdError::AssetNotSensor { given: asset },
-                Err(_) => IdError::BadSensor { given: s.trim().to_string() },
-            });
-        };
-        let tag_ok = !tag.is_empty()
-            && tag
-                .split('-')
-                .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
-        if is_asset_id(asset) && tag_ok {
-            Ok(SensorId(canonical))
-        } else {
-            Err(IdError::BadSensor { given: s.trim().to_string() })
-        }
+        let s = s.trim();
+        if is_id(s) { Ok(SensorId(s.to_string())) } else { Err(IdError::BadSensor { given: clipped(s) }) }
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
 
-    pub fn asset(&self) -> AssetId {
-        AssetId(self.0.split_once('.').expect("validated at parse").0.to_string())
-    }
-
-    pub fn tag(&self) -> &str {
-        self.0.split_once('.').expect("validated at parse").1
-    }
+/// What an error quotes of a bad id: a model once sent 1.5 MB as one.
+fn clipped(s: &str) -> String {
+    if s.chars().count() <= 80 { s.to_string() } else { format!("{}...", s.chars().take(80).collect::<String>()) }
 }
 
 /// A stable reference to one documentation chunk: `<document path>#<chunk number>`,
@@ -160,30 +135,24 @@ text_id_impls!(AssetId, SensorId, Citation);
 mod tests {
     use super::*;
 
+    /// Ids as real sites write them are taken as given; the edges of the charset and the
+    /// length are refused with the format in the message.
     #[test]
-    fn asset_ids_are_canonicalised_and_checked() {
-        assert_eq!(AssetId::parse(" pump-007 ").unwrap().as_str(), "PUMP-007");
-        assert_eq!(AssetId::parse("PUMP-007").unwrap().prefix(), "PUMP");
-        for bad in ["", "PUMP", "PUMP-7", "P-007", "PUMP-007x", "PUMP_007", "'; DROP TABLE assets;--"] {
-            assert!(matches!(AssetId::parse(bad), Err(IdError::BadAsset { .. })), "{bad}");
+    fn ids_are_the_sites_own() {
+        for good in
+            ["P-101A", "FIT-1001", "NPS1_P1", "PS01/P1/VIB_DE", "LS_Wet_Well_2", "NPS1:P1.Speed", "7", "PUMP-007"]
+        {
+            assert_eq!(AssetId::parse(good).unwrap().as_str(), good);
+            assert_eq!(SensorId::parse(&format!(" {good} ")).unwrap().as_str(), good, "trimmed, case kept");
         }
-        let err = AssetId::parse("PUMP-007.VIB-DE").unwrap_err();
-        assert_eq!(
-            err,
-            IdError::SensorNotAsset { given: "PUMP-007.VIB-DE".into(), asset: AssetId::parse("PUMP-007").unwrap() }
-        );
-    }
-
-    #[test]
-    fn sensor_ids_name_their_asset() {
-        let id = SensorId::parse("pump-007.vib-de").unwrap();
-        assert_eq!(id.as_str(), "PUMP-007.VIB-DE");
-        assert_eq!(id.asset().as_str(), "PUMP-007");
-        assert_eq!(id.tag(), "VIB-DE");
-        assert!(matches!(SensorId::parse("PUMP-007"), Err(IdError::AssetNotSensor { .. })));
-        for bad in ["PUMP-007.", "PUMP-007.VIB--DE", "PUMP-7.VIB", "X.Y", "PUMP-007.VIB DE"] {
-            assert!(matches!(SensorId::parse(bad), Err(IdError::BadSensor { .. })), "{bad}");
+        let longest = "A".repeat(MAX_ID_CHARS);
+        assert!(AssetId::parse(&longest).is_ok());
+        for bad in ["", " ", "-P1", "_x", "/PS01", "P 101", "P-101\u{e9}", "P;1", "P'1", "P%1", "a\tb"] {
+            assert!(matches!(AssetId::parse(bad), Err(IdError::BadAsset { .. })), "{bad:?}");
+            assert!(matches!(SensorId::parse(bad), Err(IdError::BadSensor { .. })), "{bad:?}");
         }
+        let err = AssetId::parse(&"A".repeat(MAX_ID_CHARS + 1)).unwrap_err().to_string();
+        assert!(err.contains("1 to 64 characters") && err.len() < 400, "{err}");
     }
 
     #[test]

@@ -193,7 +193,8 @@ impl Message {
 
 /// State shared by the messages of one transaction: sensor lookups and rollup sums.
 struct Batch {
-    sensors: HashMap<SensorId, Option<(i64, Limits)>>,
+    /// Key, limits, and whether the sensor is retired; None when unknown.
+    sensors: HashMap<SensorId, Option<(i64, Limits, bool)>>,
     rollups: Rollups,
     received: Timestamp,
     policy: IngestPolicy,
@@ -204,13 +205,17 @@ impl Batch {
         Batch { sensors: HashMap::new(), rollups: Rollups::default(), received, policy }
     }
 
-    fn sensor(&mut self, conn: &Connection, id: &SensorId) -> rusqlite::Result<Option<(i64, Limits)>> {
+    fn sensor(&mut self, conn: &Connection, id: &SensorId) -> rusqlite::Result<Option<(i64, Limits, bool)>> {
         if let Some(found) = self.sensors.get(id) {
             return Ok(*found);
         }
         let found = conn
-            .prepare_cached("SELECT key, limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE id = ?1")?
-            .query_row([id], |row| Ok((row.get(0)?, [row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?])))
+            .prepare_cached(
+                "SELECT key, limit_ll, limit_l, limit_h, limit_hh, retired_at IS NOT NULL FROM sensors WHERE id = ?1 COLLATE NOCASE",
+            )?
+            .query_row([id], |row| {
+                Ok((row.get(0)?, [row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?], row.get(5)?))
+            })
             .optional()?;
         self.sensors.insert(id.clone(), found);
         Ok(found)
@@ -281,7 +286,15 @@ impl Batch {
                 }
             },
             Event::Reading(r) => match self.sensor(conn, &r.sensor_id)? {
-                Some((key, limits)) => {
+                Some((_, _, true)) => Rejected {
+                    reason: "retired",
+                    detail: format!(
+                        "sensor {} is retired (left out of a full plant import); import it again to take its readings",
+                        r.sensor_id
+                    ),
+                    event: String::new(),
+                },
+                Some((key, limits, false)) => {
                     let new = self.rollups.insert(conn, key, &limits, r.time.unix(), r.value)?;
                     effect.readings += usize::from(new);
                     effect.duplicate_readings += usize::from(!new);

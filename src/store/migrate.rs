@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use super::StoreError;
 
@@ -77,13 +77,88 @@ const MIGRATIONS: &[&str] = &[
     // 7: a run's flags (partial, ungrounded, set_aside:..., usage estimated) beside its
     // outcome, so `runs show` and the trace tell them, not only the note.
     "ALTER TABLE agent_runs ADD COLUMN flags TEXT NOT NULL DEFAULT '[]';",
+    // 8: the twin is any site's (issue 16). Kinds are the site's words, not a fixed
+    // list; ids are unique and found in any case; an asset may sit under a parent (a
+    // skid holds pumps); assets and sensors missing from a full plant import are
+    // retired, never deleted; a sensor's alarms come from SCADA or from its limits,
+    // after an on-delay, with a priority per limit. A rebuild (SQLite cannot drop a
+    // CHECK), so `migrate` runs it with foreign keys off and checks them before commit.
+    "CREATE TABLE assets_v8 (
+         id                  TEXT PRIMARY KEY,
+         station_id          TEXT NOT NULL REFERENCES stations(id),
+         kind                TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 64),
+         name                TEXT NOT NULL,
+         status              TEXT NOT NULL CHECK (status IN
+                               ('running', 'standby', 'stopped', 'maintenance', 'fault', 'out_of_service')),
+         criticality         TEXT NOT NULL CHECK (criticality IN ('A', 'B', 'C')),
+         manufacturer        TEXT NOT NULL,
+         model               TEXT NOT NULL,
+         machine_class       TEXT,
+         rated_power_kw      REAL,
+         installed_on        TEXT NOT NULL,
+         last_maintenance_on TEXT,
+         drives              TEXT REFERENCES assets(id),
+         parent_id           TEXT REFERENCES assets(id),
+         retired_at          INTEGER
+     ) STRICT;
+     INSERT INTO assets_v8 (id, station_id, kind, name, status, criticality, manufacturer, model, machine_class,
+                            rated_power_kw, installed_on, last_maintenance_on, drives)
+         SELECT id, station_id, kind, name, status, criticality, manufacturer, model, machine_class,
+                rated_power_kw, installed_on, last_maintenance_on, drives FROM assets;
+     DROP TABLE assets;
+     ALTER TABLE assets_v8 RENAME TO assets;
+     CREATE INDEX assets_station ON assets(station_id);
+     CREATE INDEX assets_kind ON assets(kind);
+     CREATE INDEX assets_status ON assets(status);
+     CREATE UNIQUE INDEX assets_id_nocase ON assets(id COLLATE NOCASE);
+     CREATE TABLE sensors_v8 (
+         key          INTEGER PRIMARY KEY,
+         id           TEXT NOT NULL UNIQUE,
+         asset_id     TEXT NOT NULL REFERENCES assets(id),
+         kind         TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 64),
+         description  TEXT NOT NULL,
+         unit         TEXT NOT NULL,
+         limit_ll     REAL,
+         limit_l      REAL,
+         limit_h      REAL,
+         limit_hh     REAL,
+         deadband     REAL NOT NULL DEFAULT 0,
+         alarm_prefix TEXT,
+         alarm_source TEXT NOT NULL DEFAULT 'scada' CHECK (alarm_source IN ('scada', 'limits')),
+         on_delay_s   INTEGER NOT NULL DEFAULT 0 CHECK (on_delay_s >= 0),
+         priority_ll  TEXT CHECK (priority_ll IN ('low', 'medium', 'high', 'critical')),
+         priority_l   TEXT CHECK (priority_l IN ('low', 'medium', 'high', 'critical')),
+         priority_h   TEXT CHECK (priority_h IN ('low', 'medium', 'high', 'critical')),
+         priority_hh  TEXT CHECK (priority_hh IN ('low', 'medium', 'high', 'critical')),
+         retired_at   INTEGER
+     ) STRICT;
+     INSERT INTO sensors_v8 (key, id, asset_id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh,
+                             deadband, alarm_prefix)
+         SELECT key, id, asset_id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh,
+                deadband, alarm_prefix FROM sensors;
+     DROP TABLE sensors;
+     ALTER TABLE sensors_v8 RENAME TO sensors;
+     CREATE INDEX sensors_asset ON sensors(asset_id);
+     CREATE UNIQUE INDEX sensors_id_nocase ON sensors(id COLLATE NOCASE);",
 ];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Applies every migration the database has not seen, all in one transaction.
+///
+/// A table rebuild (create, copy, drop, rename) must run with foreign keys off, and
+/// that pragma is ignored inside a transaction: so they are off around it, checked
+/// with `foreign_key_check` before the commit, and restored as they were.
 pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let enforced: bool = conn.pragma_query_value(None, "foreign_keys", |row| row.get(0))?;
+    conn.pragma_update(None, "foreign_keys", false)?;
+    let result = migrate_in_one_transaction(conn, path);
+    conn.pragma_update(None, "foreign_keys", enforced)?;
+    result
+}
+
+fn migrate_in_one_transaction(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let found: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
     if found > SCHEMA_VERSION {
@@ -91,6 +166,16 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     }
     for sql in &MIGRATIONS[found as usize..] {
         tx.execute_batch(sql)?;
+    }
+    let broken: Option<String> = tx
+        .query_row(
+            "SELECT \"table\" || ' row ' || rowid || ' -> ' || parent FROM pragma_foreign_key_check LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(broken) = broken {
+        return Err(StoreError::Migration(format!("a reference no longer resolves after migrating: {broken}")));
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
@@ -100,6 +185,104 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A database of the release before the open twin (schema 7) holding today's demo
+    /// plant upgrades with every row of every table kept, its references whole, and the
+    /// tools answer on it as on a database made new.
+    #[test]
+    fn a_database_of_the_previous_release_upgrades_with_every_row() {
+        use crate::domain::parse_time;
+        let dir = tempfile::TempDir::new().unwrap();
+        let (new_path, old_path) = (dir.path().join("new.db"), dir.path().join("old.db"));
+        let store = crate::store::Store::open(&new_path).unwrap();
+        let seed_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seed");
+        let end = parse_time("2026-11-30T12:00:00Z").unwrap();
+        crate::seed::seed(&store, &crate::seed::SeedOptions { dir: seed_dir, scale: 1, end, days: 1 }).unwrap();
+        drop(store);
+
+        let old = Connection::open(&old_path).unwrap();
+        for sql in &MIGRATIONS[..7] {
+            old.execute_batch(sql).unwrap();
+        }
+        old.pragma_update(None, "user_version", 7).unwrap();
+        old.execute("ATTACH ?1 AS cur", [new_path.to_str().unwrap()]).unwrap();
+        let tables = table_columns(&old, "main");
+        for (table, columns) in &tables {
+            let cols = columns.join(", ");
+            old.execute_batch(&format!("INSERT OR REPLACE INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}"))
+                .unwrap();
+        }
+        // Its triggers journalled the work orders as they were copied: keep the original journal.
+        old.execute_batch("DELETE FROM main.work_order_changes; INSERT INTO main.work_order_changes SELECT * FROM cur.work_order_changes; DETACH cur").unwrap();
+        drop(old);
+
+        let upgraded = crate::store::Store::open(&old_path).unwrap();
+        drop(upgraded);
+        let check = Connection::open(&old_path).unwrap();
+        assert_eq!(check.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)).unwrap(), SCHEMA_VERSION);
+        check.execute("ATTACH ?1 AS cur", [new_path.to_str().unwrap()]).unwrap();
+        let mut rows = 0;
+        for (table, columns) in &tables {
+            let cols = columns.join(", ");
+            let count = |sql: String| check.query_row(&sql, [], |r| r.get::<_, i64>(0)).unwrap();
+            let differ = count(format!(
+                "SELECT count(*) FROM (SELECT {cols} FROM main.{table} EXCEPT SELECT {cols} FROM cur.{table})"
+            )) + count(format!(
+                "SELECT count(*) FROM (SELECT {cols} FROM cur.{table} EXCEPT SELECT {cols} FROM main.{table})"
+            ));
+            assert_eq!(differ, 0, "{table} differs after the upgrade");
+            assert_eq!(
+                count(format!("SELECT count(*) FROM main.{table}")),
+                count(format!("SELECT count(*) FROM cur.{table}")),
+                "{table}"
+            );
+            rows += count(format!("SELECT count(*) FROM main.{table}"));
+        }
+        assert!(rows > 80_000, "the copy held the plant: {rows} rows");
+        let broken: i64 = check.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| r.get(0)).unwrap();
+        assert_eq!(broken, 0);
+        drop(check);
+
+        let answers = |path: &Path| {
+            let store = crate::store::Store::open(path).unwrap();
+            let (db, docs) = (store.read().unwrap(), crate::rag::DocIndex::new());
+            let approvals = crate::approvals::Approvals::new(store.writer().clone());
+            let ctx = crate::tools::ToolContext {
+                db: &db,
+                docs: &docs,
+                approvals: &approvals,
+                now: end,
+                caller: crate::approvals::Proposer::Run(1),
+            };
+            [
+                ("get_asset_details", serde_json::json!({"asset_id": "pump-007"})),
+                ("list_alarms", serde_json::json!({"last_hours": 24})),
+                ("get_sensor_history", serde_json::json!({"sensor_id": "PUMP-004.PRESS-SUC", "hours": 24})),
+                ("list_assets", serde_json::json!({"kind": "motor"})),
+                ("get_system_summary", serde_json::json!({})),
+            ]
+            .map(|(name, args)| crate::tools::call(&ctx, name, args).content)
+        };
+        let (before, after) = (answers(&new_path), answers(&old_path));
+        assert!(!before[0].contains("No asset"), "{}", before[0]);
+        assert_eq!(before, after, "the tools answer the same on the upgraded database");
+    }
+
+    /// Each table of a schema with its columns, in creation order.
+    fn table_columns(conn: &Connection, schema: &str) -> Vec<(String, Vec<String>)> {
+        let mut stmt = conn
+            .prepare(&format!("SELECT name FROM {schema}.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid"))
+            .unwrap();
+        let tables: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+        tables
+            .into_iter()
+            .map(|t| {
+                let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1, ?2)").unwrap();
+                let cols = stmt.query_map([&t, schema], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+                (t, cols)
+            })
+            .collect()
+    }
 
     /// Handovers written before version 6 are taken as sent: upgrading must not publish
     /// hours-old handovers as if new. Those written after go out.

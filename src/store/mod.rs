@@ -35,6 +35,8 @@ pub enum StoreError {
     WriterGone,
     #[error("cannot open database {path}: {source}")]
     Open { path: String, source: rusqlite::Error },
+    #[error("the schema migration was rolled back, the database is as it was: {0}")]
+    Migration(String),
 }
 
 /// The twin's database: one writer, many readers, same file.

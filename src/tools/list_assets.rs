@@ -7,23 +7,25 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ToolContext, ToolDef, ToolError, check_page, default_page_limit, define, page, parse_args};
-use crate::domain::{Access, AssetKind, AssetStatus};
+use crate::domain::{Access, AssetStatus};
 use crate::store::{Filter, like_pattern_contains};
 
 const NAME: &str = "list_assets";
-const DESCRIPTION: &str = "List assets (pumps, motors, valves, reservoirs), optionally filtered by station, kind, \
-status or a text match on id or name; sorted by id, paged. Each row has id, name, kind, station, status, \
-criticality (A = loss stops supply, B = loss reduces redundancy, C = minor) and the number of active alarms. \
-Returns total, offset and next_offset (null on the last page). Use it to find asset ids (format PUMP-007, MTR-007, \
-VLV-001, RES-001); then call get_asset_details for one asset.";
+const DESCRIPTION: &str = "List the plant's assets (pumps, motors, blowers, valves, tanks, analysers: whatever \
+the site has), optionally filtered by station, kind, status or a text match on id or name; sorted by id, paged. \
+Each row has id, name, kind, station, status, criticality (A = loss stops supply, B = loss reduces redundancy, \
+C = minor) and the number of active alarms. Returns total, offset and next_offset (null on the last page), and \
+the kinds in the twin with their counts. Ids and kinds are the site's own, matched in any case. Use it to find \
+asset ids; then call get_asset_details for one asset.";
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Args {
     /// Station id, e.g. STN-S. Omit for all stations.
     station_id: Option<String>,
-    /// Asset kind.
-    kind: Option<AssetKind>,
+    /// Asset kind, as the site names it (e.g. centrifugal_pump, blower, uv_reactor); any case.
+    #[schemars(length(min = 1, max = 64))]
+    kind: Option<String>,
     /// Operating status.
     status: Option<AssetStatus>,
     /// Case-insensitive text that the asset id or name must contain, e.g. "booster".
@@ -51,19 +53,26 @@ pub fn def() -> ToolDef {
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     check_page(args.limit, args.offset)?;
-    let station = args.station_id.as_deref().map(|s| s.trim().to_ascii_uppercase());
-    if let Some(station) = &station {
-        let known: Option<i64> = ctx
-            .db
-            .prepare_cached("SELECT 1 FROM stations WHERE id = ?1")?
-            .query_row([station], |r| r.get(0))
-            .optional()?;
-        if known.is_none() {
-            let mut stmt =
-                ctx.db.prepare_cached("SELECT id || ' (' || name || ')' FROM stations ORDER BY id LIMIT 20")?;
-            let list: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-            return Err(ToolError::NotFound(format!("No station {station}. Stations: {}.", list.join(", "))));
+    let station = match args.station_id.as_deref().map(str::trim) {
+        None => None,
+        Some(given) => {
+            let known: Option<String> = ctx
+                .db
+                .prepare_cached("SELECT id FROM stations WHERE id = ?1 COLLATE NOCASE")?
+                .query_row([given], |r| r.get(0))
+                .optional()?;
+            Some(known.ok_or_else(|| unknown_station(ctx, given))?)
         }
+    };
+    let kinds = kinds(ctx)?;
+    if let Some(kind) = args.kind.as_deref().map(str::trim)
+        && !kinds.iter().any(|(k, _)| k.eq_ignore_ascii_case(kind))
+    {
+        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ({n})")).collect();
+        return Err(ToolError::NotFound(format!(
+            "No asset of kind '{kind}'. Kinds in the twin: {}. Omit kind to list all assets.",
+            list.join(", ")
+        )));
     }
     let text = match args.text.as_deref().map(str::trim) {
         Some("") => return Err(ToolError::InvalidArguments("text must not be empty; omit it to list all".into())),
@@ -74,11 +83,12 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         None => None,
     };
     let mut filter = Filter::new();
+    filter.and("a.retired_at IS NULL", []);
     if let Some(station) = station {
         filter.and("a.station_id = ?", [Sql::from(station)]);
     }
     if let Some(kind) = args.kind {
-        filter.and("a.kind = ?", [Sql::from(kind.as_str().to_string())]);
+        filter.and("a.kind = ? COLLATE NOCASE", [Sql::from(kind.trim().to_string())]);
     }
     if let Some(status) = args.status {
         filter.and("a.status = ?", [Sql::from(status.as_str().to_string())]);
@@ -116,12 +126,30 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         })?
         .collect::<Result<_, _>>()?;
     let mut out = page(total, args.offset, "assets", assets);
+    out["kinds"] = kinds.iter().map(|(k, n)| json!({"kind": k, "assets": n})).collect();
     if total == 0 {
-        out["hint"] = json!(
-            "No asset matches these filters. Remove a filter, or check spelling; kinds are centrifugal_pump, motor, valve, reservoir."
-        );
+        out["hint"] = json!("No asset matches these filters. Remove a filter, or check the spelling.");
     } else if args.offset >= total {
         out["hint"] = json!(format!("offset {} is past the last row; there are {total} rows in all.", args.offset));
     }
     Ok(out)
+}
+
+/// The asset kinds in the twin, with how many assets each (retired ones left out).
+fn kinds(ctx: &ToolContext) -> Result<Vec<(String, i64)>, ToolError> {
+    let mut stmt = ctx
+        .db
+        .prepare_cached("SELECT kind, count(*) FROM assets WHERE retired_at IS NULL GROUP BY kind ORDER BY kind")?;
+    Ok(stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?)
+}
+
+fn unknown_station(ctx: &ToolContext, given: &str) -> ToolError {
+    let list = ctx
+        .db
+        .prepare_cached("SELECT id || ' (' || name || ')' FROM stations ORDER BY id LIMIT 20")
+        .and_then(|mut stmt| stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>());
+    match list {
+        Ok(list) => ToolError::NotFound(format!("No station {given}. Stations: {}.", list.join(", "))),
+        Err(e) => ToolError::from(e),
+    }
 }

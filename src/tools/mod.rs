@@ -6,6 +6,8 @@
 
 mod asset_details;
 mod hints;
+
+pub use hints::{Examples, mentioned_assets};
 mod list_alarms;
 mod list_assets;
 mod propose_work_order;
