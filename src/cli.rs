@@ -113,6 +113,9 @@ enum Command {
         after_help = "Examples:\n  twinops seed\n  twinops seed --end 2026-11-30T12:00:00Z\n  twinops --db /tmp/big.db seed --scale 100"
     )]
     Seed(SeedArgs),
+    /// The plant: import a site's own files into the twin, or export it to them.
+    #[command(subcommand)]
+    Plant(PlantCommand),
     /// Documentation: index a folder of Markdown, or search it.
     #[command(subcommand)]
     Docs(DocsCommand),
@@ -305,6 +308,34 @@ enum AlarmsCommand {
         #[arg(long, env = "USER", default_value = "cli")]
         user: String,
     },
+}
+
+#[derive(Subcommand)]
+enum PlantCommand {
+    /// Import the plant from the files a site has: a TOML in the shape of
+    /// seed/plant.toml and CSV asset registers and tag exports, combined as you like.
+    /// One transaction: any error (each with file:line:column) and nothing is written.
+    /// A full import retires what it leaves out; --partial only adds and updates.
+    #[command(
+        after_help = "Examples:\n  twinops plant import site.toml assets.csv tags.csv --dry-run\n  twinops plant import site.toml assets.csv tags.csv\n  twinops plant import new-tags.csv --partial"
+    )]
+    Import {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print the changes (added; changed, field by field; retired) and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Add and update only; retire nothing.
+        #[arg(long)]
+        partial: bool,
+        /// Who imports, for the audit log.
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
+    /// Write the twin's plant as plant.toml, assets.csv and tags.csv into a folder, in
+    /// the shape `plant import` reads.
+    #[command(after_help = "Example:\n  twinops plant export /tmp/plant")]
+    Export { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -782,6 +813,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let policy = cli.global.config()?.ingest_policy().queue;
             let state = alarms::return_to_service(store.writer(), alarm_id, &user, Timestamp::now(), policy)?;
             println!("alarm {alarm_id} is back in service and now {state}");
+        }
+        Command::Plant(PlantCommand::Import { files, dry_run, partial, user }) => {
+            let store = cli.global.open()?;
+            let mode = if partial { crate::plant::Mode::Partial } else { crate::plant::Mode::Full };
+            let changes = crate::plant::import_files(store.writer(), &files, mode, dry_run, &user)?;
+            println!("{changes}");
+            if dry_run {
+                println!("(dry run: nothing was written)");
+            }
+        }
+        Command::Plant(PlantCommand::Export { dir }) => {
+            let store = cli.global.open()?;
+            for path in crate::plant::export(&*store.read()?, &dir)? {
+                println!("wrote {}", path.display());
+            }
         }
         Command::DeadLetters(DeadLettersCommand::List { reason, all, limit }) => {
             let store = cli.global.open()?;

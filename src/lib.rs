@@ -9,6 +9,7 @@
 //!   at the edge.
 //! - [`ingest`]: MQTT (rumqttc, manual acks after commit), payloads, dead letters;
 //!   [`broker`] is the embedded rumqttd.
+//! - [`plant`]: a site's plant from its own files (TOML, CSV), and back.
 //! - [`store`]: the SQLite twin. `schema.sql` via `user_version` migrations, one writer
 //!   thread with group commit, read-only handles for everything else, online backup.
 //! - [`alarms`]: the ISA-18.2 lifecycle, floods and chattering.
@@ -38,6 +39,7 @@ pub mod ingest;
 pub mod mcp;
 pub mod metrics;
 pub mod notify;
+pub mod plant;
 pub mod rag;
 pub mod schedule;
 pub mod scripted;

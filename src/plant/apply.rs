@@ -1,0 +1,532 @@
+//! The import as a change set against the twin, and its application in one
+//! transaction: the same function computes what `--dry-run` prints and what is written.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::model::{ASSET_FIELDS, AssetRow, PlantModel, SENSOR_FIELDS, SensorRow};
+use super::{ImportError, Problem};
+use crate::domain::Timestamp;
+use crate::store::{StoreError, Writer};
+
+/// A full import describes the whole plant: what it leaves out is retired. A partial
+/// one adds and updates only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Full,
+    Partial,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    Added {
+        what: &'static str,
+        id: String,
+    },
+    Changed {
+        what: &'static str,
+        id: String,
+        field: &'static str,
+        from: String,
+        to: String,
+    },
+    /// In the twin, not in a full import: out of the lists, history kept.
+    Retired {
+        what: &'static str,
+        id: String,
+    },
+    /// Retired before, in the import again.
+    Returned {
+        what: &'static str,
+        id: String,
+    },
+}
+
+/// What an import changes, in the order it is applied.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChangeSet {
+    pub changes: Vec<Change>,
+}
+
+impl ChangeSet {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// `12 assets added, 3 changed, 1 retired; 200 sensors added`.
+    pub fn summary(&self) -> String {
+        if self.changes.is_empty() {
+            return "no changes: the twin already matches the files".into();
+        }
+        let mut parts = Vec::new();
+        for what in ["site", "station", "asset", "sensor"] {
+            let count = |f: &dyn Fn(&Change) -> bool| self.changes.iter().filter(|c| f(c)).count();
+            let changed: HashSet<&str> = self
+                .changes
+                .iter()
+                .filter_map(|c| match c {
+                    Change::Changed { what: w, id, .. } if *w == what => Some(id.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let counts = [
+                (count(&|c| matches!(c, Change::Added { what: w, .. } if *w == what)), "added"),
+                (changed.len(), "changed"),
+                (count(&|c| matches!(c, Change::Retired { what: w, .. } if *w == what)), "retired"),
+                (count(&|c| matches!(c, Change::Returned { what: w, .. } if *w == what)), "returned"),
+            ];
+            let said: Vec<String> = counts.iter().filter(|(n, _)| *n > 0).map(|(n, v)| format!("{n} {v}")).collect();
+            if !said.is_empty() {
+                parts.push(format!("{what}s: {}", said.join(", ")));
+            }
+        }
+        parts.join("; ")
+    }
+}
+
+impl fmt::Display for ChangeSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in &self.changes {
+            match c {
+                Change::Added { what, id } => writeln!(f, "+ {what} {id}")?,
+                Change::Changed { what, id, field, from, to } => {
+                    writeln!(f, "~ {what} {id}: {field} {from:?} -> {to:?}")?
+                }
+                Change::Retired { what, id } => writeln!(f, "- {what} {id} (retired; its history stays)")?,
+                Change::Returned { what, id } => writeln!(f, "+ {what} {id} (back from retirement)")?,
+            }
+        }
+        write!(f, "{}", self.summary())
+    }
+}
+
+/// Checks the model against itself and the twin, and says what importing it changes.
+pub fn diff(conn: &Connection, model: &PlantModel, mode: Mode) -> Result<ChangeSet, ImportError> {
+    let twin = Twin::read(conn).map_err(|e| ImportError(vec![internal(e)]))?;
+    check(model, &twin, mode)?;
+    let mut changes = Vec::new();
+    if let Some((site, _)) = &model.site {
+        match &twin.site {
+            None => changes.push(Change::Added { what: "site", id: site.id.clone() }),
+            Some((id, name, tz)) => {
+                for (field, from, to) in [("name", name, &site.name), ("timezone", tz, &site.timezone)] {
+                    if from != to {
+                        changes.push(Change::Changed {
+                            what: "site",
+                            id: id.clone(),
+                            field,
+                            from: from.clone(),
+                            to: to.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for s in &model.stations {
+        match twin.stations.get(&s.id.to_lowercase()) {
+            None => changes.push(Change::Added { what: "station", id: s.id.clone() }),
+            Some((id, name)) if name != &s.name => changes.push(Change::Changed {
+                what: "station",
+                id: id.clone(),
+                field: "name",
+                from: name.clone(),
+                to: s.name.clone(),
+            }),
+            Some(_) => {}
+        }
+    }
+    let assets: Vec<(String, Fields)> =
+        model.assets.iter().map(|a| (a.id.as_str().to_string(), asset_fields(a, &twin))).collect();
+    compare("asset", &assets, &twin.assets, mode, &mut changes);
+    let sensors: Vec<(String, Fields)> =
+        model.sensors.iter().map(|s| (s.id.as_str().to_string(), sensor_fields(s, &twin, model))).collect();
+    compare("sensor", &sensors, &twin.sensors, mode, &mut changes);
+    Ok(ChangeSet { changes })
+}
+
+/// Imports the model in one transaction, audited as `actor`'s; returns what changed.
+/// With `dry_run`, nothing is written.
+pub fn import(
+    writer: &Writer,
+    model: PlantModel,
+    mode: Mode,
+    dry_run: bool,
+    actor: &str,
+    files: &str,
+) -> Result<ChangeSet, ImportError> {
+    let (actor, files) = (actor.to_string(), files.to_string());
+    writer
+        .call(move |c| {
+            let changes = match diff(c, &model, mode) {
+                Ok(changes) => changes,
+                Err(e) => return Ok(Err(e)),
+            };
+            if !dry_run && !changes.is_empty() {
+                write(c, &model, &changes)?;
+                c.prepare_cached(
+                    "INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, 'plant_import', ?3)",
+                )?
+                .execute(params![
+                    Timestamp::now().unix(),
+                    actor,
+                    format!("{files}: {}", changes.summary())
+                ])?;
+            }
+            Ok::<_, StoreError>(Ok(changes))
+        })
+        .map_err(|e| ImportError(vec![internal(e)]))?
+}
+
+fn internal(e: impl fmt::Display) -> Problem {
+    Problem {
+        at: super::Origin { file: "(the twin)".into(), line: 0 },
+        column: 0,
+        field: None,
+        message: format!("the database could not be read or written: {e}"),
+    }
+}
+
+/// A row as compared: each field's name and its value as text.
+type Fields = Vec<(&'static str, String)>;
+/// The twin's rows by lower-case id: the stored id, its fields, whether retired.
+type Rows = HashMap<String, (String, Fields, bool)>;
+
+/// The twin's plant as it stands, keyed by lower-case id (ids are found in any case).
+struct Twin {
+    site: Option<(String, String, String)>,
+    stations: HashMap<String, (String, String)>,
+    assets: Rows,
+    sensors: Rows,
+}
+
+const ASSET_SQL: &str = "SELECT id, station_id, kind, name, status, criticality, manufacturer, model,
+        coalesce(machine_class, ''), coalesce(rated_power_kw, ''), installed_on, coalesce(parent_id, ''),
+        coalesce(drives, ''), retired_at IS NOT NULL FROM assets";
+const SENSOR_SQL: &str = "SELECT id, asset_id, kind, description, unit, coalesce(limit_ll, ''), coalesce(limit_l, ''),
+        coalesce(limit_h, ''), coalesce(limit_hh, ''), deadband, on_delay_s, alarm_source, coalesce(alarm_prefix, ''),
+        coalesce(priority_ll, ''), coalesce(priority_l, ''), coalesce(priority_h, ''), coalesce(priority_hh, ''),
+        retired_at IS NOT NULL FROM sensors";
+
+impl Twin {
+    fn read(conn: &Connection) -> rusqlite::Result<Twin> {
+        let site = conn
+            .query_row("SELECT id, name, timezone FROM sites LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        let mut stations = HashMap::new();
+        let mut stmt = conn.prepare("SELECT id, name FROM stations")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+            let (id, name) = row?;
+            stations.insert(id.to_lowercase(), (id, name));
+        }
+        Ok(Twin {
+            site,
+            stations,
+            assets: Twin::rows(conn, ASSET_SQL, &ASSET_FIELDS[1..])?,
+            sensors: Twin::rows(conn, SENSOR_SQL, &SENSOR_FIELDS[1..])?,
+        })
+    }
+
+    fn rows(conn: &Connection, sql: &str, names: &[&'static str]) -> rusqlite::Result<Rows> {
+        let mut stmt = conn.prepare(sql)?;
+        let mut rows = stmt.query([])?;
+        let mut out = HashMap::new();
+        while let Some(r) = rows.next()? {
+            let id: String = r.get(0)?;
+            let fields = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Ok((*n, text_of(r.get_ref(i + 1)?))))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let retired: bool = r.get(names.len() + 1)?;
+            out.insert(id.to_lowercase(), (id, fields, retired));
+        }
+        Ok(out)
+    }
+
+    /// The twin's spelling of an asset id, if it has the asset (retired or not).
+    fn asset_id(&self, id: &str) -> Option<&str> {
+        self.assets.get(&id.to_lowercase()).map(|(stored, ..)| stored.as_str())
+    }
+}
+
+/// A stored value as the import compares it: numbers in their shortest form.
+pub(super) fn text_of(v: rusqlite::types::ValueRef) -> String {
+    match v {
+        rusqlite::types::ValueRef::Null => String::new(),
+        rusqlite::types::ValueRef::Integer(i) => i.to_string(),
+        rusqlite::types::ValueRef::Real(f) => number(f),
+        rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+        rusqlite::types::ValueRef::Blob(_) => String::new(),
+    }
+}
+
+fn number(f: f64) -> String {
+    format!("{f}")
+}
+
+fn opt_number(v: Option<f64>) -> String {
+    v.map(number).unwrap_or_default()
+}
+
+/// The ids an asset row refers to, as the twin or the import spells them.
+fn resolve<'a>(id: &'a str, twin: &'a Twin) -> &'a str {
+    twin.asset_id(id).unwrap_or(id)
+}
+
+fn asset_fields(a: &AssetRow, twin: &Twin) -> Fields {
+    let station = twin.stations.get(&a.station.to_lowercase()).map_or(a.station.clone(), |(id, _)| id.clone());
+    let values = [
+        station,
+        a.kind.clone(),
+        a.name.clone(),
+        a.status.as_str().to_string(),
+        a.criticality.as_str().to_string(),
+        a.manufacturer.clone(),
+        a.model.clone(),
+        a.machine_class.clone().unwrap_or_default(),
+        opt_number(a.rated_power_kw),
+        a.installed_on.clone(),
+        a.parent.as_deref().map(|p| resolve(p, twin).to_string()).unwrap_or_default(),
+        a.drives.as_deref().map(|p| resolve(p, twin).to_string()).unwrap_or_default(),
+    ];
+    ASSET_FIELDS[1..].iter().copied().zip(values).collect()
+}
+
+fn sensor_fields(s: &SensorRow, twin: &Twin, model: &PlantModel) -> Fields {
+    // The asset as the twin spells it, else as the import does.
+    let asset = twin.asset_id(&s.asset).map(str::to_string).unwrap_or_else(|| {
+        model
+            .assets
+            .iter()
+            .find(|a| a.id.as_str().eq_ignore_ascii_case(&s.asset))
+            .map_or(s.asset.clone(), |a| a.id.to_string())
+    });
+    let priority = |i: usize| s.priorities[i].map(|p| p.as_str().to_string()).unwrap_or_default();
+    let values = [
+        asset,
+        s.kind.clone(),
+        s.description.clone(),
+        s.unit.clone(),
+        opt_number(s.limits[0]),
+        opt_number(s.limits[1]),
+        opt_number(s.limits[2]),
+        opt_number(s.limits[3]),
+        number(s.deadband),
+        s.on_delay_s.to_string(),
+        s.alarm_source.clone(),
+        s.alarm_prefix.clone().unwrap_or_default(),
+        priority(0),
+        priority(1),
+        priority(2),
+        priority(3),
+    ];
+    SENSOR_FIELDS[1..].iter().copied().zip(values).collect()
+}
+
+fn compare(what: &'static str, rows: &[(String, Fields)], twin: &Rows, mode: Mode, changes: &mut Vec<Change>) {
+    let mut seen = HashSet::new();
+    for (id, fields) in rows {
+        seen.insert(id.to_lowercase());
+        let Some((stored, before, retired)) = twin.get(&id.to_lowercase()) else {
+            changes.push(Change::Added { what, id: id.clone() });
+            continue;
+        };
+        if *retired {
+            changes.push(Change::Returned { what, id: stored.clone() });
+        }
+        for ((field, to), (_, from)) in fields.iter().zip(before) {
+            if to != from {
+                changes.push(Change::Changed { what, id: stored.clone(), field, from: from.clone(), to: to.clone() });
+            }
+        }
+    }
+    if mode == Mode::Full {
+        let mut gone: Vec<&String> =
+            twin.iter().filter(|(k, (_, _, retired))| !retired && !seen.contains(*k)).map(|(_, (id, ..))| id).collect();
+        gone.sort();
+        changes.extend(gone.into_iter().map(|id| Change::Retired { what, id: id.clone() }));
+    }
+}
+
+/// The checks that need the whole import and the twin: duplicates, references to
+/// stations and assets that exist in neither.
+fn check(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<(), ImportError> {
+    let mut problems = Vec::new();
+    let mut first: HashMap<String, String> = HashMap::new();
+    for s in &model.stations {
+        if let Some(at) =
+            first.insert(format!("station {}", s.id.to_lowercase()), format!("{}:{}", s.at.file, s.at.line))
+        {
+            problems.push(Problem {
+                at: s.at.clone(),
+                column: 0,
+                field: Some("id".into()),
+                message: format!("duplicate station id {} (first at {at})", s.id),
+            });
+        }
+    }
+    for a in &model.assets {
+        let key = format!("asset {}", a.id.as_str().to_lowercase());
+        if let Some(at) = first.insert(key, format!("{}:{}", a.raw.at.file, a.raw.at.line)) {
+            problems.push(
+                a.raw.problem(
+                    "id",
+                    format!("duplicate asset id {} (first at {at}); ids are compared in any case", a.id),
+                ),
+            );
+        }
+    }
+    for s in &model.sensors {
+        let key = format!("sensor {}", s.id.as_str().to_lowercase());
+        if let Some(at) = first.insert(key, format!("{}:{}", s.raw.at.file, s.raw.at.line)) {
+            problems.push(
+                s.raw.problem("id", format!("duplicate tag {} (first at {at}); ids are compared in any case", s.id)),
+            );
+        }
+    }
+    let station_known = |id: &str| {
+        model.stations.iter().any(|s| s.id.eq_ignore_ascii_case(id)) || twin.stations.contains_key(&id.to_lowercase())
+    };
+    let in_import = |id: &str| model.assets.iter().any(|a| a.id.as_str().eq_ignore_ascii_case(id));
+    // In a full import an asset must be in the files; in a partial one, in the twin will do.
+    let asset_known = |id: &str| in_import(id) || (mode == Mode::Partial && twin.asset_id(id).is_some());
+    for a in &model.assets {
+        if !station_known(&a.station) {
+            let known: Vec<&str> = model
+                .stations
+                .iter()
+                .map(|s| s.id.as_str())
+                .chain(twin.stations.values().map(|(id, _)| id.as_str()))
+                .collect();
+            problems.push(a.raw.problem(
+                "station",
+                format!(
+                    "unknown station '{}': stations are {}; add it to [[stations]] in the plant TOML",
+                    a.station,
+                    list(&known)
+                ),
+            ));
+        }
+        for (field, target) in [("parent", &a.parent), ("drives", &a.drives)] {
+            if let Some(t) = target
+                && !asset_known(t)
+            {
+                problems.push(a.raw.problem(field, format!("unknown asset '{t}': it is in no file of this import")));
+            }
+        }
+    }
+    for s in &model.sensors {
+        if !asset_known(&s.asset) {
+            let hint = if twin.asset_id(&s.asset).is_some() {
+                "it is in the twin but not in this full import, which would retire it: add it to the asset files, or import with --partial"
+            } else {
+                "add it to the asset register, or correct the tag's asset column"
+            };
+            problems.push(s.raw.problem("asset", format!("unknown asset '{}': {hint}", s.asset)));
+        }
+    }
+    if model.site.is_none() && twin.site.is_none() && !model.stations.is_empty() {
+        problems.push(Problem {
+            at: model.stations[0].at.clone(),
+            column: 0,
+            field: None,
+            message: "the twin has no site yet: give [site] (id, name, timezone) in the plant TOML".into(),
+        });
+    }
+    if problems.is_empty() { Ok(()) } else { Err(ImportError(problems)) }
+}
+
+fn list(ids: &[&str]) -> String {
+    if ids.is_empty() { "none yet".into() } else { ids.iter().take(12).copied().collect::<Vec<_>>().join(", ") }
+}
+
+/// Writes what `diff` found, in an order the references allow.
+fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), StoreError> {
+    let touched = |what: &str, id: &str| {
+        changes.changes.iter().any(|ch| match ch {
+            Change::Added { what: w, id: i }
+            | Change::Returned { what: w, id: i }
+            | Change::Changed { what: w, id: i, .. } => *w == what && i.eq_ignore_ascii_case(id),
+            Change::Retired { .. } => false,
+        })
+    };
+    let twin = Twin::read(c)?;
+    if let Some((site, _)) = &model.site {
+        c.execute(
+            "INSERT INTO sites (id, name, timezone) VALUES (?1, ?2, ?3)
+             ON CONFLICT (id) DO UPDATE SET name = excluded.name, timezone = excluded.timezone",
+            params![twin.site.as_ref().map_or(&site.id, |s| &s.0), site.name, site.timezone],
+        )?;
+    }
+    let site_id: Option<String> = c.query_row("SELECT id FROM sites LIMIT 1", [], |r| r.get(0)).optional()?;
+    for s in model.stations.iter().filter(|s| touched("station", &s.id)) {
+        let id = twin.stations.get(&s.id.to_lowercase()).map_or(s.id.clone(), |(id, _)| id.clone());
+        c.execute(
+            "INSERT INTO stations (id, site_id, name) VALUES (?1, ?2, ?3) ON CONFLICT (id) DO UPDATE SET name = excluded.name",
+            params![id, site_id, s.name],
+        )?;
+    }
+    let now = Timestamp::now().unix();
+    // The stations as now stored; assets first without their references to other
+    // assets, then the references.
+    let twin = Twin::read(c)?;
+    for a in model.assets.iter().filter(|a| touched("asset", a.id.as_str())) {
+        let f = asset_fields(a, &twin);
+        let id = twin.asset_id(a.id.as_str()).unwrap_or(a.id.as_str()).to_string();
+        c.prepare_cached(
+            "INSERT INTO assets (id, station_id, kind, name, status, criticality, manufacturer, model, machine_class,
+                                 rated_power_kw, installed_on, retired_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, NULL)
+             ON CONFLICT (id) DO UPDATE SET station_id = excluded.station_id, kind = excluded.kind, name = excluded.name,
+                 status = excluded.status, criticality = excluded.criticality, manufacturer = excluded.manufacturer,
+                 model = excluded.model, machine_class = excluded.machine_class, rated_power_kw = excluded.rated_power_kw,
+                 installed_on = excluded.installed_on, retired_at = NULL",
+        )?
+        .execute(params![
+            id, f[0].1, f[1].1, f[2].1, f[3].1, f[4].1, f[5].1, f[6].1, a.machine_class, a.rated_power_kw, f[9].1
+        ])?;
+    }
+    let twin = Twin::read(c)?;
+    for a in model.assets.iter().filter(|a| touched("asset", a.id.as_str())) {
+        let refer = |t: &Option<String>| t.as_deref().map(|t| resolve(t, &twin).to_string());
+        c.prepare_cached("UPDATE assets SET parent_id = ?2, drives = ?3 WHERE id = ?1")?.execute(params![
+            resolve(a.id.as_str(), &twin),
+            refer(&a.parent),
+            refer(&a.drives)
+        ])?;
+    }
+    for s in model.sensors.iter().filter(|s| touched("sensor", s.id.as_str())) {
+        let stored = twin.sensors.get(&s.id.as_str().to_lowercase()).map_or(s.id.as_str(), |(id, ..)| id.as_str());
+        let asset = resolve(&s.asset, &twin);
+        let p = |i: usize| s.priorities[i].map(|p| p.as_str());
+        c.prepare_cached(
+            "INSERT INTO sensors (id, asset_id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh, deadband,
+                                  on_delay_s, alarm_source, alarm_prefix, priority_ll, priority_l, priority_h, priority_hh, retired_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, NULL)
+             ON CONFLICT (id) DO UPDATE SET asset_id = excluded.asset_id, kind = excluded.kind,
+                 description = excluded.description, unit = excluded.unit, limit_ll = excluded.limit_ll,
+                 limit_l = excluded.limit_l, limit_h = excluded.limit_h, limit_hh = excluded.limit_hh,
+                 deadband = excluded.deadband, on_delay_s = excluded.on_delay_s, alarm_source = excluded.alarm_source,
+                 alarm_prefix = excluded.alarm_prefix, priority_ll = excluded.priority_ll, priority_l = excluded.priority_l,
+                 priority_h = excluded.priority_h, priority_hh = excluded.priority_hh, retired_at = NULL",
+        )?
+        .execute(params![
+            stored, asset, s.kind, s.description, s.unit, s.limits[0], s.limits[1], s.limits[2], s.limits[3], s.deadband,
+            s.on_delay_s, s.alarm_source, s.alarm_prefix, p(0), p(1), p(2), p(3)
+        ])?;
+    }
+    for change in &changes.changes {
+        if let Change::Retired { what, id } = change {
+            let sql = if *what == "asset" {
+                "UPDATE assets SET retired_at = ?2 WHERE id = ?1"
+            } else {
+                "UPDATE sensors SET retired_at = ?2 WHERE id = ?1"
+            };
+            c.prepare_cached(sql)?.execute(params![id, now])?;
+        }
+    }
+    Ok(())
+}

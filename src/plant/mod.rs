@@ -1,0 +1,108 @@
+//! The plant as a site describes it: `twinops plant import` and `plant export`.
+//!
+//! A site's files (a TOML in the shape of `seed/plant.toml`, CSV tag exports and asset
+//! registers, in any combination) are read into one [`PlantModel`], checked as a whole
+//! (every error with its file, line and column), compared with the twin into a
+//! [`ChangeSet`] (added; changed, field by field; retired), and applied in one
+//! transaction with an `audit_log` entry. Nothing is written when anything is wrong.
+//!
+//! Architecture Invariant: an asset or sensor is never deleted here. Missing from a
+//! full import, it is retired (`retired_at`): its history stays, it leaves the lists,
+//! and ingest refuses its new events as `retired`.
+
+mod apply;
+mod csv;
+mod export;
+mod model;
+mod toml;
+
+use std::path::{Path, PathBuf};
+
+pub use apply::{Change, ChangeSet, Mode, diff, import};
+pub use export::export;
+pub use model::{AssetRow, Origin, PlantModel, SensorRow, Site, StationRow};
+
+/// What is wrong with the files, each problem at its place. Displayed as one line per
+/// problem, then what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("{}\nnothing was imported: fix the files and run the import again", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct ImportError(pub Vec<Problem>);
+
+/// One problem in one file: `tags.csv:14:6 (HiHi): ...`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub at: Origin,
+    /// 1-based column, 0 when the problem is the whole row or file.
+    pub column: usize,
+    /// The column's header, when there is one.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.at.file, self.at.line)?;
+        if self.column > 0 {
+            write!(f, ":{}", self.column)?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, " ({field})")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Reads the files into one model: `.toml` as a plant file, `.csv` (or `.txt`) as an
+/// asset register or a tag export, told apart by their headers.
+pub fn read(files: &[PathBuf]) -> Result<PlantModel, ImportError> {
+    let mut model = PlantModel::default();
+    let mut problems = Vec::new();
+    for path in files {
+        let name = display_name(path);
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(Problem::file(&name, format!("cannot read the file: {e}")));
+                continue;
+            }
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            problems.push(Problem::file(&name, "the file is not UTF-8 text: save it as UTF-8 (with or without BOM)"));
+            continue;
+        };
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        let read = match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+            Some("toml") => toml::read(&name, text, &mut model),
+            Some("csv" | "txt") => csv::read(&name, text, &mut model),
+            _ => Err(vec![Problem::file(&name, "not a plant file: give .toml or .csv files")]),
+        };
+        if let Err(p) = read {
+            problems.extend(p);
+        }
+    }
+    if problems.is_empty() { Ok(model) } else { Err(ImportError(problems)) }
+}
+
+/// Reads the files and imports them: the one call behind `twinops plant import`.
+pub fn import_files(
+    writer: &crate::store::Writer,
+    files: &[PathBuf],
+    mode: Mode,
+    dry_run: bool,
+    actor: &str,
+) -> Result<ChangeSet, ImportError> {
+    let model = read(files)?;
+    let names: Vec<String> = files.iter().map(|f| display_name(f)).collect();
+    import(writer, model, mode, dry_run, actor, &names.join(", "))
+}
+
+/// The name a problem is reported under: the path as given.
+fn display_name(path: &Path) -> String {
+    path.display().to_string()
+}
+
+impl Problem {
+    fn file(file: &str, message: impl Into<String>) -> Problem {
+        Problem { at: Origin { file: file.to_string(), line: 1 }, column: 0, field: None, message: message.into() }
+    }
+}

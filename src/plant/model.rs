@@ -1,0 +1,323 @@
+//! The plant model an import builds, row by row, whatever file a row came from. Each
+//! field is parsed here once, so a TOML table and a CSV row are checked alike.
+
+use super::Problem;
+use crate::domain::{AssetId, AssetStatus, Criticality, SensorId, Severity};
+
+/// Where a row came from: file and 1-based line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub file: String,
+    pub line: u64,
+}
+
+/// The fields of a row as written: each with its column (1-based; 0 in TOML) and the
+/// header or key it came under.
+#[derive(Debug, Clone)]
+pub struct RawRow {
+    pub at: Origin,
+    pub fields: Vec<RawField>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RawField {
+    /// The canonical name (`unit`), whatever the header said (`Eng Units`).
+    pub name: &'static str,
+    pub column: usize,
+    pub header: String,
+    pub value: String,
+}
+
+impl RawRow {
+    fn get(&self, name: &str) -> Option<&RawField> {
+        self.fields.iter().find(|f| f.name == name && !f.value.trim().is_empty())
+    }
+
+    fn text(&self, name: &str) -> Option<String> {
+        self.get(name).map(|f| f.value.trim().to_string())
+    }
+
+    /// A problem with a field of this row (or the row, if the field is not in it).
+    pub fn problem(&self, name: &str, message: impl Into<String>) -> Problem {
+        let field = self.fields.iter().find(|f| f.name == name);
+        Problem {
+            at: self.at.clone(),
+            column: field.map_or(0, |f| f.column),
+            field: Some(field.map_or_else(|| name.to_string(), |f| f.header.clone())),
+            message: message.into(),
+        }
+    }
+
+    fn required(&self, name: &str, what: &str, problems: &mut Vec<Problem>) -> String {
+        self.text(name).unwrap_or_else(|| {
+            problems.push(self.problem(name, format!("{what} is required and empty")));
+            String::new()
+        })
+    }
+
+    fn number(&self, name: &str, problems: &mut Vec<Problem>) -> Option<f64> {
+        let f = self.get(name)?;
+        let v = f.value.trim();
+        match v.parse::<f64>() {
+            Ok(n) if n.is_finite() => Some(n),
+            _ => {
+                problems.push(self.problem(
+                    name,
+                    format!("'{v}' is not a number: write it with digits and a decimal point (4.5), or leave it empty"),
+                ));
+                None
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Site {
+    pub id: String,
+    pub name: String,
+    pub timezone: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct StationRow {
+    pub id: String,
+    pub name: String,
+    pub at: Origin,
+}
+
+#[derive(Debug, Clone)]
+pub struct AssetRow {
+    pub id: AssetId,
+    pub station: String,
+    pub kind: String,
+    pub name: String,
+    pub status: AssetStatus,
+    pub criticality: Criticality,
+    pub manufacturer: String,
+    pub model: String,
+    pub machine_class: Option<String>,
+    pub rated_power_kw: Option<f64>,
+    pub installed_on: String,
+    pub parent: Option<String>,
+    pub drives: Option<String>,
+    pub raw: RawRow,
+}
+
+/// An asset's fields by their canonical names (CSV headers, TOML keys, export columns).
+pub const ASSET_FIELDS: [&str; 13] = [
+    "id",
+    "station",
+    "kind",
+    "name",
+    "status",
+    "criticality",
+    "manufacturer",
+    "model",
+    "machine_class",
+    "rated_power_kw",
+    "installed_on",
+    "parent",
+    "drives",
+];
+/// A sensor's fields likewise.
+pub const SENSOR_FIELDS: [&str; 17] = [
+    "id",
+    "asset",
+    "kind",
+    "description",
+    "unit",
+    "ll",
+    "l",
+    "h",
+    "hh",
+    "deadband",
+    "on_delay_s",
+    "alarm_source",
+    "alarm_prefix",
+    "priority_ll",
+    "priority_l",
+    "priority_h",
+    "priority_hh",
+];
+
+/// Limits in the order ll, l, h, hh.
+pub type Limits = [Option<f64>; 4];
+pub const LIMIT_NAMES: [&str; 4] = ["ll", "l", "h", "hh"];
+
+#[derive(Debug, Clone)]
+pub struct SensorRow {
+    pub id: SensorId,
+    pub asset: String,
+    pub kind: String,
+    pub description: String,
+    pub unit: String,
+    pub limits: Limits,
+    pub deadband: f64,
+    pub on_delay_s: i64,
+    /// `scada` (alarms arrive as SCADA events) or `limits` (raised from readings).
+    pub alarm_source: String,
+    pub alarm_prefix: Option<String>,
+    pub priorities: [Option<Severity>; 4],
+    pub raw: RawRow,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PlantModel {
+    pub site: Option<(Site, Origin)>,
+    pub stations: Vec<StationRow>,
+    pub assets: Vec<AssetRow>,
+    pub sensors: Vec<SensorRow>,
+}
+
+/// A kind as sites write it (`Blower`, `UV Reactor`, `dosing-pump`), as the twin keeps
+/// it: lower case, words joined by `_`.
+pub fn kind(text: &str) -> String {
+    text.split(|c: char| c.is_whitespace() || c == '-' || c == '_')
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+/// A CMMS's status word as the twin's: `Operating` is running.
+fn status_word(s: &str) -> &str {
+    match s.trim().to_lowercase().as_str() {
+        "running" | "operating" | "in service" | "active" | "online" | "operational" => "running",
+        "standby" | "stand by" | "spare" | "duty standby" => "standby",
+        "stopped" | "inactive" | "offline" | "idle" => "stopped",
+        "maintenance" | "under maintenance" | "in maintenance" | "repair" => "maintenance",
+        "fault" | "faulted" | "failed" | "tripped" => "fault",
+        "out_of_service" | "out of service" | "decommissioned" | "not ready" | "isolated" => "out_of_service",
+        _ => s,
+    }
+}
+
+/// Criticality as A/B/C, 1/2/3 or high/medium/low.
+fn criticality_word(s: &str) -> &str {
+    match s.trim().to_lowercase().as_str() {
+        "a" | "1" | "high" | "critical" => "A",
+        "b" | "2" | "medium" => "B",
+        "c" | "3" | "low" => "C",
+        _ => s,
+    }
+}
+
+pub fn asset_row(raw: RawRow) -> Result<AssetRow, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let id = raw.required("id", "the asset id", &mut problems);
+    let id = match AssetId::parse(&id) {
+        Ok(id) => Some(id),
+        Err(e) if !id.is_empty() => {
+            problems.push(raw.problem("id", e.to_string()));
+            None
+        }
+        Err(_) => None,
+    };
+    let station = raw.required("station", "the station", &mut problems);
+    let kind_text = raw.required("kind", "the asset kind (e.g. blower, centrifugal_pump)", &mut problems);
+    let name = raw.text("name").unwrap_or_default();
+    let status = match raw.text("status") {
+        None => AssetStatus::Running,
+        Some(s) => AssetStatus::parse(status_word(&s)).unwrap_or_else(|e| {
+            problems
+                .push(raw.problem("status", format!("{e} (or a CMMS word: operating, in service, decommissioned)")));
+            AssetStatus::Running
+        }),
+    };
+    let criticality = match raw.text("criticality") {
+        None => Criticality::B,
+        Some(s) => Criticality::parse(criticality_word(&s)).unwrap_or_else(|e| {
+            problems.push(raw.problem("criticality", format!("{e} (or 1, 2, 3; high, medium, low)")));
+            Criticality::B
+        }),
+    };
+    let rated_power_kw = raw.number("rated_power_kw", &mut problems);
+    let row = AssetRow {
+        id: id.unwrap_or_else(|| AssetId::parse("invalid").expect("a valid id")),
+        station,
+        kind: kind(&kind_text),
+        name: if name.is_empty() { raw.text("id").unwrap_or_default() } else { name },
+        status,
+        criticality,
+        manufacturer: raw.text("manufacturer").unwrap_or_default(),
+        model: raw.text("model").unwrap_or_default(),
+        machine_class: raw.text("machine_class"),
+        rated_power_kw,
+        installed_on: raw.text("installed_on").unwrap_or_default(),
+        parent: raw.text("parent"),
+        drives: raw.text("drives"),
+        raw,
+    };
+    if problems.is_empty() { Ok(row) } else { Err(problems) }
+}
+
+pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let id = raw.required("id", "the tag (sensor id)", &mut problems);
+    let id = match SensorId::parse(&id) {
+        Ok(id) => Some(id),
+        Err(e) if !id.is_empty() => {
+            problems.push(raw.problem("id", e.to_string()));
+            None
+        }
+        Err(_) => None,
+    };
+    let asset = raw.required("asset", "the asset the tag belongs to", &mut problems);
+    let limits: Limits = LIMIT_NAMES.map(|l| raw.number(l, &mut problems));
+    let present: Vec<(usize, f64)> = limits.iter().enumerate().filter_map(|(i, l)| l.map(|v| (i, v))).collect();
+    for pair in present.windows(2) {
+        let ((a, va), (b, vb)) = (pair[0], pair[1]);
+        if va > vb {
+            problems.push(raw.problem(
+                LIMIT_NAMES[b],
+                format!(
+                    "limits out of order: {} {va} is above {} {vb}; they must rise ll <= l <= h <= hh",
+                    LIMIT_NAMES[a], LIMIT_NAMES[b]
+                ),
+            ));
+        }
+    }
+    let deadband = raw.number("deadband", &mut problems).unwrap_or(0.0);
+    if deadband < 0.0 {
+        problems.push(raw.problem("deadband", "the deadband cannot be negative"));
+    }
+    let on_delay_s = match raw.number("on_delay_s", &mut problems) {
+        Some(d) if d < 0.0 || d.fract() != 0.0 => {
+            problems.push(raw.problem("on_delay_s", "the on-delay is a whole number of seconds, 0 or more"));
+            0
+        }
+        Some(d) => d as i64,
+        None => 0,
+    };
+    let alarm_source = raw.text("alarm_source").map_or("scada".to_string(), |s| s.to_lowercase());
+    if !matches!(alarm_source.as_str(), "scada" | "limits") {
+        problems.push(raw.problem(
+            "alarm_source",
+            format!("'{alarm_source}' is not an alarm source: scada (alarms come as SCADA events) or limits (raised from the readings)"),
+        ));
+    }
+    let mut priorities = [None; 4];
+    for (i, name) in ["priority_ll", "priority_l", "priority_h", "priority_hh"].iter().enumerate() {
+        if let Some(p) = raw.text(name) {
+            match Severity::parse(&p.to_lowercase()) {
+                Ok(s) => priorities[i] = Some(s),
+                Err(e) => problems.push(raw.problem(name, e)),
+            }
+        }
+    }
+    let row = SensorRow {
+        id: id.unwrap_or_else(|| SensorId::parse("invalid").expect("a valid id")),
+        asset,
+        kind: kind(&raw.text("kind").unwrap_or_else(|| "measurement".into())),
+        description: raw.text("description").unwrap_or_default(),
+        unit: raw.text("unit").unwrap_or_default(),
+        limits,
+        deadband,
+        on_delay_s,
+        alarm_source,
+        alarm_prefix: raw.text("alarm_prefix"),
+        priorities,
+        raw,
+    };
+    if problems.is_empty() { Ok(row) } else { Err(problems) }
+}

@@ -1,0 +1,296 @@
+//! A real site's plant, loaded from the files it has: `tests/fixtures/lakeside` is a
+//! water treatment works that shares nothing with the demo plant (ISA-5.1 tags, kinds
+//! the demo lacks, units such as mg/L, NTU and pH), as a CMMS register and a SCADA tag
+//! export write them (UTF-8 with BOM, CRLF).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tempfile::TempDir;
+
+use twinops::agent::openai::{OpenAi, ToolMode};
+use twinops::agent::{Agent, Model};
+use twinops::approvals::{Approvals, Proposer};
+use twinops::config::AgentLimits;
+use twinops::domain::Timestamp;
+use twinops::plant::{self, Change, Mode};
+use twinops::rag::DocIndex;
+use twinops::scripted::{Reply, ScriptedServer};
+use twinops::store::Store;
+use twinops::tools::{self, ToolContext};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lakeside").join(name)
+}
+
+fn lakeside() -> Vec<PathBuf> {
+    ["site.toml", "assets.csv", "tags.csv"].map(fixture).to_vec()
+}
+
+struct Twin {
+    _dir: TempDir,
+    store: Store,
+}
+
+impl Twin {
+    fn empty() -> Twin {
+        let dir = TempDir::new().unwrap();
+        let store = Store::open(&dir.path().join("twin.db")).unwrap();
+        Twin { _dir: dir, store }
+    }
+
+    fn import(&self, files: &[PathBuf], mode: Mode) -> Result<plant::ChangeSet, plant::ImportError> {
+        plant::import_files(self.store.writer(), files, mode, false, "engineer.li")
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.store.read().unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    fn tool(&self, name: &str, args: Value) -> (bool, String) {
+        let db = self.store.read().unwrap();
+        let (docs, approvals) = (DocIndex::new(), Approvals::new(self.store.writer().clone()));
+        let ctx = ToolContext {
+            db: &db,
+            docs: &docs,
+            approvals: &approvals,
+            now: Timestamp::now(),
+            caller: Proposer::Run(1),
+        };
+        let out = tools::call(&ctx, name, args);
+        (out.is_error, out.content)
+    }
+
+    fn ok(&self, name: &str, args: Value) -> Value {
+        let (error, content) = self.tool(name, args.clone());
+        assert!(!error, "{name}({args}): {content}");
+        serde_json::from_str(&content).unwrap()
+    }
+
+    fn send(&self, events: Value) -> twinops::ingest::MessageEffect {
+        twinops::ingest::apply(
+            self.store.writer(),
+            "scada/lakeside",
+            events.to_string().as_bytes(),
+            Timestamp::now(),
+            Default::default(),
+        )
+        .unwrap()
+    }
+}
+
+/// Imported from its own files, the second site is a first-class twin: a dry run writes
+/// nothing, the import is one audited change, a second import changes nothing, events
+/// on its tags are stored (ids in any case), every tool answers on it, and the agent's
+/// note on one of its alarms speaks of it alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_site_imports_from_its_own_files() {
+    let t = Twin::empty();
+    let dry = plant::import_files(t.store.writer(), &lakeside(), Mode::Full, true, "engineer.li").unwrap();
+    assert_eq!(dry.summary(), "sites: 1 added; stations: 7 added; assets: 42 added; sensors: 206 added");
+    assert_eq!(t.count("SELECT count(*) FROM assets"), 0, "a dry run writes nothing");
+
+    assert_eq!(t.import(&lakeside(), Mode::Full).unwrap(), dry, "the dry run said what the import did");
+    assert_eq!((t.count("SELECT count(*) FROM assets"), t.count("SELECT count(*) FROM sensors")), (42, 206));
+    let again = t.import(&lakeside(), Mode::Full).unwrap();
+    assert!(again.is_empty(), "importing the same files again changes nothing: {again}");
+    assert_eq!(t.count("SELECT count(*) FROM audit_log WHERE action = 'plant_import' AND actor = 'engineer.li'"), 1);
+    assert_eq!(t.count("SELECT count(*) FROM sensors WHERE limit_l IS NULL AND limit_h IS NULL AND limit_ll IS NULL AND limit_hh IS NULL"), 74, "tags without limits");
+
+    let effect = t.send(json!({"events": [
+        {"type": "reading", "sensor_id": "ait-5102", "time": Timestamp::now().to_rfc3339(), "value": 0.85},
+        {"type": "reading", "sensor_id": "VT-6114", "time": Timestamp::now().to_rfc3339(), "value": 5.2},
+        {"type": "alarm", "event_id": "lw-1", "asset_id": "hlp-601a", "sensor_id": "VT-6114", "code": "VT-HI",
+         "severity": "high", "state": "raised", "value": 5.2, "threshold": 4.5, "time": Timestamp::now().to_rfc3339(),
+         "message": "HLP-601A DE bearing vibration high"},
+    ]}));
+    assert_eq!((effect.readings, effect.alarms.len(), effect.dead_letters), (2, 1, 0));
+
+    let details = t.ok("get_asset_details", json!({"asset_id": "uv-502"}));
+    assert_eq!(
+        (details["asset"]["id"].as_str(), details["asset"]["kind"].as_str()),
+        (Some("UV-502"), Some("uv_reactor"))
+    );
+    let (error, msg) = t.tool("get_asset_details", json!({"asset_id": "UV-520"}));
+    assert!(error && msg.contains("Closest asset ids: UV-502"), "{msg}");
+    let (error, msg) = t.tool("get_sensor_history", json!({"sensor_id": "AIT-5120"}));
+    assert!(error && msg.contains("Did you mean AIT-5102"), "{msg}");
+    let uv = t.ok("list_assets", json!({"kind": "UV_Reactor"}));
+    assert_eq!(uv["total"], 3);
+    let (error, msg) = t.tool("list_assets", json!({"kind": "centrifugal_pump"}));
+    assert!(error && msg.contains("blower (2)") && msg.contains("dosing_pump (6)"), "{msg}");
+    let history = t.ok("get_sensor_history", json!({"sensor_id": "AIT-5102", "hours": 1}));
+    assert_eq!(history["sensor"]["unit"], "mg/L");
+    for (name, args) in [
+        ("list_alarms", json!({"asset_id": "HLP-601A"})),
+        ("get_system_summary", json!({})),
+        ("list_assets", json!({"station_id": "power"})),
+    ] {
+        let (error, content) = t.tool(name, args.clone());
+        assert!(!error, "{name}({args}): {content}");
+    }
+
+    let alarm = t.count("SELECT id FROM alarms WHERE event_id = 'lw-1'");
+    let agent = Agent::new(t.store.clone(), Vec::new(), AgentLimits::default());
+    let report = agent.triage(alarm).await.unwrap();
+    let note = serde_json::to_string(&report.note.expect("the rules model's note")).unwrap();
+    assert!(note.contains("HLP-601A") && note.contains("VT-6114") && note.contains("5.2"), "{note}");
+    for demo in ["PUMP-", "STN-", "Riverside", "MTR-"] {
+        assert!(!note.contains(demo), "the note speaks of the demo plant ({demo}): {note}");
+    }
+    let chat = agent.ask("How is hlp-601a? And UV-599?", "kaur", None).await.unwrap().answer.unwrap();
+    assert!(chat.contains("- HLP-601A (") && chat.contains("Not in the twin: UV-599"), "{chat}");
+
+    // What a model is shown: the tools and the prompt with this site's ids as examples.
+    let server = ScriptedServer::start(vec![Reply::text("HLP-601A is running.")]).await;
+    let model: Arc<dyn Model> = Arc::new(OpenAi::new(&server.openai_url(), "m", None, ToolMode::Native, false));
+    Agent::new(t.store.clone(), vec![model], AgentLimits::default()).ask("HLP-601A?", "kaur", None).await.unwrap();
+    let shown = server.requests()[0].to_string();
+    assert!(!shown.contains("PUMP-") && !shown.contains("STN-"), "the demo plant's ids in what the model is shown");
+    assert!(shown.contains("e.g. FIT-10010") && shown.contains("e.g. RWP-101A"), "the site's own ids as examples");
+}
+
+/// Exported, the plant reads back as it was: into a new twin, and into the same one
+/// with no change.
+#[test]
+fn export_round_trips() {
+    let t = Twin::empty();
+    t.import(&lakeside(), Mode::Full).unwrap();
+    let out = TempDir::new().unwrap();
+    let files = plant::export(&t.store.read().unwrap(), out.path()).unwrap();
+    assert!(t.import(&files, Mode::Full).unwrap().is_empty(), "the export is the twin");
+    let second = Twin::empty();
+    second.import(&files, Mode::Full).unwrap();
+    let again = TempDir::new().unwrap();
+    let files2 = plant::export(&second.store.read().unwrap(), again.path()).unwrap();
+    for (a, b) in files.iter().zip(&files2) {
+        assert_eq!(std::fs::read_to_string(a).unwrap(), std::fs::read_to_string(b).unwrap(), "{}", a.display());
+    }
+}
+
+/// Each kind of bad input is named at its file, line and column, says what to do, and
+/// nothing is written.
+#[test]
+fn bad_files_are_refused_at_their_line_and_column_and_nothing_is_written() {
+    let dir = TempDir::new().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let site = write(
+        "site.toml",
+        "[site]\nid = \"X\"\nname = \"X works\"\ntimezone = \"UTC\"\n\n[[stations]]\nid = \"A1\"\nname = \"Area 1\"\n",
+    );
+    let assets = write("assets.csv", "Asset ID,Equipment Type,Area\nP-101A,Pump,A1\nB-1,Blower,A1\n");
+    let cases: &[(&str, &str, &str)] = &[
+        ("no-asset-column.csv", "Tag Name,Eng Units\nFIT-1,m3/h\n", "no-asset-column.csv:1: no column for asset"),
+        (
+            "duplicate.csv",
+            "Tag,Asset,Units\nFIT-1,P-101A,m3/h\nfit-1,B-1,m3/h\n",
+            "duplicate.csv:3:1 (Tag): duplicate tag fit-1 (first at",
+        ),
+        (
+            "order.csv",
+            "Tag,Asset,Units,Lo,Hi\nPIT-1,P-101A,bar,5,3\n",
+            "order.csv:2:5 (Hi): limits out of order: l 5 is above h 3",
+        ),
+        ("nan.csv", "Tag,Asset,Units,HiHi\nPIT-1,P-101A,bar,high\n", "nan.csv:2:4 (HiHi): 'high' is not a number"),
+        ("short.csv", "Tag,Asset,Units,Hi\nPIT-1,P-101A\n", "short.csv:2: the row has 2 fields, the header 4"),
+        (
+            "charset.csv",
+            "Tag,Asset,Units\nFIT 1001,P-101A,m3/h\n",
+            "charset.csv:2:1 (Tag): 'FIT 1001' is not a sensor id",
+        ),
+        ("asset.csv", "Tag,Asset,Units\nFIT-1,P-999,m3/h\n", "asset.csv:2:2 (Asset): unknown asset 'P-999'"),
+    ];
+    let t = Twin::empty();
+    for (name, text, expected) in cases {
+        let err = t.import(&[site.clone(), assets.clone(), write(name, text)], Mode::Full).unwrap_err().to_string();
+        assert!(err.contains(expected), "{name}: expected {expected:?} in:\n{err}");
+        assert!(err.ends_with("nothing was imported: fix the files and run the import again"), "{err}");
+        assert_eq!(t.count("SELECT count(*) FROM assets") + t.count("SELECT count(*) FROM sites"), 0, "{name}");
+    }
+    let stations = write("stations.csv", "Asset ID,Equipment Type,Area\nP-1,Pump,NOPE\n");
+    let err = t.import(&[site.clone(), stations], Mode::Full).unwrap_err().to_string();
+    assert!(err.contains("stations.csv:2:3 (Area): unknown station 'NOPE': stations are A1"), "{err}");
+
+    // A European export: `;`, decimal commas, BOM, CRLF, quoted separators.
+    let euro = write(
+        "euro.csv",
+        "\u{feff}Tag;Asset;Eng Units;Lo;Hi;Description\r\nPIT-1;P-101A;bar;1,5;6,25;\"Druck; Pumpe A\"\r\n",
+    );
+    t.import(&[site, assets, euro], Mode::Full).unwrap();
+    let limits: (f64, f64, String) = t
+        .store
+        .read()
+        .unwrap()
+        .query_row("SELECT limit_l, limit_h, description FROM sensors WHERE id = 'PIT-1'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(limits, (1.5, 6.25, "Druck; Pumpe A".to_string()));
+}
+
+/// What a full import leaves out is retired, never deleted: its history stays, it
+/// leaves the lists, its new events are refused as `retired`; a partial import adds
+/// only; imported again, it returns.
+#[test]
+fn a_full_import_retires_what_it_leaves_out() {
+    let t = Twin::empty();
+    t.import(&lakeside(), Mode::Full).unwrap();
+    let now = Timestamp::now();
+    t.send(json!({"type": "reading", "sensor_id": "YS-9021", "time": now.plus_secs(-60).to_rfc3339(), "value": 0.0}));
+
+    let dir = TempDir::new().unwrap();
+    let without = |name: &str, drop: &str| {
+        let text = std::fs::read_to_string(fixture(name)).unwrap();
+        let kept: Vec<&str> = text.split("\r\n").filter(|l| !l.starts_with(drop)).collect();
+        let path = dir.path().join(name);
+        std::fs::write(&path, kept.join("\r\n")).unwrap();
+        path
+    };
+    let files = vec![fixture("site.toml"), without("assets.csv", "ATS-901,"), without("tags.csv", "YS-9021,")];
+    let err = t.import(&files, Mode::Full).unwrap_err().to_string();
+    assert!(err.contains("unknown asset 'ATS-901': it is in the twin but not in this full import"), "{err}");
+    let files = vec![fixture("site.toml"), without("assets.csv", "ATS-901,"), {
+        let text = std::fs::read_to_string(dir.path().join("tags.csv")).unwrap();
+        let kept: Vec<&str> = text.split("\r\n").filter(|l| !l.contains(",ATS-901,")).collect();
+        std::fs::write(dir.path().join("tags.csv"), kept.join("\r\n")).unwrap();
+        dir.path().join("tags.csv")
+    }];
+    let changes = t.import(&files, Mode::Full).unwrap();
+    assert_eq!(
+        changes.changes,
+        [
+            Change::Retired { what: "asset", id: "ATS-901".into() },
+            Change::Retired { what: "sensor", id: "EI-9022".into() },
+            Change::Retired { what: "sensor", id: "EQI-9023".into() },
+            Change::Retired { what: "sensor", id: "YS-9021".into() },
+        ]
+    );
+    assert_eq!(
+        t.count("SELECT count(*) FROM readings r JOIN sensors s ON s.key = r.sensor_key WHERE s.id = 'YS-9021'"),
+        1,
+        "history stays"
+    );
+    assert_eq!(t.ok("list_assets", json!({"text": "ATS"}))["total"], 0, "out of the lists");
+    let effect = t.send(json!({"type": "reading", "sensor_id": "YS-9021", "time": now.to_rfc3339(), "value": 1.0}));
+    assert_eq!((effect.readings, effect.dead_letters), (0, 1));
+    let reason: String =
+        t.store.read().unwrap().query_row("SELECT reason FROM dead_letters", [], |r| r.get(0)).unwrap();
+    assert_eq!(reason, "retired");
+
+    let one = dir.path().join("one.csv");
+    std::fs::write(&one, "Tag,Equipment,Units,Hi\nAIT-7001,TK-510,mg/L,4\n").unwrap();
+    let partial = t.import(&[one], Mode::Partial).unwrap();
+    assert_eq!(
+        partial.changes,
+        [Change::Added { what: "sensor", id: "AIT-7001".into() }],
+        "a partial import retires nothing"
+    );
+    let back = t.import(&lakeside(), Mode::Full).unwrap();
+    assert!(back.changes.contains(&Change::Returned { what: "asset", id: "ATS-901".into() }), "{back}");
+    assert!(back.changes.contains(&Change::Retired { what: "sensor", id: "AIT-7001".into() }), "{back}");
+}
