@@ -125,7 +125,7 @@ impl<'a> Generator<'a> {
                 let replay = plan.signal.generate(start, week, &mut rng).split_off(week - REPLAY);
                 let t = plan.signal.template;
                 let points = match plan.alarm_prefix() {
-                    Some(_) => seed::set_points(&t.limits)
+                    Some(_) => seed::set_points(&t.limits.as_array())
                         .into_iter()
                         .map(|(l, sp)| Point::new(l, sp, t.deadband, 1))
                         .collect(),

@@ -100,8 +100,8 @@ async fn a_second_site_imports_from_its_own_files() {
 
     let effect = t.send(json!({"events": [
         {"type": "reading", "sensor_id": "ait-5102", "time": Timestamp::now().to_rfc3339(), "value": 0.85},
-        {"type": "reading", "sensor_id": "VT-6114", "time": Timestamp::now().to_rfc3339(), "value": 5.2},
-        {"type": "alarm", "event_id": "lw-1", "asset_id": "hlp-601a", "sensor_id": "VT-6114", "code": "VT-HI",
+        {"type": "reading", "sensor_id": "VT-6115", "time": Timestamp::now().to_rfc3339(), "value": 5.2},
+        {"type": "alarm", "event_id": "lw-1", "asset_id": "hlp-601a", "sensor_id": "VT-6115", "code": "VT-HI",
          "severity": "high", "state": "raised", "value": 5.2, "threshold": 4.5, "time": Timestamp::now().to_rfc3339(),
          "message": "HLP-601A DE bearing vibration high"},
     ]}));
@@ -135,7 +135,7 @@ async fn a_second_site_imports_from_its_own_files() {
     let agent = Agent::new(t.store.clone(), Vec::new(), AgentLimits::default());
     let report = agent.triage(alarm).await.unwrap();
     let note = serde_json::to_string(&report.note.expect("the rules model's note")).unwrap();
-    assert!(note.contains("HLP-601A") && note.contains("VT-6114") && note.contains("5.2"), "{note}");
+    assert!(note.contains("HLP-601A") && note.contains("VT-6115") && note.contains("5.2"), "{note}");
     for demo in ["PUMP-", "STN-", "Riverside", "MTR-"] {
         assert!(!note.contains(demo), "the note speaks of the demo plant ({demo}): {note}");
     }
@@ -293,4 +293,54 @@ fn a_full_import_retires_what_it_leaves_out() {
     let back = t.import(&lakeside(), Mode::Full).unwrap();
     assert!(back.changes.contains(&Change::Returned { what: "asset", id: "ATS-901".into() }), "{back}");
     assert!(back.changes.contains(&Change::Retired { what: "sensor", id: "AIT-7001".into() }), "{back}");
+}
+
+/// A site that publishes values only: the limits it gave us are watched. A tag with
+/// `alarm_source = limits` raises and clears alarms from its readings through the
+/// whole lifecycle (occurrence, triage note), a redelivered reading raises nothing
+/// twice, a late one raises nothing, and after a restart the point resumes its state.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_telemetry_only_feed_raises_and_clears_alarms_from_the_limits() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("twin.db");
+    let t = Twin { _dir: TempDir::new().unwrap(), store: Store::open(&path).unwrap() };
+    t.import(&lakeside(), Mode::Full).unwrap();
+    let base = Timestamp::now().plus_secs(-600);
+    let reading = |t: &Twin, min: i64, value: f64| {
+        t.send(json!({"type": "reading", "sensor_id": "AIT-5102", "time": base.plus_secs(60 * min).to_rfc3339(), "value": value}))
+    };
+    let codes = |t: &Twin| -> Vec<(String, String, bool)> {
+        let db = t.store.read().unwrap();
+        let mut stmt = db.prepare("SELECT code, severity, cleared_at IS NULL FROM alarms ORDER BY id").unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
+    };
+    assert!(reading(&t, 0, 1.0).alarms.is_empty(), "1.0 mg/L is within the limits");
+    assert_eq!(reading(&t, 1, 0.45).alarms.len(), 1, "below l 0.5: raised");
+    assert_eq!(codes(&t), [("CHLORINE-RESIDUAL-LO".to_string(), "medium".to_string(), true)]);
+    let again = reading(&t, 1, 0.45);
+    assert_eq!((again.readings, again.alarms.len()), (0, 0), "a redelivered reading changes nothing");
+
+    // A restart: a new store on the same file resumes the point as it was.
+    drop(t);
+    let t = Twin { _dir: dir, store: Store::open(&path).unwrap() };
+    assert!(reading(&t, 2, 0.48).alarms.is_empty(), "still low: the same occurrence, no new one");
+    assert_eq!(reading(&t, 3, 0.15).alarms.len(), 1, "below ll 0.2");
+    assert!(reading(&t, 2, 5.0).alarms.is_empty(), "a late reading raises nothing");
+    assert_eq!(reading(&t, 4, 0.6).alarms.len(), 2, "back past both deadbands: both clear");
+    assert_eq!(
+        codes(&t),
+        [
+            ("CHLORINE-RESIDUAL-LO".to_string(), "medium".to_string(), false),
+            ("CHLORINE-RESIDUAL-LOLO".to_string(), "critical".to_string(), false),
+        ],
+        "LOLO on a criticality-A asset is critical"
+    );
+    let jobs = t.count("SELECT count(*) FROM triage_jobs");
+    assert!(jobs >= 1, "each occurrence is queued for triage like a SCADA alarm");
+
+    let lolo = t.count("SELECT id FROM alarms WHERE code = 'CHLORINE-RESIDUAL-LOLO'");
+    let report = Agent::new(t.store.clone(), Vec::new(), AgentLimits::default()).triage(lolo).await.unwrap();
+    let note = serde_json::to_string(&report.note.unwrap()).unwrap();
+    assert!(note.contains("TK-510") && note.contains("AIT-5102") && note.contains("mg/L"), "{note}");
+    assert!(!note.contains("PUMP-"), "{note}");
 }

@@ -5,6 +5,8 @@
 //! is journalled in `alarm_events` (append-only) with who and when, in the same
 //! transaction as the change.
 
+pub mod limits;
+
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 

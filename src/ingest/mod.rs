@@ -7,14 +7,16 @@ pub mod payload;
 pub mod replay;
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub use payload::{AlarmEvent, DEAD_LETTER_BYTES, Event, Parsed, ParsedEvent, Reading, Rejected, Transition, parse};
 
+use crate::alarms::limits::{self, LimitSensor};
 use crate::alarms::{self, Applied, QueuePolicy};
-use crate::domain::{SensorId, Timestamp};
+use crate::domain::{AssetId, Criticality, SensorId, Severity, Timestamp};
 use crate::store::{self, Limits, Rollups, StoreError, Writer};
 
 /// What ingest accepts, and how it queues triage.
@@ -191,10 +193,47 @@ impl Message {
     }
 }
 
+/// A sensor as ingest needs it, looked up once per batch.
+struct SensorRef {
+    key: i64,
+    limits: Limits,
+    retired: bool,
+    /// Set when the sensor's alarms come from its readings.
+    alarms_from_readings: Option<LimitSensor>,
+}
+
+impl SensorRef {
+    fn from_row(r: &rusqlite::Row) -> rusqlite::Result<SensorRef> {
+        let limits = [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?];
+        let from_limits: bool = r.get(6)?;
+        let severity = |i: usize| -> rusqlite::Result<Option<Severity>> {
+            Ok(r.get::<_, Option<String>>(i)?.and_then(|s| Severity::parse(&s).ok()))
+        };
+        let alarms_from_readings =
+            match (from_limits, SensorId::parse(&r.get::<_, String>(7)?), AssetId::parse(&r.get::<_, String>(8)?)) {
+                (true, Ok(id), Ok(asset)) => Some(LimitSensor {
+                    key: r.get(0)?,
+                    id,
+                    asset,
+                    limits,
+                    deadband: r.get(9)?,
+                    on_delay_s: r.get(10)?,
+                    prefix: limits::prefix_of(r.get(11)?, &r.get::<_, String>(12)?),
+                    priorities: [severity(13)?, severity(14)?, severity(15)?, severity(16)?],
+                    criticality: Criticality::parse(&r.get::<_, String>(17)?).unwrap_or(Criticality::B),
+                    unit: r.get(18)?,
+                    description: r.get(19)?,
+                }),
+                _ => None,
+            };
+        Ok(SensorRef { key: r.get(0)?, limits, retired: r.get(5)?, alarms_from_readings })
+    }
+}
+
 /// State shared by the messages of one transaction: sensor lookups and rollup sums.
 struct Batch {
-    /// Key, limits, and whether the sensor is retired; None when unknown.
-    sensors: HashMap<SensorId, Option<(i64, Limits, bool)>>,
+    /// Sensors looked up in this batch; None when unknown.
+    sensors: HashMap<SensorId, Option<Rc<SensorRef>>>,
     rollups: Rollups,
     received: Timestamp,
     policy: IngestPolicy,
@@ -205,20 +244,44 @@ impl Batch {
         Batch { sensors: HashMap::new(), rollups: Rollups::default(), received, policy }
     }
 
-    fn sensor(&mut self, conn: &Connection, id: &SensorId) -> rusqlite::Result<Option<(i64, Limits, bool)>> {
+    fn sensor(&mut self, conn: &Connection, id: &SensorId) -> rusqlite::Result<Option<Rc<SensorRef>>> {
         if let Some(found) = self.sensors.get(id) {
-            return Ok(*found);
+            return Ok(found.clone());
         }
         let found = conn
             .prepare_cached(
-                "SELECT key, limit_ll, limit_l, limit_h, limit_hh, retired_at IS NOT NULL FROM sensors WHERE id = ?1 COLLATE NOCASE",
+                "SELECT s.key, s.limit_ll, s.limit_l, s.limit_h, s.limit_hh, s.retired_at IS NOT NULL,
+                        s.alarm_source = 'limits', s.id, s.asset_id, s.deadband, s.on_delay_s, s.alarm_prefix, s.kind,
+                        s.priority_ll, s.priority_l, s.priority_h, s.priority_hh, a.criticality, s.unit, s.description
+                 FROM sensors s JOIN assets a ON a.id = s.asset_id WHERE s.id = ?1 COLLATE NOCASE",
             )?
-            .query_row([id], |row| {
-                Ok((row.get(0)?, [row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?], row.get(5)?))
-            })
-            .optional()?;
-        self.sensors.insert(id.clone(), found);
+            .query_row([id], SensorRef::from_row)
+            .optional()?
+            .map(Rc::new);
+        self.sensors.insert(id.clone(), found.clone());
         Ok(found)
+    }
+
+    /// The alarms a reading raises or clears on a sensor whose alarms come from its
+    /// limits, through the same lifecycle as SCADA's alarm events.
+    fn alarms_from_reading(
+        &self,
+        conn: &Connection,
+        points: &LimitSensor,
+        r: &Reading,
+        effect: &mut MessageEffect,
+    ) -> Result<(), StoreError> {
+        for event in limits::evaluate(conn, points, r.time, r.value)? {
+            match alarms::apply(conn, &event, self.received, self.policy.queue)? {
+                Ok(applied) => effect.alarms.push(applied),
+                // The point's state says raised or cleared; a refusal here is the twin
+                // changed under it (a sensor moved), worth a line, not a dead letter.
+                Err(refusal) => {
+                    tracing::warn!(stage = "ingest", event = %event.event_id, %refusal, "an alarm from the limits did not apply")
+                }
+            }
+        }
+        Ok(())
     }
 
     fn apply(&mut self, conn: &Connection, m: &Message) -> Result<MessageEffect, StoreError> {
@@ -286,7 +349,7 @@ impl Batch {
                 }
             },
             Event::Reading(r) => match self.sensor(conn, &r.sensor_id)? {
-                Some((_, _, true)) => Rejected {
+                Some(s) if s.retired => Rejected {
                     reason: "retired",
                     detail: format!(
                         "sensor {} is retired (left out of a full plant import); import it again to take its readings",
@@ -294,10 +357,14 @@ impl Batch {
                     ),
                     event: String::new(),
                 },
-                Some((key, limits, false)) => {
-                    let new = self.rollups.insert(conn, key, &limits, r.time.unix(), r.value)?;
+                Some(s) => {
+                    let new = self.rollups.insert(conn, s.key, &s.limits, r.time.unix(), r.value)?;
                     effect.readings += usize::from(new);
                     effect.duplicate_readings += usize::from(!new);
+                    // A stored duplicate was evaluated when it first came.
+                    if let (true, Some(points)) = (new, &s.alarms_from_readings) {
+                        self.alarms_from_reading(conn, points, r, effect)?;
+                    }
                     return Ok(());
                 }
                 None => Rejected {

@@ -2,7 +2,6 @@
 //! readings with two developing faults, the alarm history those readings imply, and
 //! the maintenance history; then `seed/docs/` indexed.
 
-mod limits;
 mod rng;
 mod signals;
 mod spec;
@@ -13,8 +12,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail, ensure};
 use rusqlite::{Connection, params};
 
-pub use limits::{Level, Point, Transition, scan, set_points};
-pub use limits::{code as alarm_code, severity as alarm_severity};
+use crate::alarms::limits;
+pub use crate::alarms::limits::{Level, Point, Transition, scan, set_points};
+pub use crate::alarms::limits::{code as alarm_code, severity as alarm_severity};
 pub use rng::Rng;
 pub use signals::Signal;
 pub use spec::{Fault, Limits, PlantSpec};
@@ -200,7 +200,7 @@ fn insert_copy(
         report.readings += insert_readings(conn, key, &limits, &rows)?;
 
         let Some(prefix) = s.alarm_prefix() else { continue };
-        for (level, set_point) in set_points(&t.limits) {
+        for (level, set_point) in set_points(&t.limits.as_array()) {
             let transitions = scan(&values, level, set_point, t.deadband, ON_DELAY_SAMPLES);
             let (alarms, active) = insert_alarm_history(conn, &s, prefix, &transitions, start, end, &mut rng)?;
             report.alarms += alarms;

@@ -42,6 +42,13 @@ pub struct Limits {
     pub hh: Option<f64>,
 }
 
+impl Limits {
+    /// In the order ll, l, h, hh.
+    pub fn as_array(&self) -> [Option<f64>; 4] {
+        [self.ll, self.l, self.h, self.hh]
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SensorTemplate {

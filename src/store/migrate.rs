@@ -140,6 +140,17 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE sensors_v8 RENAME TO sensors;
      CREATE INDEX sensors_asset ON sensors(asset_id);
      CREATE UNIQUE INDEX sensors_id_nocase ON sensors(id COLLATE NOCASE);",
+    // 9: alarms from telemetry. Each limit of a sensor whose alarms come from its
+    // readings (alarm_source 'limits') keeps its state here, written with the reading
+    // that moved it, so a restart resumes the point where it was.
+    "CREATE TABLE limit_points (
+         sensor_key   INTEGER NOT NULL REFERENCES sensors(key),
+         level        TEXT NOT NULL CHECK (level IN ('ll', 'l', 'h', 'hh')),
+         beyond_since INTEGER,                 -- first reading past the set point, while not yet raised
+         active       INTEGER NOT NULL DEFAULT 0,
+         last_ts      INTEGER NOT NULL,        -- the latest reading evaluated; older ones are not
+         PRIMARY KEY (sensor_key, level)
+     ) STRICT, WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes.
