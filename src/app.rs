@@ -50,6 +50,13 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// Whether the twin holds a plant (an asset in service).
+    pub fn has_plant(&self) -> anyhow::Result<bool> {
+        let any: i64 =
+            self.store.read()?.query_row("SELECT count(*) FROM assets WHERE retired_at IS NULL", [], |r| r.get(0))?;
+        Ok(any > 0)
+    }
+
     /// Starts the broker (if embedded), ingest, triage workers and the note publisher.
     pub async fn start(opts: ServeOptions) -> anyhow::Result<Daemon> {
         let store = Store::open(&opts.db).with_context(|| format!("opening {}", opts.db.display()))?;
@@ -220,6 +227,13 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     );
     if let Some(addr) = daemon.web_addr {
         eprintln!("HMI: http://{addr}/");
+    }
+    if !daemon.has_plant()? {
+        let hint = "the twin has no plant yet: events are kept as dead letters until it is loaded. Load it with \
+                    `twinops plant import site.toml assets.csv tags.csv`, then bring them in with \
+                    `twinops dead-letters replay --reason unknown_sensor` (and unknown_asset); or try `twinops serve --demo`";
+        tracing::warn!(stage = "app", "{hint}");
+        eprintln!("{hint}");
     }
     if let Some((name, password)) = &daemon.demo_login {
         eprintln!("demo supervisor login (shown once): {name} / {password}");

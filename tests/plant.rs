@@ -344,3 +344,39 @@ async fn a_telemetry_only_feed_raises_and_clears_alarms_from_the_limits() {
     assert!(note.contains("TK-510") && note.contains("AIT-5102") && note.contains("mg/L"), "{note}");
     assert!(!note.contains("PUMP-"), "{note}");
 }
+
+/// Events that reach an empty twin are kept, with what to do; once the plant is
+/// imported, replaying them brings them in.
+#[test]
+fn events_before_the_import_are_replayed_after_it() {
+    let t = Twin::empty();
+    let now = Timestamp::now();
+    let effect = t.send(json!({"events": [
+        {"type": "reading", "sensor_id": "FIT-5023", "time": now.to_rfc3339(), "value": 1180.0},
+        {"type": "alarm", "event_id": "early-1", "asset_id": "UV-502", "sensor_id": "AIT-5021", "code": "UV-LO",
+         "severity": "high", "state": "raised", "value": 55.0, "threshold": 60.0, "time": now.to_rfc3339()},
+    ]}));
+    assert_eq!(effect.dead_letters, 2);
+    let detail: String = t
+        .store
+        .read()
+        .unwrap()
+        .query_row("SELECT detail FROM dead_letters ORDER BY id LIMIT 1", [], |r| r.get(0))
+        .unwrap();
+    assert!(detail.contains("the twin has no plant yet: load it with `twinops plant import`"), "{detail}");
+
+    t.import(&lakeside(), Mode::Full).unwrap();
+    let db = t.store.read().unwrap();
+    let pending = twinops::ingest::replay::list(&db, None, false, 10).unwrap();
+    drop(db);
+    assert_eq!(pending.len(), 2);
+    for d in pending {
+        let r = twinops::ingest::replay::replay(t.store.writer(), d.id, "engineer.li", Default::default()).unwrap();
+        assert!(matches!(r, twinops::ingest::replay::Replay::Applied(_)), "{r:?}");
+    }
+    assert_eq!(t.count("SELECT count(*) FROM alarms WHERE event_id = 'early-1' AND asset_id = 'UV-502'"), 1);
+    assert_eq!(
+        t.count("SELECT count(*) FROM readings r JOIN sensors s ON s.key = r.sensor_key WHERE s.id = 'FIT-5023'"),
+        1
+    );
+}

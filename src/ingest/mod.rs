@@ -341,7 +341,10 @@ impl Batch {
             _ if let Some(refusal) = self.time_refusal(event.time()) => refusal,
             Event::Alarm(a) => match alarms::apply(conn, a, self.received, self.policy.queue)? {
                 Err(refusal) => {
-                    Rejected { reason: refusal.reason(), detail: refusal.to_string(), event: String::new() }
+                    let unknown =
+                        matches!(refusal, alarms::Refusal::UnknownAsset(_) | alarms::Refusal::UnknownSensor(_));
+                    let detail = format!("{refusal}{}", if unknown { empty_twin_hint(conn)? } else { "" });
+                    Rejected { reason: refusal.reason(), detail, event: String::new() }
                 }
                 Ok(applied) => {
                     effect.alarms.push(applied);
@@ -369,7 +372,7 @@ impl Batch {
                 }
                 None => Rejected {
                     reason: "unknown_sensor",
-                    detail: format!("no sensor {}", r.sensor_id),
+                    detail: format!("no sensor {}{}", r.sensor_id, empty_twin_hint(conn)?),
                     event: String::new(),
                 },
             },
@@ -378,6 +381,18 @@ impl Batch {
         effect.dead_letters += 1;
         Ok(())
     }
+}
+
+/// What a refusal for an unknown id adds when the twin has no plant at all: the move
+/// that brings the events in.
+fn empty_twin_hint(conn: &Connection) -> rusqlite::Result<&'static str> {
+    let any: Option<i64> =
+        conn.prepare_cached("SELECT 1 FROM assets LIMIT 1")?.query_row([], |r| r.get(0)).optional()?;
+    Ok(if any.is_some() {
+        ""
+    } else {
+        "; the twin has no plant yet: load it with `twinops plant import`, then `twinops dead-letters replay --reason unknown_sensor` (and unknown_asset) brings these events in"
+    })
 }
 
 /// Stores a refusal with its payload (the first [`DEAD_LETTER_BYTES`] of a larger one).
