@@ -116,6 +116,9 @@ enum Command {
     /// The plant: import a site's own files into the twin, or export it to them.
     #[command(subcommand)]
     Plant(PlantCommand),
+    /// Readings: backfill from a historian's export.
+    #[command(subcommand)]
+    Readings(ReadingsCommand),
     /// Documentation: index a folder of Markdown, or search it.
     #[command(subcommand)]
     Docs(DocsCommand),
@@ -339,6 +342,16 @@ enum PlantCommand {
 }
 
 #[derive(Subcommand)]
+enum ReadingsCommand {
+    /// Import a historian's CSV export: long (time, tag, value[, quality]) or wide
+    /// (time, then a column per tag); RFC 3339 or epoch seconds or milliseconds. Rows
+    /// already stored are counted, not written again; bad quality, unknown tags and
+    /// unreadable values are skipped and counted. Never raises live alarms.
+    #[command(after_help = "Examples:\n  twinops readings import historian-2026-11.csv")]
+    Import { file: PathBuf },
+}
+
+#[derive(Subcommand)]
 enum DeadLettersCommand {
     /// List dead letters not yet replayed, oldest first.
     #[command(
@@ -449,6 +462,9 @@ enum BenchCommand {
     /// The agent harness's own overhead per step against an instant scripted model.
     #[command(after_help = "Example:\n  twinops bench agent --runs 300")]
     Agent(bench::AgentBenchArgs),
+    /// `readings import` of a historian export beside the raw insert rate of the same rows.
+    #[command(after_help = "Examples:\n  twinops bench readings\n  twinops bench readings --rows 1000000")]
+    Readings(bench::ReadingsBenchArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -610,6 +626,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,
         Command::Bench(BenchCommand::Agent(args)) => bench::agent(&args)?,
         Command::Bench(BenchCommand::Ingest(args)) => bench::ingest(&args)?,
+        Command::Bench(BenchCommand::Readings(args)) => bench::readings(&args)?,
         Command::Ask { question, user, now } => {
             let agent = cli.global.agent(now.as_deref())?;
             let report = runtime()?.block_on(async {
@@ -822,6 +839,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if dry_run {
                 println!("(dry run: nothing was written)");
             }
+        }
+        Command::Readings(ReadingsCommand::Import { file }) => {
+            let store = cli.global.open()?;
+            let summary = crate::ingest::history::import(store.writer(), &*store.read()?, &file)?;
+            print!("{summary}");
         }
         Command::Plant(PlantCommand::Export { dir }) => {
             let store = cli.global.open()?;

@@ -380,3 +380,48 @@ fn events_before_the_import_are_replayed_after_it() {
         1
     );
 }
+
+/// A historian's export fills the twin's history: long and wide files, RFC 3339 and
+/// epoch milliseconds; bad quality, unknown tags and unreadable cells are skipped and
+/// counted with their first lines; run again it stores nothing twice; past values
+/// beyond a limit raise no live alarm.
+#[test]
+fn a_historians_export_backfills_readings() {
+    let t = Twin::empty();
+    t.import(&lakeside(), Mode::Full).unwrap();
+    let dir = TempDir::new().unwrap();
+    let long = dir.path().join("historian.csv");
+    std::fs::write(
+        &long,
+        "\u{feff}Timestamp,TagName,Value,Quality\r\n\
+         2026-11-30T10:00:00Z,AIT-5102,0.95,Good\r\n\
+         2026-11-30T10:01:00Z,ait-5102,0.10,192\r\n\
+         1796032920000,AIT-5102,0.97,Good\r\n\
+         2026-11-30T10:03:00Z,AIT-5102,0.99,Bad\r\n\
+         2026-11-30T10:04:00Z,AIT-9999,1.0,Good\r\n\
+         yesterday,AIT-5102,1.0,Good\r\n\
+         2026-11-30T10:05:00Z,AIT-5102,n/a,Good\r\n",
+    )
+    .unwrap();
+    let db = t.store.read().unwrap();
+    let first = twinops::ingest::history::import(t.store.writer(), &db, &long).unwrap();
+    assert_eq!((first.rows, first.stored, first.already_present), (7, 3, 0));
+    let refused: Vec<(&str, u64, Vec<u64>)> = first.refused.clone();
+    assert_eq!(
+        refused,
+        [("bad_quality", 1, vec![5]), ("bad_time", 1, vec![7]), ("bad_value", 1, vec![8]), ("unknown_tag", 1, vec![6])]
+    );
+    let again = twinops::ingest::history::import(t.store.writer(), &db, &long).unwrap();
+    assert_eq!((again.stored, again.already_present), (0, 3), "run again, nothing stored twice");
+    assert_eq!(t.count("SELECT count(*) FROM alarms"), 0, "0.10 mg/L in the past raises no live alarm");
+    let hourly =
+        t.count("SELECT n FROM readings_hourly h JOIN sensors s ON s.key = h.sensor_key WHERE s.id = 'AIT-5102'");
+    assert_eq!(hourly, 3, "rollups written with the readings");
+
+    let wide = dir.path().join("wide.csv");
+    std::fs::write(&wide, "time,AIT-5102,FIT-5023,NOPE-1\n1796036400,1.1,1000,5\n1796036460,,1010,\n").unwrap();
+    let w = twinops::ingest::history::import(t.store.writer(), &db, &wide).unwrap();
+    assert_eq!((w.rows, w.stored), (4, 3), "{w}");
+    assert_eq!(w.refused, [("unknown_tag", 1, vec![2])]);
+    assert!(w.to_string().contains("refused, unknown_tag: 1 (first at line 2)"), "{w}");
+}

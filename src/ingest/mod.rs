@@ -2,6 +2,7 @@
 //! message's effects, or its dead letters, in one write transaction, so the MQTT
 //! transport can acknowledge the message once `apply` returns.
 
+pub mod history;
 pub mod mqtt;
 pub mod payload;
 pub mod replay;

@@ -99,6 +99,8 @@ fn columns(headers: &[String]) -> (bool, Vec<Option<&'static str>>) {
 }
 
 pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Problem>> {
+    // The csv crate counts a CRLF file's lines one short: give it LF.
+    let text = &text.replace("\r\n", "\n");
     let sep = separator(text);
     let mut reader = ::csv::ReaderBuilder::new().delimiter(sep).flexible(true).from_reader(text.as_bytes());
     let at = |line: u64| Origin { file: file.to_string(), line };

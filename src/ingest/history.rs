@@ -1,0 +1,297 @@
+//! `twinops readings import`: a historian's export as backfill.
+//!
+//! Long format (time, tag, value[, quality]) or wide (time, then one column per tag),
+//! told apart by the header. Times are RFC 3339, or epoch seconds or milliseconds
+//! (told apart by size). The file streams: a parser thread reads and parses batches
+//! while the writer commits the one before, so memory stays flat whatever the size.
+//! Readings and their rollups go in through `store::Rollups`, the one writer of both;
+//! a row already stored is counted, not written again, so an interrupted import run
+//! again changes nothing it had stored. Historical readings never raise live alarms:
+//! limit alarms are evaluated by live ingest only.
+
+use std::collections::HashMap;
+use std::io::{BufReader, IsTerminal, Read};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use crate::store::{Limits, Rollups, Writer};
+
+/// Rows per transaction.
+const BATCH: usize = 50_000;
+/// Line numbers kept per refusal reason, for the summary.
+const FIRST_LINES: usize = 5;
+
+/// What an import did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub rows: u64,
+    pub stored: u64,
+    pub already_present: u64,
+    /// Refused rows by reason, with the first line numbers of each.
+    pub refused: Vec<(&'static str, u64, Vec<u64>)>,
+    pub seconds: f64,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{} rows read in {:.1} s: {} stored, {} already present",
+            self.rows, self.seconds, self.stored, self.already_present
+        )?;
+        for (reason, n, lines) in &self.refused {
+            let lines: Vec<String> = lines.iter().map(u64::to_string).collect();
+            writeln!(f, "refused, {reason}: {n} (first at line {})", lines.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// One parsed row: sensor key, unix seconds, value; or why it is refused.
+enum Row {
+    Reading(i64, i64, f64),
+    Refused(&'static str, u64),
+}
+
+/// Imports `path` through `writer`; `db` gives the twin's sensors.
+pub fn import(writer: &Writer, db: &rusqlite::Connection, path: &Path) -> anyhow::Result<Summary> {
+    let sensors = sensors(db)?;
+    let limits_of = std::sync::Arc::new(sensors_limits(db)?);
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let started = Instant::now();
+    let (tx, rx) = mpsc::sync_channel::<Vec<Row>>(2);
+    let name = path.display().to_string();
+    let crlf = crlf(path)?;
+    let parser = std::thread::spawn(move || parse(BufReader::with_capacity(1 << 20, file), crlf, &name, &sensors, tx));
+    let mut summary = Summary::default();
+    let mut refused: HashMap<&'static str, (u64, Vec<u64>)> = HashMap::new();
+    let progress = Progress::new(size);
+    for batch in rx {
+        let mut readings: Vec<(i64, i64, f64)> = Vec::with_capacity(batch.len());
+        for row in batch {
+            summary.rows += 1;
+            match row {
+                Row::Reading(key, ts, v) => readings.push((key, ts, v)),
+                Row::Refused(reason, line) => {
+                    let (n, lines) = refused.entry(reason).or_default();
+                    *n += 1;
+                    if lines.len() < FIRST_LINES {
+                        lines.push(line);
+                    }
+                }
+            }
+        }
+        let limits_of = std::sync::Arc::clone(&limits_of);
+        let new = writer.call(move |conn| {
+            let mut rollups = Rollups::default();
+            let mut new = 0u64;
+            for (key, ts, v) in readings.iter().copied() {
+                let limits = limits_of.get(&key).copied().unwrap_or_default();
+                new += u64::from(rollups.insert(conn, key, &limits, ts, v)?);
+            }
+            rollups.flush(conn)?;
+            Ok::<_, crate::store::StoreError>((new, readings.len() as u64))
+        })?;
+        summary.stored += new.0;
+        summary.already_present += new.1 - new.0;
+        progress.show(summary.rows, started);
+    }
+    parser.join().map_err(|_| anyhow::anyhow!("the parser thread failed"))??;
+    progress.done();
+    let mut refused: Vec<(&'static str, u64, Vec<u64>)> = refused.into_iter().map(|(r, (n, l))| (r, n, l)).collect();
+    refused.sort_by(|a, b| a.0.cmp(b.0));
+    summary.refused = refused;
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Whether the file's lines end in CRLF (its first line says).
+fn crlf(path: &Path) -> std::io::Result<bool> {
+    let mut head = Vec::with_capacity(64 * 1024);
+    std::fs::File::open(path)?.take(64 * 1024).read_to_end(&mut head)?;
+    Ok(head.iter().position(|&b| b == b'\n').is_some_and(|i| i > 0 && head[i - 1] == b'\r'))
+}
+
+/// The twin's sensors by lower-case id: key. Retired ones too: their history is theirs.
+fn sensors(db: &rusqlite::Connection) -> rusqlite::Result<HashMap<String, i64>> {
+    let mut stmt = db.prepare("SELECT lower(id), key FROM sensors")?;
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+}
+
+fn sensors_limits(db: &rusqlite::Connection) -> rusqlite::Result<HashMap<i64, Limits>> {
+    let mut stmt = db.prepare("SELECT key, limit_ll, limit_l, limit_h, limit_hh FROM sensors")?;
+    stmt.query_map([], |r| Ok((r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?])))?.collect()
+}
+
+/// Which column holds what, from the header.
+enum Shape {
+    /// time, tag, value, quality columns.
+    Long { time: usize, tag: usize, value: usize, quality: Option<usize> },
+    /// time column, then (column, sensor key or None when the tag is unknown).
+    Wide { time: usize, tags: Vec<(usize, Option<i64>)> },
+}
+
+fn fold(h: &str) -> String {
+    h.trim().to_lowercase().replace(['_', '-', '.'], " ")
+}
+
+fn shape(headers: &csv::StringRecord, sensors: &HashMap<String, i64>) -> anyhow::Result<Shape> {
+    let find = |names: &[&str]| headers.iter().position(|h| names.contains(&fold(h).as_str()));
+    let time = find(&["time", "timestamp", "ts", "datetime", "date time", "t stamp", "time stamp"])
+        .context("no time column: name it time, timestamp or datetime (the first row is the header)")?;
+    let tag = find(&["tag", "tagname", "tag name", "name", "point", "sensor", "sensor id"]);
+    let value = find(&["value", "val", "v"]);
+    if let (Some(tag), Some(value)) = (tag, value) {
+        return Ok(Shape::Long { time, tag, value, quality: find(&["quality", "q", "status", "opc quality"]) });
+    }
+    let tags = (0..headers.len())
+        .filter(|&i| i != time)
+        .map(|i| (i, sensors.get(&headers[i].trim().to_lowercase()).copied()))
+        .collect();
+    Ok(Shape::Wide { time, tags })
+}
+
+fn parse(
+    input: impl Read,
+    crlf: bool,
+    name: &str,
+    sensors: &HashMap<String, i64>,
+    tx: mpsc::SyncSender<Vec<Row>>,
+) -> anyhow::Result<()> {
+    let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(input);
+    let headers = reader.headers().with_context(|| format!("{name}: reading the header"))?.clone();
+    let headers = csv::StringRecord::from(headers.iter().map(|h| h.trim_start_matches('\u{feff}')).collect::<Vec<_>>());
+    let shape = shape(&headers, sensors).with_context(|| format!("{name}:1"))?;
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut record = csv::StringRecord::new();
+    while reader.read_record(&mut record).with_context(|| format!("{name}: unreadable row"))? {
+        // The csv crate counts a CRLF file's lines one short.
+        let line = record.position().map_or(0, |p| p.line()) + u64::from(crlf);
+        match &shape {
+            Shape::Long { time, tag, value, quality } => {
+                batch.push(long_row(&record, line, sensors, *time, *tag, *value, *quality))
+            }
+            Shape::Wide { time, tags } => match record.get(*time).and_then(parse_time) {
+                None => batch.push(Row::Refused("bad_time", line)),
+                Some(ts) => {
+                    for &(col, key) in tags {
+                        let cell = record.get(col).unwrap_or_default().trim();
+                        if cell.is_empty() {
+                            continue;
+                        }
+                        batch.push(match (key, cell.parse::<f64>()) {
+                            (None, _) => Row::Refused("unknown_tag", line),
+                            (Some(key), Ok(v)) if v.is_finite() => Row::Reading(key, ts, v),
+                            (Some(_), _) => Row::Refused("bad_value", line),
+                        });
+                    }
+                }
+            },
+        }
+        if batch.len() >= BATCH && tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_err() {
+            return Ok(());
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.send(batch);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn long_row(
+    record: &csv::StringRecord,
+    line: u64,
+    sensors: &HashMap<String, i64>,
+    time: usize,
+    tag: usize,
+    value: usize,
+    quality: Option<usize>,
+) -> Row {
+    if let Some(q) = quality.and_then(|q| record.get(q))
+        && !good_quality(q)
+    {
+        return Row::Refused("bad_quality", line);
+    }
+    let Some(key) = record.get(tag).and_then(|t| sensors.get(&t.trim().to_lowercase())) else {
+        return Row::Refused("unknown_tag", line);
+    };
+    let Some(ts) = record.get(time).and_then(parse_time) else { return Row::Refused("bad_time", line) };
+    match record.get(value).map(|v| v.trim().parse::<f64>()) {
+        Some(Ok(v)) if v.is_finite() => Row::Reading(*key, ts, v),
+        _ => Row::Refused("bad_value", line),
+    }
+}
+
+/// Good quality as historians write it: empty, `good`, `G`, `ok`, or OPC's 192 (0xC0).
+fn good_quality(q: &str) -> bool {
+    matches!(q.trim().to_ascii_lowercase().as_str(), "" | "good" | "g" | "ok" | "192" | "0xc0")
+}
+
+/// RFC 3339, or epoch seconds (fractions allowed) or milliseconds (13 digits and more).
+/// Unix seconds, as readings are keyed today.
+pub fn parse_time(text: &str) -> Option<i64> {
+    let t = text.trim();
+    if let Ok(n) = t.parse::<i64>() {
+        return Some(if n.abs() >= 100_000_000_000 { n.div_euclid(1000) } else { n });
+    }
+    if let Ok(f) = t.parse::<f64>() {
+        return f.is_finite().then_some(f.floor() as i64);
+    }
+    crate::domain::parse_time(t).ok().map(|ts| ts.unix())
+}
+
+/// A progress line on a terminal, rewritten in place; plain lines now and then
+/// otherwise (a log keeps them).
+struct Progress {
+    tty: bool,
+    size: u64,
+    last: std::cell::Cell<Option<Instant>>,
+}
+
+impl Progress {
+    fn new(size: u64) -> Progress {
+        Progress { tty: std::io::stderr().is_terminal(), size, last: std::cell::Cell::new(None) }
+    }
+
+    fn show(&self, rows: u64, started: Instant) {
+        let every = if self.tty { 0.25 } else { 10.0 };
+        if self.last.get().is_some_and(|t| t.elapsed().as_secs_f64() < every) {
+            return;
+        }
+        self.last.set(Some(Instant::now()));
+        let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-3);
+        let size = if self.size > 0 { format!(" of a {:.0} MB file", self.size as f64 / 1e6) } else { String::new() };
+        if self.tty {
+            eprint!("\r{rows} rows{size}, {rate:.0} rows/s   ");
+        } else {
+            eprintln!("{rows} rows{size}, {rate:.0} rows/s");
+        }
+    }
+
+    fn done(&self) {
+        if self.tty && self.last.get().is_some() {
+            eprintln!();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_in_the_forms_historians_write() {
+        assert_eq!(parse_time("2026-11-30T12:00:00Z"), Some(1_796_040_000));
+        assert_eq!(parse_time("2026-11-30T13:00:00+01:00"), Some(1_796_040_000));
+        assert_eq!(parse_time("1796040000"), Some(1_796_040_000));
+        assert_eq!(parse_time("1796040000123"), Some(1_796_040_000), "milliseconds");
+        assert_eq!(parse_time("1796040000.5"), Some(1_796_040_000));
+        assert_eq!(parse_time("yesterday"), None);
+        assert!(good_quality("Good") && good_quality("192") && !good_quality("Bad") && !good_quality("0"));
+    }
+}
