@@ -618,7 +618,9 @@ pub fn readings(args: &ReadingsBenchArgs) -> anyhow::Result<()> {
     let keys: Vec<i64> = tags.iter().map(|(_, k)| *k).collect();
     let mut rng = Rng::from_label("bench-readings");
     let rows: Vec<(i64, i64, f64)> = (0..args.rows)
-        .map(|i| (keys[(i % keys.len() as u64) as usize], start + (i / keys.len() as u64) as i64, 50.0 + 10.0 * rng.gauss()))
+        .map(|i| {
+            (keys[(i % keys.len() as u64) as usize], start + (i / keys.len() as u64) as i64, 50.0 + 10.0 * rng.gauss())
+        })
         .collect();
     let started = Instant::now();
     for chunk in rows.chunks(50_000) {
@@ -651,6 +653,8 @@ pub fn readings(args: &ReadingsBenchArgs) -> anyhow::Result<()> {
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }

@@ -319,6 +319,19 @@ async fn the_hmi_in_a_real_browser() {
     // The trend chart.
     b.click("button[data-tab=assets]").await;
     b.until("the asset list", "document.querySelector('#asset-rows tr[data-asset=\"PUMP-007\"]')").await;
+    // The plant as imported: stations as headers, every asset once, a motor under the
+    // pump it drives.
+    let tree = b
+        .js("return [document.querySelectorAll('#asset-rows tr.station').length, \
+             document.querySelectorAll('#asset-rows tr[data-asset]').length, \
+             document.querySelector('#asset-rows tr[data-station=\"STN-S\"]').innerText, \
+             document.querySelector('#asset-rows tr[data-asset=\"MTR-007\"] td').innerText, \
+             document.querySelector('#asset-rows tr[data-asset=\"PUMP-007\"]').nextElementSibling.dataset.asset];")
+        .await;
+    assert_eq!(tree[0], 3, "{tree}");
+    assert_eq!(tree[1], p.count("SELECT count(*) FROM assets WHERE retired_at IS NULL"), "{tree}");
+    assert!(tree[2].as_str().unwrap().starts_with("South Booster Station (STN-S)"), "{tree}");
+    assert_eq!((tree[3].as_str(), tree[4].as_str()), (Some("└ MTR-007"), Some("MTR-007")), "{tree}");
     b.click("#asset-rows tr[data-asset=\"PUMP-007\"]").await;
     b.until("the trend chart", "document.querySelector('#trend-canvas')").await;
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -342,11 +342,26 @@ async function writeHandover() {
 
 // ---------------------------------------------------------------- assets and trends
 
+// The plant as imported: a header row per station, then its assets, each under its
+// parent (a skid's pumps, a pump's motor), any kind; retired assets are not sent.
 async function loadAssets() {
-  const { assets } = await api('/api/assets');
-  $('#asset-rows').replaceChildren(...assets.map((a) =>
-    h('tr', { 'data-asset': a.id, onclick: () => openAsset(a.id) },
-      h('td', {}, a.id), h('td', {}, a.name), h('td', {}, a.station_id), h('td', {}, a.status), h('td', {}, a.active_alarms || ''))));
+  const { stations } = await api('/api/plant');
+  const rows = [];
+  for (const st of stations) {
+    const inAlarm = st.assets.filter((a) => a.active_alarms > 0).length;
+    rows.push(h('tr', { class: 'station', 'data-station': st.id },
+      h('th', { colspan: 5 }, `${st.name} (${st.id}): ${st.assets.length} assets${inAlarm ? `, ${inAlarm} in alarm` : ''}`)));
+    const ids = new Set(st.assets.map((a) => a.id));
+    const children = (parent) => st.assets.filter((a) => (a.parent && ids.has(a.parent) ? a.parent : null) === parent);
+    const add = (a, depth) => {
+      rows.push(h('tr', { 'data-asset': a.id, onclick: () => openAsset(a.id) },
+        h('td', { style: `padding-left: ${0.5 + 1.2 * depth}em` }, depth ? `└ ${a.id}` : a.id), h('td', {}, a.name),
+        h('td', {}, a.kind.replaceAll('_', ' ')), h('td', {}, a.status), h('td', {}, a.active_alarms || '')));
+      if (depth < 4) children(a.id).forEach((c) => add(c, depth + 1));
+    };
+    children(null).forEach((a) => add(a, 0));
+  }
+  $('#asset-rows').replaceChildren(...rows);
   if (state.asset) openAsset(state.asset);
 }
 
@@ -366,7 +381,7 @@ async function openAsset(id) {
     h('div', { id: 'trend' }),
   );
   const worst = d.sensors.find((s) => s.band && s.band !== 'normal') || d.sensors[0];
-  openTrend(state.sensor && state.sensor.startsWith(`${id}.`) ? state.sensor : worst?.id);
+  openTrend(d.sensors.some((s) => s.id === state.sensor) ? state.sensor : worst?.id);
 }
 
 async function openTrend(sensor) {

@@ -96,6 +96,35 @@ pub fn import_files(
     import(writer, model, mode, dry_run, actor, &names.join(", "))
 }
 
+/// The plant as the HMI shows it: the site, its stations, and each station's assets in
+/// service (retired ones left out) with their kind, status, active alarms and parent.
+pub fn tree(db: &rusqlite::Connection) -> rusqlite::Result<serde_json::Value> {
+    use rusqlite::OptionalExtension;
+    use serde_json::json;
+    let site = db
+        .query_row("SELECT json_object('id', id, 'name', name, 'timezone', timezone) FROM sites LIMIT 1", [], |r| {
+            r.get::<_, String>(0)
+        })
+        .optional()?
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
+    let mut stmt = db.prepare_cached(
+        "SELECT st.id, st.name, json_group_array(json_object('id', a.id, 'name', a.name, 'kind', a.kind,
+                'status', a.status, 'criticality', a.criticality, 'parent', coalesce(a.parent_id, a.drives),
+                'active_alarms', (SELECT count(*) FROM alarms al WHERE al.asset_id = a.id AND al.cleared_at IS NULL)))
+                FILTER (WHERE a.id IS NOT NULL)
+         FROM stations st LEFT JOIN (SELECT * FROM assets WHERE retired_at IS NULL ORDER BY id) a ON a.station_id = st.id
+         GROUP BY st.id ORDER BY st.id",
+    )?;
+    let stations = stmt
+        .query_map([], |r| {
+            let assets: String = r.get(2)?;
+            Ok(json!({"id": r.get::<_, String>(0)?, "name": r.get::<_, String>(1)?,
+                      "assets": serde_json::from_str::<serde_json::Value>(&assets).unwrap_or_else(|_| json!([]))}))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(json!({"site": site, "stations": stations}))
+}
+
 /// The name a problem is reported under: the path as given.
 fn display_name(path: &Path) -> String {
     path.display().to_string()

@@ -166,6 +166,13 @@ pub fn endpoints() -> Vec<Endpoint> {
             post(in_service),
         ),
         ep(M::GET, "/api/assets", viewer, "Assets with status and active alarms", get(assets)),
+        ep(
+            M::GET,
+            "/api/plant",
+            viewer,
+            "The plant as imported: site, stations, and each station's assets in service (kind, status, active alarms, parent)",
+            get(plant),
+        ),
         ep(M::GET, "/api/assets/{id}", viewer, "One asset: sensors with latest values against limits", get(asset)),
         ep(M::GET, "/api/sensors/{id}/readings", viewer, "Readings over a window (query: hours, 1-168)", get(readings)),
         ep(M::GET, "/api/docs/{citation}", viewer, "A documentation chunk by citation key", get(doc)),
@@ -635,6 +642,10 @@ fn tool(s: &WebState, user: &User, name: &str, args: Value) -> Result<Value, Api
 
 async fn assets(State(s): State<S>, Extension(user): Extension<User>) -> Result<Json<Value>, ApiError> {
     Ok(Json(tool(&s, &user, "list_assets", json!({"limit": 50}))?))
+}
+
+async fn plant(State(s): State<S>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(crate::plant::tree(&*s.store.read()?)?))
 }
 
 async fn asset(
