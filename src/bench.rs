@@ -602,7 +602,7 @@ pub fn readings(args: &ReadingsBenchArgs) -> anyhow::Result<()> {
     println!("historian export: {} rows over {} tags, {:.0} MB", args.rows, tags.len(), size as f64 / 1e6);
 
     let rss_before = peak_rss_kib();
-    let summary = crate::ingest::history::import(store.writer(), &*store.read()?, &csv)?;
+    let summary = crate::ingest::history::import(store.writer(), &*store.read()?, &csv, None)?;
     let rss_after = peak_rss_kib();
     let import_rate = summary.stored as f64 / summary.seconds;
     drop(store);

@@ -347,8 +347,16 @@ enum ReadingsCommand {
     /// (time, then a column per tag); RFC 3339 or epoch seconds or milliseconds. Rows
     /// already stored are counted, not written again; bad quality, unknown tags and
     /// unreadable values are skipped and counted. Never raises live alarms.
-    #[command(after_help = "Examples:\n  twinops readings import historian-2026-11.csv")]
-    Import { file: PathBuf },
+    #[command(
+        after_help = "Examples:\n  twinops readings import historian-2026-11.csv\n  twinops readings import local-times.csv --timezone America/Chicago"
+    )]
+    Import {
+        file: PathBuf,
+        /// The time zone of times written without an offset (IANA name, e.g.
+        /// Europe/London); default: the site's. DST changes are handled.
+        #[arg(long)]
+        timezone: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -840,9 +848,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("(dry run: nothing was written)");
             }
         }
-        Command::Readings(ReadingsCommand::Import { file }) => {
+        Command::Readings(ReadingsCommand::Import { file, timezone }) => {
             let store = cli.global.open()?;
-            let summary = crate::ingest::history::import(store.writer(), &*store.read()?, &file)?;
+            let summary = crate::ingest::history::import(store.writer(), &*store.read()?, &file, timezone.as_deref())?;
             print!("{summary}");
         }
         Command::Plant(PlantCommand::Export { dir }) => {

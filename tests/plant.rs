@@ -404,14 +404,14 @@ fn a_historians_export_backfills_readings() {
     )
     .unwrap();
     let db = t.store.read().unwrap();
-    let first = twinops::ingest::history::import(t.store.writer(), &db, &long).unwrap();
+    let first = twinops::ingest::history::import(t.store.writer(), &db, &long, None).unwrap();
     assert_eq!((first.rows, first.stored, first.already_present), (7, 3, 0));
     let refused: Vec<(&str, u64, Vec<u64>)> = first.refused.clone();
     assert_eq!(
         refused,
         [("bad_quality", 1, vec![5]), ("bad_time", 1, vec![7]), ("bad_value", 1, vec![8]), ("unknown_tag", 1, vec![6])]
     );
-    let again = twinops::ingest::history::import(t.store.writer(), &db, &long).unwrap();
+    let again = twinops::ingest::history::import(t.store.writer(), &db, &long, None).unwrap();
     assert_eq!((again.stored, again.already_present), (0, 3), "run again, nothing stored twice");
     assert_eq!(t.count("SELECT count(*) FROM alarms"), 0, "0.10 mg/L in the past raises no live alarm");
     let hourly =
@@ -420,7 +420,7 @@ fn a_historians_export_backfills_readings() {
 
     let wide = dir.path().join("wide.csv");
     std::fs::write(&wide, "time,AIT-5102,FIT-5023,NOPE-1\n1796036400,1.1,1000,5\n1796036460,,1010,\n").unwrap();
-    let w = twinops::ingest::history::import(t.store.writer(), &db, &wide).unwrap();
+    let w = twinops::ingest::history::import(t.store.writer(), &db, &wide, None).unwrap();
     assert_eq!((w.rows, w.stored), (4, 3), "{w}");
     assert_eq!(w.refused, [("unknown_tag", 1, vec![2])]);
     assert!(w.to_string().contains("refused, unknown_tag: 1 (first at line 2)"), "{w}");

@@ -56,8 +56,14 @@ enum Row {
     Refused(&'static str, u64),
 }
 
-/// Imports `path` through `writer`; `db` gives the twin's sensors.
-pub fn import(writer: &Writer, db: &rusqlite::Connection, path: &Path) -> anyhow::Result<Summary> {
+/// Imports `path` through `writer`; `db` gives the twin's sensors and site. Local
+/// times are read in `timezone` (an IANA name), else in the site's.
+pub fn import(
+    writer: &Writer,
+    db: &rusqlite::Connection,
+    path: &Path,
+    timezone_name: Option<&str>,
+) -> anyhow::Result<Summary> {
     let sensors = sensors(db)?;
     let limits_of = std::sync::Arc::new(sensors_limits(db)?);
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
@@ -66,7 +72,9 @@ pub fn import(writer: &Writer, db: &rusqlite::Connection, path: &Path) -> anyhow
     let (tx, rx) = mpsc::sync_channel::<Vec<Row>>(2);
     let name = path.display().to_string();
     let crlf = crlf(path)?;
-    let parser = std::thread::spawn(move || parse(BufReader::with_capacity(1 << 20, file), crlf, &name, &sensors, tx));
+    let clock = Clock::new(timezone(db, timezone_name)?);
+    let parser =
+        std::thread::spawn(move || parse(BufReader::with_capacity(1 << 20, file), (&name, crlf), &sensors, clock, tx));
     let mut summary = Summary::default();
     let mut refused: HashMap<&'static str, (u64, Vec<u64>)> = HashMap::new();
     let progress = Progress::new(size);
@@ -107,6 +115,16 @@ pub fn import(writer: &Writer, db: &rusqlite::Connection, path: &Path) -> anyhow
     summary.refused = refused;
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// The zone local times are read in: the one named, else the site's.
+fn timezone(db: &rusqlite::Connection, named: Option<&str>) -> anyhow::Result<Option<chrono_tz::Tz>> {
+    use rusqlite::OptionalExtension;
+    let site: Option<String> = db.query_row("SELECT timezone FROM sites LIMIT 1", [], |r| r.get(0)).optional()?;
+    let Some(name) = named.map(str::to_string).or(site) else { return Ok(None) };
+    name.parse::<chrono_tz::Tz>().map(Some).map_err(|_| {
+        anyhow::anyhow!("'{name}' is not a time zone: give an IANA name such as Europe/London or America/Chicago")
+    })
 }
 
 /// Whether the file's lines end in CRLF (its first line says).
@@ -157,9 +175,9 @@ fn shape(headers: &csv::StringRecord, sensors: &HashMap<String, i64>) -> anyhow:
 
 fn parse(
     input: impl Read,
-    crlf: bool,
-    name: &str,
+    (name, crlf): (&str, bool),
     sensors: &HashMap<String, i64>,
+    mut clock: Clock,
     tx: mpsc::SyncSender<Vec<Row>>,
 ) -> anyhow::Result<()> {
     let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(input);
@@ -173,11 +191,11 @@ fn parse(
         let line = record.position().map_or(0, |p| p.line()) + u64::from(crlf);
         match &shape {
             Shape::Long { time, tag, value, quality } => {
-                batch.push(long_row(&record, line, sensors, *time, *tag, *value, *quality))
+                batch.push(long_row(&record, line, sensors, &mut clock, [*time, *tag, *value], *quality))
             }
-            Shape::Wide { time, tags } => match record.get(*time).and_then(parse_time) {
-                None => batch.push(Row::Refused("bad_time", line)),
-                Some(ts) => {
+            Shape::Wide { time, tags } => match clock.read(record.get(*time).unwrap_or_default()) {
+                Err(reason) => batch.push(Row::Refused(reason, line)),
+                Ok(ts) => {
                     for &(col, key) in tags {
                         let cell = record.get(col).unwrap_or_default().trim();
                         if cell.is_empty() {
@@ -202,14 +220,13 @@ fn parse(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One row of a long file; `[time, tag, value]` are its columns.
 fn long_row(
     record: &csv::StringRecord,
     line: u64,
     sensors: &HashMap<String, i64>,
-    time: usize,
-    tag: usize,
-    value: usize,
+    clock: &mut Clock,
+    [time, tag, value]: [usize; 3],
     quality: Option<usize>,
 ) -> Row {
     if let Some(q) = quality.and_then(|q| record.get(q))
@@ -220,7 +237,10 @@ fn long_row(
     let Some(key) = record.get(tag).and_then(|t| sensors.get(&t.trim().to_lowercase())) else {
         return Row::Refused("unknown_tag", line);
     };
-    let Some(ts) = record.get(time).and_then(parse_time) else { return Row::Refused("bad_time", line) };
+    let ts = match clock.read(record.get(time).unwrap_or_default()) {
+        Ok(ts) => ts,
+        Err(reason) => return Row::Refused(reason, line),
+    };
     match record.get(value).map(|v| v.trim().parse::<f64>()) {
         Some(Ok(v)) if v.is_finite() => Row::Reading(*key, ts, v),
         _ => Row::Refused("bad_value", line),
@@ -243,6 +263,43 @@ pub fn parse_time(text: &str) -> Option<i64> {
         return f.is_finite().then_some(f.floor() as i64);
     }
     crate::domain::parse_time(t).ok().map(|ts| ts.unix())
+}
+
+/// Reads a file's times: absolute ones as [`parse_time`] does, local ones (no offset,
+/// `2026-03-29 02:30:00` as many historians export) in the site's time zone. In the
+/// hour a DST change repeats, the earlier instant is taken unless the file has already
+/// passed it (exports run forwards); a local time the change skips does not exist.
+pub struct Clock {
+    tz: Option<chrono_tz::Tz>,
+    last: i64,
+}
+
+impl Clock {
+    pub fn new(tz: Option<chrono_tz::Tz>) -> Clock {
+        Clock { tz, last: i64::MIN }
+    }
+
+    pub fn read(&mut self, text: &str) -> Result<i64, &'static str> {
+        use chrono::{LocalResult, NaiveDateTime, TimeZone};
+        let t = text.trim();
+        let ts = match parse_time(t) {
+            Some(ts) => ts,
+            None => {
+                let formats =
+                    ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M", "%Y/%m/%d %H:%M:%S%.f"];
+                let naive = formats.iter().find_map(|f| NaiveDateTime::parse_from_str(t, f).ok()).ok_or("bad_time")?;
+                let tz = self.tz.ok_or("local_time_without_timezone")?;
+                match tz.from_local_datetime(&naive) {
+                    LocalResult::Single(d) => d.timestamp(),
+                    LocalResult::Ambiguous(early, late) if early.timestamp() < self.last => late.timestamp(),
+                    LocalResult::Ambiguous(early, _) => early.timestamp(),
+                    LocalResult::None => return Err("local_time_skipped_by_dst"),
+                }
+            }
+        };
+        self.last = self.last.max(ts);
+        Ok(ts)
+    }
 }
 
 /// A progress line on a terminal, rewritten in place; plain lines now and then
@@ -293,5 +350,23 @@ mod tests {
         assert_eq!(parse_time("1796040000.5"), Some(1_796_040_000));
         assert_eq!(parse_time("yesterday"), None);
         assert!(good_quality("Good") && good_quality("192") && !good_quality("Bad") && !good_quality("0"));
+    }
+
+    /// Local times in a zone with DST: the repeated hour in autumn is read forwards,
+    /// the skipped hour in spring does not exist, and without a zone a local time is
+    /// refused with what it needs.
+    #[test]
+    fn local_times_across_dst_changes() {
+        let mut c = Clock::new(Some(chrono_tz::Europe::London));
+        // 2026-10-25: 01:00-02:00 BST, then 01:00-02:00 GMT again.
+        let first = c.read("2026-10-25 01:30:00").unwrap();
+        assert_eq!(first, parse_time("2026-10-25T00:30:00Z").unwrap(), "the first 01:30 is BST");
+        assert_eq!(c.read("2026-10-25 01:45:00").unwrap(), parse_time("2026-10-25T00:45:00Z").unwrap());
+        let later = c.read("2026-10-25 01:15:00").unwrap();
+        assert_eq!(later, parse_time("2026-10-25T01:15:00Z").unwrap(), "past the first 01:45, 01:15 is GMT");
+        assert_eq!(c.read("2026-03-29 01:30:00"), Err("local_time_skipped_by_dst"));
+        assert_eq!(c.read("2026-07-01T12:00:00").unwrap(), parse_time("2026-07-01T11:00:00Z").unwrap());
+        assert_eq!(Clock::new(None).read("2026-07-01 12:00:00"), Err("local_time_without_timezone"));
+        assert_eq!(Clock::new(None).read("2026-07-01T12:00:00Z").unwrap(), parse_time("2026-07-01T12:00:00Z").unwrap());
     }
 }
