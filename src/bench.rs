@@ -291,6 +291,9 @@ pub struct ToolsBenchArgs {
     /// Calls per tool.
     #[arg(long, default_value_t = 1000)]
     iterations: usize,
+    /// Days of readings to seed (a large utility's scale, --scale 1000, with --days 1).
+    #[arg(long, default_value_t = 7)]
+    days: u32,
     /// Documentation chunks to search over; synthetic work reports make up the difference.
     #[arg(long, default_value_t = 10_000)]
     chunks: usize,
@@ -340,7 +343,7 @@ pub fn tools(args: &ToolsBenchArgs) -> anyhow::Result<()> {
         let started = Instant::now();
         let end = Timestamp::now().floor_minute();
         eprintln!("seeding {} at scale {} (once; later runs reuse it)...", args.bench_db.display(), args.scale);
-        let opts = SeedOptions { dir: args.from.clone(), scale: args.scale, end, days: 7 };
+        let opts = SeedOptions { dir: args.from.clone(), scale: args.scale, end, days: args.days };
         let r = seed::seed(&store, &opts)?;
         eprintln!(
             "seeded {} assets, {} sensors, {} readings, {} alarms in {:.0} s",

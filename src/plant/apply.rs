@@ -351,9 +351,8 @@ fn compare(what: &'static str, rows: &[(String, Fields)], twin: &Rows, mode: Mod
     }
 }
 
-/// The checks that need the whole import and the twin: duplicates, references to
-/// stations and assets that exist in neither.
-fn check(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<(), ImportError> {
+/// Ids given twice in the import, in any case.
+fn duplicates(model: &PlantModel) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut first: HashMap<String, String> = HashMap::new();
     for s in &model.stations {
@@ -387,6 +386,13 @@ fn check(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<(), ImportError>
             );
         }
     }
+    problems
+}
+
+/// The checks that need the whole import and the twin: duplicates, references to
+/// stations and assets that exist in neither.
+fn check(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<(), ImportError> {
+    let mut problems = duplicates(model);
     let station_known = |id: &str| {
         model.stations.iter().any(|s| s.id.eq_ignore_ascii_case(id)) || twin.stations.contains_key(&id.to_lowercase())
     };
@@ -443,16 +449,19 @@ fn list(ids: &[&str]) -> String {
     if ids.is_empty() { "none yet".into() } else { ids.iter().take(12).copied().collect::<Vec<_>>().join(", ") }
 }
 
-/// Writes what `diff` found, in an order the references allow.
-fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), StoreError> {
-    let touched = |what: &str, id: &str| {
-        changes.changes.iter().any(|ch| match ch {
+impl ChangeSet {
+    /// Whether the import adds, changes or returns this station, asset or sensor.
+    fn touches(&self, what: &str, id: &str) -> bool {
+        self.changes.iter().any(|ch| match ch {
             Change::Added { what: w, id: i }
             | Change::Returned { what: w, id: i }
             | Change::Changed { what: w, id: i, .. } => *w == what && i.eq_ignore_ascii_case(id),
             Change::Retired { .. } => false,
         })
-    };
+    }
+}
+
+fn write_site_and_stations(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), StoreError> {
     let twin = Twin::read(c)?;
     if let Some((site, _)) = &model.site {
         c.execute(
@@ -462,13 +471,20 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
         )?;
     }
     let site_id: Option<String> = c.query_row("SELECT id FROM sites LIMIT 1", [], |r| r.get(0)).optional()?;
-    for s in model.stations.iter().filter(|s| touched("station", &s.id)) {
+    for s in model.stations.iter().filter(|s| changes.touches("station", &s.id)) {
         let id = twin.stations.get(&s.id.to_lowercase()).map_or(s.id.clone(), |(id, _)| id.clone());
         c.execute(
             "INSERT INTO stations (id, site_id, name) VALUES (?1, ?2, ?3) ON CONFLICT (id) DO UPDATE SET name = excluded.name",
             params![id, site_id, s.name],
         )?;
     }
+    Ok(())
+}
+
+/// Writes what `diff` found, in an order the references allow.
+fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), StoreError> {
+    let touched = |what: &str, id: &str| changes.touches(what, id);
+    write_site_and_stations(c, model, changes)?;
     let now = Timestamp::now().unix();
     // The stations as now stored; assets first without their references to other
     // assets, then the references.

@@ -116,28 +116,7 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
         }
     };
     let (is_tags, mapped) = columns(&headers);
-    let (table, required) =
-        if is_tags { (TAG_COLUMNS, &TAG_REQUIRED[..]) } else { (ASSET_COLUMNS, &ASSET_REQUIRED[..]) };
-    let missing: Vec<Problem> = required
-        .iter()
-        .filter(|r| !mapped.contains(&Some(**r)))
-        .map(|r| {
-            let aliases = table.iter().find(|(n, _)| n == r).map_or(&[][..], |(_, a)| *a);
-            Problem {
-                at: at(1),
-                column: 0,
-                field: None,
-                message: format!(
-                    "no column for {r} in this {}: name one of {} (any case)",
-                    if is_tags { "tag export (it has units or limits)" } else { "asset register" },
-                    aliases.iter().take(6).map(|a| format!("'{a}'")).collect::<Vec<_>>().join(", ")
-                ),
-            }
-        })
-        .collect();
-    if !missing.is_empty() {
-        return Err(missing);
-    }
+    missing_columns(is_tags, &mapped, &at(1))?;
     let mut problems = Vec::new();
     for record in reader.records() {
         let record = match record {
@@ -193,6 +172,30 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
         }
     }
     if problems.is_empty() { Ok(()) } else { Err(problems) }
+}
+
+/// A problem for each required column the header lacks, naming the headers that fit.
+fn missing_columns(is_tags: bool, mapped: &[Option<&'static str>], header: &Origin) -> Result<(), Vec<Problem>> {
+    let (table, required) =
+        if is_tags { (TAG_COLUMNS, &TAG_REQUIRED[..]) } else { (ASSET_COLUMNS, &ASSET_REQUIRED[..]) };
+    let missing: Vec<Problem> = required
+        .iter()
+        .filter(|r| !mapped.contains(&Some(**r)))
+        .map(|r| {
+            let aliases = table.iter().find(|(n, _)| n == r).map_or(&[][..], |(_, a)| *a);
+            Problem {
+                at: header.clone(),
+                column: 0,
+                field: None,
+                message: format!(
+                    "no column for {r} in this {}: name one of {} (any case)",
+                    if is_tags { "tag export (it has units or limits)" } else { "asset register" },
+                    aliases.iter().take(6).map(|a| format!("'{a}'")).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        })
+        .collect();
+    if missing.is_empty() { Ok(()) } else { Err(missing) }
 }
 
 fn is_decimal_comma(v: &str) -> bool {

@@ -80,7 +80,7 @@ fn validate(spec: &PlantSpec) -> anyhow::Result<()> {
 
 /// Builds the plant into an empty database.
 pub fn seed(store: &Store, opts: &SeedOptions) -> anyhow::Result<SeedReport> {
-    ensure!(opts.scale >= 1 && opts.scale <= 999, "--scale must be between 1 and 999");
+    ensure!(opts.scale >= 1 && opts.scale <= 10_000, "--scale must be between 1 and 10,000");
     let spec = std::sync::Arc::new(load_spec(&opts.dir)?);
     let existing: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
     if existing > 0 {

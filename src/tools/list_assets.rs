@@ -14,8 +14,8 @@ const NAME: &str = "list_assets";
 const DESCRIPTION: &str = "List the plant's assets (pumps, motors, blowers, valves, tanks, analysers: whatever \
 the site has), optionally filtered by station, kind, status or a text match on id or name; sorted by id, paged. \
 Each row has id, name, kind, station, status, criticality (A = loss stops supply, B = loss reduces redundancy, \
-C = minor) and the number of active alarms. Returns total, offset and next_offset (null on the last page), and \
-the kinds in the twin with their counts. Ids and kinds are the site's own, matched in any case. Use it to find \
+C = minor) and the number of active alarms. Returns total, offset and next_offset (null on the last page); a kind \
+the twin lacks is answered with the kinds it has. Ids and kinds are the site's own, matched in any case. Use it to find \
 asset ids; then call get_asset_details for one asset.";
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -64,15 +64,21 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             Some(known.ok_or_else(|| unknown_station(ctx, given))?)
         }
     };
-    let kinds = kinds(ctx)?;
-    if let Some(kind) = args.kind.as_deref().map(str::trim)
-        && !kinds.iter().any(|(k, _)| k.eq_ignore_ascii_case(kind))
-    {
-        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ({n})")).collect();
-        return Err(ToolError::NotFound(format!(
-            "No asset of kind '{kind}'. Kinds in the twin: {}. Omit kind to list all assets.",
-            list.join(", ")
-        )));
+    // Kinds are kept lower case, words joined by `_` (`UV Reactor` is uv_reactor).
+    let kind = args.kind.as_deref().map(|k| k.trim().to_lowercase().replace([' ', '-'], "_"));
+    if let Some(kind) = &kind {
+        let known: Option<i64> = ctx
+            .db
+            .prepare_cached("SELECT 1 FROM assets WHERE kind = ?1 AND retired_at IS NULL LIMIT 1")?
+            .query_row([kind], |r| r.get(0))
+            .optional()?;
+        if known.is_none() {
+            let list: Vec<String> = kinds(ctx)?.iter().map(|(k, n)| format!("{k} ({n})")).collect();
+            return Err(ToolError::NotFound(format!(
+                "No asset of kind '{kind}'. Kinds in the twin: {}. Omit kind to list all assets.",
+                list.join(", ")
+            )));
+        }
     }
     let text = match args.text.as_deref().map(str::trim) {
         Some("") => return Err(ToolError::InvalidArguments("text must not be empty; omit it to list all".into())),
@@ -87,8 +93,8 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     if let Some(station) = station {
         filter.and("a.station_id = ?", [Sql::from(station)]);
     }
-    if let Some(kind) = args.kind {
-        filter.and("a.kind = ? COLLATE NOCASE", [Sql::from(kind.trim().to_string())]);
+    if let Some(kind) = kind {
+        filter.and("a.kind = ?", [Sql::from(kind)]);
     }
     if let Some(status) = args.status {
         filter.and("a.status = ?", [Sql::from(status.as_str().to_string())]);
@@ -126,7 +132,6 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         })?
         .collect::<Result<_, _>>()?;
     let mut out = page(total, args.offset, "assets", assets);
-    out["kinds"] = kinds.iter().map(|(k, n)| json!({"kind": k, "assets": n})).collect();
     if total == 0 {
         out["hint"] = json!("No asset matches these filters. Remove a filter, or check the spelling.");
     } else if args.offset >= total {
