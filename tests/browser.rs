@@ -211,7 +211,7 @@ async fn the_hmi_in_a_real_browser() {
     // An alarm raised over MQTT appears without a reload.
     let event = json!({"type": "alarm", "event_id": "browser-1", "asset_id": "PUMP-007", "sensor_id": "PUMP-007.VIB-DE",
                        "code": "VIB-HIHI", "severity": "critical", "state": "raised", "value": 7.4, "threshold": 7.1,
-                       "time": Timestamp::now().to_rfc3339(), "message": "South booster pump 2: vibration high-high"});
+                       "time": Timestamp::now().to_rfc3339(), "message": "South booster pump 2: vibration \u{202E}hgih-hgih\u{202C} high-high"});
     common::until_subscribed(&daemon).await;
     twinops::sim::publish_all(&daemon.mqtt_url, "browser-pub", "scada/alarms", vec![event.to_string().into_bytes()])
         .await
@@ -230,6 +230,12 @@ async fn the_hmi_in_a_real_browser() {
         note.as_str().unwrap().contains("AI advisory") && note.as_str().unwrap().contains("bearing wear"),
         "{note}"
     );
+    // The alarm text as sent carried a right-to-left override; the page shows its words
+    // in the order they were written.
+    let shown = b
+        .until("the alarm's message", "document.body.textContent.includes('hgih-hgih') && document.body.textContent")
+        .await;
+    assert!(!shown.as_str().unwrap().contains('\u{202E}'), "a bidi override reached the page");
     b.click("#note a.citation").await;
     let chunk = b
         .until(

@@ -828,3 +828,28 @@ async fn the_daemon_runs_its_schedules() {
     daemon.shutdown().await;
     assert!(done, "housekeeping ran within 5 s");
 }
+
+/// Finite but absurd values are refused with the value in the detail, so the rollups'
+/// sums stay finite; text that would display other than it reads (bidirectional
+/// overrides, zero-width characters) is dropped from alarm messages at ingest.
+#[test]
+fn absurd_values_are_refused_and_deceiving_text_is_neutralised() {
+    let p = Plant::new();
+    let effect = send(
+        &p,
+        &json!({"events": [
+            {"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(5).to_rfc3339(), "value": 1e308},
+            {"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(6).to_rfc3339(), "value": -1.8e307},
+            {"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(7).to_rfc3339(), "value": 402.0},
+            {"type": "alarm", "event_id": "bidi-1", "asset_id": "PUMP-001", "code": "FLOW-LO", "severity": "low",
+             "state": "raised", "time": at(7).to_rfc3339(), "message": "Flow low \u{202E}kcab llac\u{202C} ok\u{200B}ay \u{2066}x\u{2069}"},
+        ]}),
+    );
+    assert_eq!((effect.readings, effect.dead_letters, effect.alarms.len()), (1, 2, 1));
+    let detail = p.text("SELECT detail FROM dead_letters ORDER BY id LIMIT 1");
+    assert!(detail.contains("value 1e308 is beyond ±1e12"), "{detail}");
+    let max = p.text("SELECT CAST(max(max) AS TEXT) FROM readings_hourly WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW')");
+    assert!(!max.contains("e+"), "no absurd value reached the rollups: {max}");
+    let message = p.text("SELECT message FROM alarms WHERE event_id = 'bidi-1'");
+    assert_eq!(message, "Flow low kcab llac okay x");
+}

@@ -34,6 +34,9 @@ pub const MAX_BATCH: usize = 1_000;
 const MAX_EVENT_ID: usize = 128;
 const MAX_CODE: usize = 32;
 const MAX_MESSAGE_CHARS: usize = 1_000;
+/// The largest magnitude a value may have. Finite but absurd values (1e308 from an
+/// overflowing register) would make the rollups' sums of squares infinite.
+pub const MAX_ABS_VALUE: f64 = 1e12;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -259,6 +262,9 @@ fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
     let time = |t: &str| parse_time(t).map_err(|e| invalid(format!("time: {e}")));
     let finite = |name: &str, v: Option<f64>| match v {
         Some(x) if !x.is_finite() => Err(invalid(format!("{name} is not a finite number"))),
+        Some(x) if x.abs() > MAX_ABS_VALUE => Err(invalid(format!(
+            "{name} {x:e} is beyond ±1e12, which no plant measures (a sender's overflow or an uninitialised register); it is not stored"
+        ))),
         _ => Ok(v),
     };
     let Wire { kind, event_id, asset_id, sensor_id, code, severity, state, value, threshold, time: t, message } = wire;
@@ -315,7 +321,7 @@ fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
             let sensor_id =
                 sensor_id.map(|s| SensorId::parse(&s.0)).transpose().map_err(|e| invalid(format!("sensor_id: {e}")))?;
             let message: String = (message.map(|m| m.0).unwrap_or_default().chars())
-                .filter(|c| !c.is_control() || *c == '\n')
+                .filter(|c| (!c.is_control() || *c == '\n') && !deceives(*c))
                 .take(MAX_MESSAGE_CHARS)
                 .collect();
             Ok(Event::Alarm(AlarmEvent {
@@ -332,6 +338,13 @@ fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
             }))
         }
     }
+}
+
+/// Characters that make text display other than it reads: bidirectional overrides and
+/// isolates, and zero-width characters. Alarm text is untrusted; they are dropped at
+/// ingest (the dead letter or journal of the raw payload keeps the original bytes).
+pub fn deceives(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
 }
 
 #[cfg(test)]
