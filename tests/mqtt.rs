@@ -901,3 +901,49 @@ async fn mqtts_with_a_client_certificate() {
     daemon.shutdown().await;
     assert!(all, "stored {} of {} events over TLS", p.count(&journal), report.events);
 }
+
+/// After a 20-second broker outage, ingest is subscribed again within seconds of the
+/// broker's return: the reconnect delay is capped at 2 s (with jitter), not left to
+/// grow while the broker is down. The broker is `twinops broker` in a process of its
+/// own, killed and started again on the same port.
+#[tokio::test(flavor = "multi_thread")]
+async fn ingest_is_back_within_seconds_of_a_broker_returning() {
+    let p = Plant::new();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .args(["broker", "--listen", &listen])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let listening = || eventually(Duration::from_secs(10), || std::net::TcpStream::connect(&listen).is_ok());
+    let mut broker = spawn();
+    assert!(listening().await, "twinops broker listens on {listen}");
+    let run = format!("o{}", free_port());
+    let cfg = twinops::config::MqttConfig {
+        url: format!("mqtt://{listen}"),
+        client_id: format!("twinops-{run}"),
+        topics: vec![format!("{run}/#")],
+        ..Default::default()
+    };
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let ingest =
+        twinops::ingest::mqtt::start(p.store.writer().clone(), cfg, Default::default(), Default::default(), stop)
+            .unwrap();
+    let mut up = ingest.broker_up.clone();
+    up.wait_for(|up| *up).await.unwrap();
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), up.wait_for(|up| !*up)).await.expect("the loss is noticed").unwrap();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let mut broker = spawn();
+    assert!(listening().await, "the broker is back on {listen}");
+    let back = std::time::Instant::now();
+    let resumed = tokio::time::timeout(Duration::from_secs(5), up.wait_for(|up| *up)).await;
+    let took = back.elapsed();
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+    assert!(resumed.is_ok(), "ingest not back within 5 s of the broker's return");
+    eprintln!("ingest subscribed again {took:?} after the broker returned");
+}

@@ -261,7 +261,10 @@ enum Committed {
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Capped low: a delay left to grow while the broker is down would keep ingest away
+/// for most of it after the broker returns (3.9 s after a 12 s outage, 30 s after a
+/// long one). A reconnect every 2 s or so costs a broker nothing.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The ingest task. It owns the rumqttc event loop and does everything between the
 /// socket and the writer thread, so a message crosses threads twice: to the writer and
@@ -387,7 +390,12 @@ impl Ingest {
         // Packets read but not yet taken belong to this connection: their packet ids
         // mean other messages on the next one. The broker redelivers them.
         self.eventloop.state.events.clear();
-        self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
+        // Up to a quarter more, so that clients a broker restart dropped together do not
+        // all come back in the same instant.
+        let jitter = f64::from(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()),
+        ) / 4e9;
+        self.retry_at = Some(tokio::time::Instant::now() + self.backoff.mul_f64(1.0 + jitter));
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
 
