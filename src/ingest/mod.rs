@@ -396,9 +396,49 @@ fn empty_twin_hint(conn: &Connection) -> rusqlite::Result<&'static str> {
     })
 }
 
+/// Refusals logged at most once per reason and topic every [`RefusalLog::EVERY`], with
+/// how many there were: the journal tells what `dead_letters` holds without a line
+/// for each of a flood.
+static REFUSALS: std::sync::Mutex<RefusalLog> = std::sync::Mutex::new(RefusalLog { counts: Vec::new(), last: None });
+
+struct RefusalLog {
+    /// (reason, topic, count since the last line, an example detail)
+    counts: Vec<(&'static str, String, u64, String)>,
+    last: Option<std::time::Instant>,
+}
+
+impl RefusalLog {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// Counts a refusal; returns the lines due now (all counts, then cleared), the
+    /// first refusal at once and then at most one round every `EVERY`.
+    fn note(
+        &mut self,
+        reason: &'static str,
+        topic: &str,
+        detail: &str,
+        now: std::time::Instant,
+    ) -> Vec<(&'static str, String, u64, String)> {
+        match self.counts.iter_mut().find(|(r, t, ..)| *r == reason && t == topic) {
+            Some(entry) => entry.2 += 1,
+            None => self.counts.push((reason, topic.to_string(), 1, detail.chars().take(200).collect())),
+        }
+        if self.last.is_some_and(|last| now.duration_since(last) < Self::EVERY) {
+            return Vec::new();
+        }
+        self.last = Some(now);
+        std::mem::take(&mut self.counts)
+    }
+}
+
 /// Stores a refusal with its payload (the first [`DEAD_LETTER_BYTES`] of a larger one).
 fn dead_letter(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at: Timestamp) -> rusqlite::Result<()> {
     crate::metrics::count("twinops_ingest_dead_letters_total", &[("reason", r.reason)], 1.0);
+    let due = REFUSALS.lock().expect("refusal log lock").note(r.reason, topic, &r.detail, std::time::Instant::now());
+    for (reason, topic, count, example) in due {
+        tracing::warn!(stage = "ingest", reason, topic, count, example = %example,
+            "refused messages kept as dead letters (`twinops dead-letters list`)");
+    }
     let (kept, detail) = match payload.get(..DEAD_LETTER_BYTES) {
         Some(head) if head.len() < payload.len() => {
             (head, format!("{} (its first {DEAD_LETTER_BYTES} bytes kept)", r.detail))
@@ -410,4 +450,26 @@ fn dead_letter(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at:
     )?
     .execute(params![at.unix(), topic, kept, r.reason, detail])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A flood of refusals is one line per reason and topic every 10 s, with its count.
+    #[test]
+    fn refusals_are_logged_once_per_interval_with_their_counts() {
+        let mut log = RefusalLog { counts: Vec::new(), last: None };
+        let t0 = Instant::now();
+        let first = log.note("malformed", "scada/x", "not JSON", t0);
+        assert_eq!(first, [("malformed", "scada/x".to_string(), 1, "not JSON".to_string())], "the first at once");
+        for i in 0..1000 {
+            assert!(log.note("malformed", "scada/x", "not JSON", t0 + Duration::from_millis(i)).is_empty());
+        }
+        assert!(log.note("unknown_sensor", "scada/y", "no sensor X", t0 + Duration::from_secs(5)).is_empty());
+        let later = log.note("malformed", "scada/x", "not JSON", t0 + Duration::from_secs(11));
+        let counts: Vec<(&str, u64)> = later.iter().map(|(r, _, n, _)| (*r, *n)).collect();
+        assert_eq!(counts, [("malformed", 1001), ("unknown_sensor", 1)]);
+    }
 }
