@@ -71,6 +71,16 @@ impl SensorId {
     }
 }
 
+/// A kind as sites write it (`Blower`, `UV Reactor`, `dosing-pump`), as the twin keeps
+/// it: lower case, words joined by `_`. Imports store kinds so, and lookups ask so.
+pub fn kind_name(text: &str) -> String {
+    text.split(|c: char| c.is_whitespace() || c == '-' || c == '_')
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
 /// What an error quotes of a bad id: a model once sent 1.5 MB as one.
 fn clipped(s: &str) -> String {
     if s.chars().count() <= 80 { s.to_string() } else { format!("{}...", s.chars().take(80).collect::<String>()) }

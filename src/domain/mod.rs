@@ -10,6 +10,6 @@ pub use enums::{
     Access, AlarmState, AssetKind, AssetStatus, Criticality, Role, SensorKind, Severity, WorkAction, WorkOrderStatus,
     WorkPriority,
 };
-pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId};
+pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId, kind_name};
 pub use time::{Timestamp, approx_duration, parse_time};
 pub use work_order::WorkOrderDraft;

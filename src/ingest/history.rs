@@ -64,8 +64,8 @@ pub fn import(
     path: &Path,
     timezone_name: Option<&str>,
 ) -> anyhow::Result<Summary> {
-    let sensors = sensors(db)?;
-    let limits_of = std::sync::Arc::new(sensors_limits(db)?);
+    let (sensors, limits_of) = sensors(db)?;
+    let limits_of = std::sync::Arc::new(limits_of);
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let started = Instant::now();
@@ -134,15 +134,20 @@ fn crlf(path: &Path) -> std::io::Result<bool> {
     Ok(head.iter().position(|&b| b == b'\n').is_some_and(|i| i > 0 && head[i - 1] == b'\r'))
 }
 
-/// The twin's sensors by lower-case id: key. Retired ones too: their history is theirs.
-fn sensors(db: &rusqlite::Connection) -> rusqlite::Result<HashMap<String, i64>> {
-    let mut stmt = db.prepare("SELECT lower(id), key FROM sensors")?;
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
-}
-
-fn sensors_limits(db: &rusqlite::Connection) -> rusqlite::Result<HashMap<i64, Limits>> {
-    let mut stmt = db.prepare("SELECT key, limit_ll, limit_l, limit_h, limit_hh FROM sensors")?;
-    stmt.query_map([], |r| Ok((r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?])))?.collect()
+/// The twin's sensors: keys by lower-case id (for the parser), limits by key (for the
+/// rollups). Retired ones too: their history is theirs.
+#[allow(clippy::type_complexity)]
+fn sensors(db: &rusqlite::Connection) -> rusqlite::Result<(HashMap<String, i64>, HashMap<i64, Limits>)> {
+    let mut stmt = db.prepare("SELECT lower(id), key, limit_ll, limit_l, limit_h, limit_hh FROM sensors")?;
+    let (mut keys, mut limits) = (HashMap::new(), HashMap::new());
+    for row in stmt.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?]))
+    })? {
+        let (id, key, l) = row?;
+        keys.insert(id, key);
+        limits.insert(key, l);
+    }
+    Ok((keys, limits))
 }
 
 /// Which column holds what, from the header.

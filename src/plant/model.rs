@@ -2,7 +2,7 @@
 //! field is parsed here once, so a TOML table and a CSV row are checked alike.
 
 use super::Problem;
-use crate::domain::{AssetId, AssetStatus, Criticality, SensorId, Severity};
+use crate::domain::{AssetId, AssetStatus, Criticality, SensorId, Severity, kind_name};
 
 /// Where a row came from: file and 1-based line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,16 +169,6 @@ pub struct PlantModel {
     pub sensors: Vec<SensorRow>,
 }
 
-/// A kind as sites write it (`Blower`, `UV Reactor`, `dosing-pump`), as the twin keeps
-/// it: lower case, words joined by `_`.
-pub fn kind(text: &str) -> String {
-    text.split(|c: char| c.is_whitespace() || c == '-' || c == '_')
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join("_")
-}
-
 /// A CMMS's status word as the twin's: `Operating` is running.
 fn status_word(s: &str) -> &str {
     match s.trim().to_lowercase().as_str() {
@@ -235,7 +225,7 @@ pub fn asset_row(raw: RawRow) -> Result<AssetRow, Vec<Problem>> {
     let row = AssetRow {
         id: id.unwrap_or_else(|| AssetId::parse("invalid").expect("a valid id")),
         station,
-        kind: kind(&kind_text),
+        kind: kind_name(&kind_text),
         name: if name.is_empty() { raw.text("id").unwrap_or_default() } else { name },
         status,
         criticality,
@@ -308,7 +298,7 @@ pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
     let row = SensorRow {
         id: id.unwrap_or_else(|| SensorId::parse("invalid").expect("a valid id")),
         asset,
-        kind: kind(&raw.text("kind").unwrap_or_else(|| "measurement".into())),
+        kind: kind_name(&raw.text("kind").unwrap_or_else(|| "measurement".into())),
         description: raw.text("description").unwrap_or_default(),
         unit: raw.text("unit").unwrap_or_default(),
         limits,

@@ -64,8 +64,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             Some(known.ok_or_else(|| unknown_station(ctx, given))?)
         }
     };
-    // Kinds are kept lower case, words joined by `_` (`UV Reactor` is uv_reactor).
-    let kind = args.kind.as_deref().map(|k| k.trim().to_lowercase().replace([' ', '-'], "_"));
+    let kind = args.kind.as_deref().map(crate::domain::kind_name);
     if let Some(kind) = &kind {
         let known: Option<i64> = ctx
             .db
