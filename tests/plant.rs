@@ -169,6 +169,33 @@ fn export_round_trips() {
     }
 }
 
+/// The demo plant goes in through the same import as a site's files: audited as the
+/// seed's, and its export, imported again, changes nothing.
+#[test]
+fn the_demo_plant_is_seeded_through_the_import() {
+    let t = Twin::empty();
+    let end = twinops::domain::parse_time("2026-11-30T12:00:00Z").unwrap();
+    let seed_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seed");
+    let report =
+        twinops::seed::seed(&t.store, &twinops::seed::SeedOptions { dir: seed_dir, scale: 2, end, days: 1 }).unwrap();
+    assert_eq!(t.count("SELECT count(*) FROM audit_log WHERE action = 'plant_import' AND actor = 'seed'"), 1);
+    assert_eq!(t.count("SELECT count(*) FROM assets") as usize, report.assets);
+    assert_eq!(
+        t.count("SELECT count(*) FROM sensors WHERE key IN (SELECT DISTINCT sensor_key FROM readings)") as usize,
+        report.sensors
+    );
+    assert_eq!(
+        t.count("SELECT count(*) FROM assets WHERE id = 'PUMP-107' AND drives IS NULL"),
+        1,
+        "copies are renumbered"
+    );
+    assert_eq!(t.count("SELECT count(*) FROM assets WHERE id = 'MTR-107' AND drives = 'PUMP-107'"), 1);
+    let out = TempDir::new().unwrap();
+    let files = plant::export(&t.store.read().unwrap(), out.path()).unwrap();
+    let again = t.import(&files, Mode::Full).unwrap();
+    assert!(again.is_empty(), "the export is the seeded twin: {again}");
+}
+
 /// Each kind of bad input is named at its file, line and column, says what to do, and
 /// nothing is written.
 #[test]

@@ -141,8 +141,9 @@ pub fn diff(conn: &Connection, model: &PlantModel, mode: Mode) -> Result<ChangeS
     let assets: Vec<(String, Fields)> =
         model.assets.iter().map(|a| (a.id.as_str().to_string(), asset_fields(a, &twin))).collect();
     compare("asset", &assets, &twin.assets, mode, &mut changes);
+    let imported = imported_assets(model);
     let sensors: Vec<(String, Fields)> =
-        model.sensors.iter().map(|s| (s.id.as_str().to_string(), sensor_fields(s, &twin, model))).collect();
+        model.sensors.iter().map(|s| (s.id.as_str().to_string(), sensor_fields(s, &twin, &imported))).collect();
     compare("sensor", &sensors, &twin.sensors, mode, &mut changes);
     Ok(ChangeSet { changes })
 }
@@ -295,15 +296,18 @@ fn asset_fields(a: &AssetRow, twin: &Twin) -> Fields {
     ASSET_FIELDS[1..].iter().copied().zip(values).collect()
 }
 
-fn sensor_fields(s: &SensorRow, twin: &Twin, model: &PlantModel) -> Fields {
+/// The import's assets by lower-case id, as the import spells them (a plant of 18,000
+/// assets and 60,000 tags is looked up in, not searched).
+fn imported_assets(model: &PlantModel) -> HashMap<String, &str> {
+    model.assets.iter().map(|a| (a.id.as_str().to_lowercase(), a.id.as_str())).collect()
+}
+
+fn sensor_fields(s: &SensorRow, twin: &Twin, imported: &HashMap<String, &str>) -> Fields {
     // The asset as the twin spells it, else as the import does.
-    let asset = twin.asset_id(&s.asset).map(str::to_string).unwrap_or_else(|| {
-        model
-            .assets
-            .iter()
-            .find(|a| a.id.as_str().eq_ignore_ascii_case(&s.asset))
-            .map_or(s.asset.clone(), |a| a.id.to_string())
-    });
+    let asset = twin
+        .asset_id(&s.asset)
+        .map(str::to_string)
+        .unwrap_or_else(|| imported.get(&s.asset.to_lowercase()).map_or(s.asset.clone(), |id| id.to_string()));
     let priority = |i: usize| s.priorities[i].map(|p| p.as_str().to_string()).unwrap_or_default();
     let values = [
         asset,
@@ -393,10 +397,11 @@ fn duplicates(model: &PlantModel) -> Vec<Problem> {
 /// stations and assets that exist in neither.
 fn check(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<(), ImportError> {
     let mut problems = duplicates(model);
-    let station_known = |id: &str| {
-        model.stations.iter().any(|s| s.id.eq_ignore_ascii_case(id)) || twin.stations.contains_key(&id.to_lowercase())
-    };
-    let in_import = |id: &str| model.assets.iter().any(|a| a.id.as_str().eq_ignore_ascii_case(id));
+    let stations: HashSet<String> = model.stations.iter().map(|s| s.id.to_lowercase()).collect();
+    let station_known =
+        |id: &str| stations.contains(&id.to_lowercase()) || twin.stations.contains_key(&id.to_lowercase());
+    let imported = imported_assets(model);
+    let in_import = |id: &str| imported.contains_key(&id.to_lowercase());
     // In a full import an asset must be in the files; in a partial one, in the twin will do.
     let asset_known = |id: &str| in_import(id) || (mode == Mode::Partial && twin.asset_id(id).is_some());
     for a in &model.assets {
@@ -449,19 +454,31 @@ fn list(ids: &[&str]) -> String {
     if ids.is_empty() { "none yet".into() } else { ids.iter().take(12).copied().collect::<Vec<_>>().join(", ") }
 }
 
-impl ChangeSet {
-    /// Whether the import adds, changes or returns this station, asset or sensor.
-    fn touches(&self, what: &str, id: &str) -> bool {
-        self.changes.iter().any(|ch| match ch {
-            Change::Added { what: w, id: i }
-            | Change::Returned { what: w, id: i }
-            | Change::Changed { what: w, id: i, .. } => *w == what && i.eq_ignore_ascii_case(id),
-            Change::Retired { .. } => false,
-        })
+/// What the import adds, changes or returns, as (kind of row, lower-case id).
+struct Touched(HashSet<(&'static str, String)>);
+
+impl Touched {
+    fn of(changes: &ChangeSet) -> Touched {
+        Touched(
+            changes
+                .changes
+                .iter()
+                .filter_map(|ch| match ch {
+                    Change::Added { what, id } | Change::Returned { what, id } | Change::Changed { what, id, .. } => {
+                        Some((*what, id.to_lowercase()))
+                    }
+                    Change::Retired { .. } => None,
+                })
+                .collect(),
+        )
+    }
+
+    fn has(&self, what: &'static str, id: &str) -> bool {
+        self.0.contains(&(what, id.to_lowercase()))
     }
 }
 
-fn write_site_and_stations(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), StoreError> {
+fn write_site_and_stations(c: &Connection, model: &PlantModel, touched: &Touched) -> Result<(), StoreError> {
     let twin = Twin::read(c)?;
     if let Some((site, _)) = &model.site {
         c.execute(
@@ -471,7 +488,7 @@ fn write_site_and_stations(c: &Connection, model: &PlantModel, changes: &ChangeS
         )?;
     }
     let site_id: Option<String> = c.query_row("SELECT id FROM sites LIMIT 1", [], |r| r.get(0)).optional()?;
-    for s in model.stations.iter().filter(|s| changes.touches("station", &s.id)) {
+    for s in model.stations.iter().filter(|s| touched.has("station", &s.id)) {
         let id = twin.stations.get(&s.id.to_lowercase()).map_or(s.id.clone(), |(id, _)| id.clone());
         c.execute(
             "INSERT INTO stations (id, site_id, name) VALUES (?1, ?2, ?3) ON CONFLICT (id) DO UPDATE SET name = excluded.name",
@@ -483,13 +500,13 @@ fn write_site_and_stations(c: &Connection, model: &PlantModel, changes: &ChangeS
 
 /// Writes what `diff` found, in an order the references allow.
 fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), StoreError> {
-    let touched = |what: &str, id: &str| changes.touches(what, id);
-    write_site_and_stations(c, model, changes)?;
+    let touched = Touched::of(changes);
+    write_site_and_stations(c, model, &touched)?;
     let now = Timestamp::now().unix();
     // The stations as now stored; assets first without their references to other
     // assets, then the references.
     let twin = Twin::read(c)?;
-    for a in model.assets.iter().filter(|a| touched("asset", a.id.as_str())) {
+    for a in model.assets.iter().filter(|a| touched.has("asset", a.id.as_str())) {
         let f = asset_fields(a, &twin);
         let id = twin.asset_id(a.id.as_str()).unwrap_or(a.id.as_str()).to_string();
         c.prepare_cached(
@@ -506,7 +523,7 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
         ])?;
     }
     let twin = Twin::read(c)?;
-    for a in model.assets.iter().filter(|a| touched("asset", a.id.as_str())) {
+    for a in model.assets.iter().filter(|a| touched.has("asset", a.id.as_str())) {
         let refer = |t: &Option<String>| t.as_deref().map(|t| resolve(t, &twin).to_string());
         c.prepare_cached("UPDATE assets SET parent_id = ?2, drives = ?3 WHERE id = ?1")?.execute(params![
             resolve(a.id.as_str(), &twin),
@@ -514,7 +531,7 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
             refer(&a.drives)
         ])?;
     }
-    for s in model.sensors.iter().filter(|s| touched("sensor", s.id.as_str())) {
+    for s in model.sensors.iter().filter(|s| touched.has("sensor", s.id.as_str())) {
         let stored = twin.sensors.get(&s.id.as_str().to_lowercase()).map_or(s.id.as_str(), |(id, ..)| id.as_str());
         let asset = resolve(&s.asset, &twin);
         let p = |i: usize| s.priorities[i].map(|p| p.as_str());

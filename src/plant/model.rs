@@ -169,6 +169,30 @@ pub struct PlantModel {
     pub sensors: Vec<SensorRow>,
 }
 
+impl PlantModel {
+    /// Adds an asset a program describes (the demo plant), checked as a file's row is.
+    pub fn push_asset(&mut self, at: Origin, fields: &[(&'static str, String)]) -> Result<(), Vec<Problem>> {
+        self.assets.push(asset_row(RawRow::given(at, fields))?);
+        Ok(())
+    }
+
+    /// Adds a sensor a program describes, checked as a file's row is.
+    pub fn push_sensor(&mut self, at: Origin, fields: &[(&'static str, String)]) -> Result<(), Vec<Problem>> {
+        self.sensors.push(sensor_row(RawRow::given(at, fields))?);
+        Ok(())
+    }
+}
+
+impl RawRow {
+    fn given(at: Origin, fields: &[(&'static str, String)]) -> RawRow {
+        let fields = fields
+            .iter()
+            .map(|(name, value)| RawField { name, column: 0, header: name.to_string(), value: value.clone() })
+            .collect();
+        RawRow { at, fields }
+    }
+}
+
 /// A CMMS's status word as the twin's: `Operating` is running.
 fn status_word(s: &str) -> &str {
     match s.trim().to_lowercase().as_str() {

@@ -8,6 +8,7 @@ mod spec;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, bail, ensure};
 use rusqlite::{Connection, params};
@@ -20,6 +21,7 @@ pub use signals::Signal;
 pub use spec::{Fault, Limits, PlantSpec};
 
 use crate::domain::{AssetId, AssetStatus, Criticality, Timestamp};
+use crate::plant::{self, ImportError, Mode, Origin, PlantModel, Site, StationRow};
 use crate::rag::{IndexReport, index_dir};
 use crate::store::{Store, StoreError, insert_readings};
 
@@ -78,10 +80,11 @@ fn validate(spec: &PlantSpec) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the plant into an empty database.
+/// Builds the plant into an empty database: the plant through the same import a site's
+/// files go through (checked alike, audited as `seed`'s), then its history.
 pub fn seed(store: &Store, opts: &SeedOptions) -> anyhow::Result<SeedReport> {
     ensure!(opts.scale >= 1 && opts.scale <= 10_000, "--scale must be between 1 and 10,000");
-    let spec = std::sync::Arc::new(load_spec(&opts.dir)?);
+    let spec = Arc::new(load_spec(&opts.dir)?);
     let existing: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
     if existing > 0 {
         bail!(
@@ -89,15 +92,23 @@ pub fn seed(store: &Store, opts: &SeedOptions) -> anyhow::Result<SeedReport> {
             store.path().display()
         );
     }
-    let mut report = SeedReport::default();
+    let file = opts.dir.join("plant.toml").display().to_string();
+    let model = plant_model(&spec, opts.scale, &file)?;
+    let mut report = SeedReport { assets: model.assets.len(), sensors: model.sensors.len(), ..SeedReport::default() };
+    plant::import(store.writer(), model, Mode::Full, false, "seed", &file)?;
+    let keys: Arc<HashMap<String, i64>> = Arc::new(
+        store
+            .read()?
+            .prepare("SELECT id, key FROM sensors")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?,
+    );
     let (end, days) = (opts.end.floor_minute(), opts.days);
     for copy in 0..opts.scale {
-        let spec = std::sync::Arc::clone(&spec);
-        let part = store
-            .writer()
-            .call(move |conn| -> Result<SeedReport, StoreError> { Ok(insert_copy(conn, &spec, copy, end, days)?) })?;
-        report.assets += part.assets;
-        report.sensors += part.sensors;
+        let (spec, keys) = (Arc::clone(&spec), Arc::clone(&keys));
+        let part = store.writer().call(move |conn| -> Result<SeedReport, StoreError> {
+            Ok(insert_history(conn, &spec, &keys, copy, end, days)?)
+        })?;
         report.readings += part.readings;
         report.alarms += part.alarms;
         report.active_alarms += part.active_alarms;
@@ -121,9 +132,62 @@ fn copy_station_id(id: &str, copy: u32) -> String {
     if copy == 0 { id.to_string() } else { format!("{id}-{copy}") }
 }
 
-fn insert_copy(
+/// The demo plant, `scale` copies of it, as a plant import describes a site.
+fn plant_model(spec: &PlantSpec, scale: u32, file: &str) -> Result<PlantModel, ImportError> {
+    let at = Origin { file: file.to_string(), line: 0 };
+    let site = Site { id: spec.site.id.clone(), name: spec.site.name.clone(), timezone: spec.site.timezone.clone() };
+    let mut model = PlantModel { site: Some((site, at.clone())), ..PlantModel::default() };
+    let mut problems = Vec::new();
+    let number = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+    for copy in 0..scale {
+        for s in &spec.stations {
+            let name = if copy == 0 { s.name.clone() } else { format!("{} ({})", s.name, copy + 1) };
+            model.stations.push(StationRow { id: copy_station_id(&s.id, copy), name, at: at.clone() });
+        }
+        for a in &spec.assets {
+            let fields = [
+                ("id", copy_asset_id(&a.id, copy)),
+                ("station", copy_station_id(&a.station, copy)),
+                ("kind", a.kind.clone()),
+                ("name", a.name.clone()),
+                ("status", a.status.clone()),
+                ("criticality", a.criticality.clone()),
+                ("manufacturer", a.manufacturer.clone()),
+                ("model", a.model.clone()),
+                ("machine_class", a.machine_class.clone().unwrap_or_default()),
+                ("rated_power_kw", number(a.rated_power_kw)),
+                ("installed_on", a.installed_on.clone()),
+                ("drives", a.drives.as_deref().map(|p| copy_asset_id(p, copy)).unwrap_or_default()),
+            ];
+            problems.extend(model.push_asset(at.clone(), &fields).err().into_iter().flatten());
+        }
+        for s in sensor_plans(spec, copy) {
+            let t = s.signal.template;
+            let limits = t.limits.as_array();
+            let fields = [
+                ("id", s.sensor_id.clone()),
+                ("asset", s.asset_id.clone()),
+                ("kind", t.kind.clone()),
+                ("description", t.description.clone()),
+                ("unit", t.unit.clone()),
+                ("ll", number(limits[0])),
+                ("l", number(limits[1])),
+                ("h", number(limits[2])),
+                ("hh", number(limits[3])),
+                ("deadband", t.deadband.to_string()),
+                ("alarm_prefix", t.alarm_prefix.clone().unwrap_or_default()),
+            ];
+            problems.extend(model.push_sensor(at.clone(), &fields).err().into_iter().flatten());
+        }
+    }
+    if problems.is_empty() { Ok(model) } else { Err(ImportError(problems)) }
+}
+
+/// Copy `copy`'s week: readings, the alarm history they imply, maintenance records.
+fn insert_history(
     conn: &Connection,
     spec: &PlantSpec,
+    keys: &HashMap<String, i64>,
     copy: u32,
     end: Timestamp,
     days: u32,
@@ -131,67 +195,10 @@ fn insert_copy(
     let mut report = SeedReport::default();
     let n = days as usize * 24 * 60;
     let start = end.unix() - 60 * (n as i64 - 1);
-    if copy == 0 {
-        conn.execute(
-            "INSERT INTO sites (id, name, timezone) VALUES (?1, ?2, ?3)",
-            params![spec.site.id, spec.site.name, spec.site.timezone],
-        )?;
-    }
-    for s in &spec.stations {
-        let name = if copy == 0 { s.name.clone() } else { format!("{} ({})", s.name, copy + 1) };
-        conn.execute(
-            "INSERT INTO stations (id, site_id, name) VALUES (?1, ?2, ?3)",
-            params![copy_station_id(&s.id, copy), spec.site.id, name],
-        )?;
-    }
-    let mut next_key: i64 = conn.query_row("SELECT coalesce(max(key), 0) + 1 FROM sensors", [], |r| r.get(0))?;
-    for a in &spec.assets {
-        let (kind, status, criticality) = a.parsed().expect("validated");
-        conn.prepare_cached(
-            "INSERT INTO assets (id, station_id, kind, name, status, criticality, manufacturer, model,
-                                 machine_class, rated_power_kw, installed_on, drives)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )?
-        .execute(params![
-            copy_asset_id(&a.id, copy),
-            copy_station_id(&a.station, copy),
-            kind,
-            a.name,
-            status,
-            criticality,
-            a.manufacturer,
-            a.model,
-            a.machine_class,
-            a.rated_power_kw,
-            a.installed_on,
-            a.drives.as_deref().map(|p| copy_asset_id(p, copy))
-        ])?;
-        report.assets += 1;
-    }
     for s in sensor_plans(spec, copy) {
         let t = s.signal.template;
-        let key = next_key;
-        next_key += 1;
-        conn.prepare_cached(
-            "INSERT INTO sensors (key, id, asset_id, kind, description, unit, limit_ll, limit_l,
-                                  limit_h, limit_hh, deadband, alarm_prefix)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )?
-        .execute(params![
-            key,
-            s.sensor_id,
-            s.asset_id,
-            s.signal.kind,
-            t.description,
-            t.unit,
-            t.limits.ll,
-            t.limits.l,
-            t.limits.h,
-            t.limits.hh,
-            t.deadband,
-            t.alarm_prefix
-        ])?;
-        report.sensors += 1;
+        // Every sensor of the plan was imported just before.
+        let Some(&key) = keys.get(&s.sensor_id) else { continue };
 
         let mut rng = Rng::from_label(&format!("{}/{copy}", s.sensor_id));
         let values = s.signal.generate(start, n, &mut rng);
