@@ -452,3 +452,63 @@ fn a_historians_export_backfills_readings() {
     assert_eq!(w.refused, [("unknown_tag", 1, vec![2])]);
     assert!(w.to_string().contains("refused, unknown_tag: 1 (first at line 2)"), "{w}");
 }
+
+/// A large plant's lists: text found through the trigram index in any case (and a
+/// text too short for it by scanning), the count stopping at 1,000 with a way on, and
+/// the summary counting only the assets in service.
+#[test]
+fn a_large_plants_lists_find_text_and_stop_counting() {
+    let t = Twin::empty();
+    let dir = TempDir::new().unwrap();
+    let mut csv = String::from("Asset ID,Description,Equipment Type,Area,Status\n");
+    for i in 1..=1200 {
+        let name = if i % 400 == 0 { format!("Aeration \"blower\" {i}") } else { format!("Aeration blower {i}") };
+        csv += &format!(
+            "AB-{i:04},{},Blower,AER,{}\n",
+            name.replace('"', "\"\""),
+            if i % 2 == 0 { "Operating" } else { "Standby" }
+        );
+    }
+    std::fs::write(dir.path().join("assets.csv"), csv).unwrap();
+    std::fs::write(
+        dir.path().join("site.toml"),
+        "[site]\nid = \"BIG\"\nname = \"Big works\"\ntimezone = \"UTC\"\n[[stations]]\nid = \"AER\"\nname = \"Aeration\"\n",
+    )
+    .unwrap();
+    let files = ["site.toml", "assets.csv"].map(|f| dir.path().join(f)).to_vec();
+    t.import(&files, Mode::Full).unwrap();
+
+    let all = t.ok("list_assets", json!({"text": "BLOWER"}));
+    assert_eq!(all["total"], 1000, "{all}");
+    assert_eq!(all["total_is_lower_bound"], true);
+    assert_eq!(all["next_offset"], 20);
+    assert_eq!(all["assets"][0]["id"], "AB-0001", "in id order");
+    let deep = t.ok("list_assets", json!({"text": "blower", "offset": 1180, "limit": 50}));
+    assert_eq!(deep["assets"].as_array().unwrap().len(), 20, "the last page is reached: {deep}");
+    let few = t.ok("list_assets", json!({"text": "blower 11", "limit": 50}));
+    assert_eq!(few["total"], 111, "11, 110-119, 1100-1199: {few}");
+    assert!(few.get("total_is_lower_bound").is_none());
+    assert_eq!(few["assets"][0]["id"], "AB-0011");
+    let running = t.ok("list_assets", json!({"text": "blower 11", "status": "running", "limit": 50}));
+    assert_eq!(running["total"], 55, "text and a filter together: {running}");
+    let quoted = t.ok("list_assets", json!({"text": "\"blower\""}));
+    assert_eq!(quoted["total"], 3, "a quote is text like any other: {quoted}");
+    let short = t.ok("list_assets", json!({"text": "b-"}));
+    assert_eq!(short["total"], 1000, "two characters are scanned for: {short}");
+    let by_id = t.ok("list_assets", json!({"text": "ab-120"}));
+    assert_eq!(by_id["total"], 1, "{by_id}");
+
+    let summary = t.ok("get_system_summary", json!({}));
+    assert_eq!(summary["assets"]["total"], 1200);
+    assert_eq!(summary["assets"]["by_status"]["running"], 600);
+    // Retired by a full import that leaves them out, they leave the counts.
+    let mut kept = std::fs::read_to_string(&files[1]).unwrap();
+    kept = kept.lines().take(1001).collect::<Vec<_>>().join("\n");
+    std::fs::write(&files[1], kept).unwrap();
+    t.import(&files, Mode::Full).unwrap();
+    let summary = t.ok("get_system_summary", json!({}));
+    assert_eq!(summary["assets"]["total"], 1000, "{summary}");
+    assert_eq!(summary["assets"]["by_status"]["standby"], 500);
+    let gone = t.ok("list_assets", json!({"text": "blower 1100"}));
+    assert_eq!(gone["total"], 0, "a retired asset is not listed: {gone}");
+}

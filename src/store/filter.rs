@@ -6,7 +6,7 @@
 
 use rusqlite::types::Value;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Filter {
     clauses: Vec<&'static str>,
     params: Vec<Value>,

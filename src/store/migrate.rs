@@ -155,6 +155,50 @@ const MIGRATIONS: &[&str] = &[
     // assets a scan per call for `retired_at IS NULL` was most of list_assets' time.
     "CREATE INDEX assets_in_service ON assets(id) WHERE retired_at IS NULL;
      CREATE INDEX assets_kind_in_service ON assets(kind) WHERE retired_at IS NULL;",
+    // 11: a large utility's lists and summary without a scan of its 18,000 assets:
+    // counts by status kept by triggers; kind and station lists in id order from their
+    // index; text search through a trigram index of ids and names (any substring of 3
+    // characters or more, in any case) of the assets in service. The text index holds
+    // its own copy of id and name, not rowids of `assets`, which VACUUM may renumber. The summary's pass over
+    // the active alarms and its look at their assets read covering indexes; an asset's
+    // details find what drives it, and the plant tree its children, by index.
+    "CREATE TABLE asset_status_counts (
+         status TEXT PRIMARY KEY,
+         n      INTEGER NOT NULL
+     ) STRICT, WITHOUT ROWID;
+     INSERT INTO asset_status_counts SELECT status, count(*) FROM assets WHERE retired_at IS NULL GROUP BY status;
+     CREATE TRIGGER assets_counted_insert AFTER INSERT ON assets WHEN NEW.retired_at IS NULL BEGIN
+         INSERT INTO asset_status_counts (status, n) VALUES (NEW.status, 1) ON CONFLICT (status) DO UPDATE SET n = n + 1;
+     END;
+     CREATE TRIGGER assets_counted_delete AFTER DELETE ON assets WHEN OLD.retired_at IS NULL BEGIN
+         UPDATE asset_status_counts SET n = n - 1 WHERE status = OLD.status;
+     END;
+     CREATE TRIGGER assets_counted_update AFTER UPDATE OF status, retired_at ON assets
+     WHEN OLD.status IS NOT NEW.status OR (OLD.retired_at IS NULL) IS NOT (NEW.retired_at IS NULL) BEGIN
+         UPDATE asset_status_counts SET n = n - 1 WHERE status = OLD.status AND OLD.retired_at IS NULL;
+         INSERT INTO asset_status_counts (status, n) SELECT NEW.status, 1 WHERE NEW.retired_at IS NULL
+             ON CONFLICT (status) DO UPDATE SET n = n + 1;
+     END;
+     DROP INDEX assets_kind_in_service;
+     CREATE INDEX assets_kind_in_service ON assets(kind, id) WHERE retired_at IS NULL;
+     CREATE INDEX assets_station_in_service ON assets(station_id, id) WHERE retired_at IS NULL;
+     CREATE INDEX alarms_active_asset ON alarms(asset_id, severity, state) WHERE cleared_at IS NULL;
+     CREATE INDEX assets_attention ON assets(id, status, criticality, last_maintenance_on) WHERE retired_at IS NULL;
+     CREATE INDEX assets_drives ON assets(drives) WHERE drives IS NOT NULL;
+     CREATE INDEX assets_parent ON assets(parent_id) WHERE parent_id IS NOT NULL;
+     CREATE VIRTUAL TABLE assets_text USING fts5(id, name, tokenize = 'trigram');
+     INSERT INTO assets_text (id, name) SELECT id, name FROM assets WHERE retired_at IS NULL;
+     CREATE TRIGGER assets_text_insert AFTER INSERT ON assets WHEN NEW.retired_at IS NULL BEGIN
+         INSERT INTO assets_text (id, name) VALUES (NEW.id, NEW.name);
+     END;
+     CREATE TRIGGER assets_text_delete AFTER DELETE ON assets WHEN OLD.retired_at IS NULL BEGIN
+         DELETE FROM assets_text WHERE id = OLD.id;
+     END;
+     CREATE TRIGGER assets_text_update AFTER UPDATE OF id, name, retired_at ON assets
+     WHEN OLD.id IS NOT NEW.id OR OLD.name IS NOT NEW.name OR (OLD.retired_at IS NULL) IS NOT (NEW.retired_at IS NULL) BEGIN
+         DELETE FROM assets_text WHERE id = OLD.id AND OLD.retired_at IS NULL;
+         INSERT INTO assets_text (id, name) SELECT NEW.id, NEW.name WHERE NEW.retired_at IS NULL;
+     END;",
 ];
 
 /// The schema version this build writes.

@@ -11,10 +11,13 @@ use crate::domain::{Access, AssetStatus};
 use crate::store::{Filter, like_pattern_contains};
 
 const NAME: &str = "list_assets";
+/// Matches counted before the count says "more than".
+const COUNT_CAP: i64 = 1000;
 const DESCRIPTION: &str = "List the plant's assets (pumps, motors, blowers, valves, tanks, analysers: whatever \
 the site has), optionally filtered by station, kind, status or a text match on id or name; sorted by id, paged. \
 Each row has id, name, kind, station, status, criticality (A = loss stops supply, B = loss reduces redundancy, \
-C = minor) and the number of active alarms. Returns total, offset and next_offset (null on the last page); a kind \
+C = minor) and the number of active alarms. Returns total (counted up to 1,000; past that, total_is_lower_bound is true and you should narrow the \
+filters), offset and next_offset (null on the last page); a kind \
 the twin lacks is answered with the kinds it has. Ids and kinds are the site's own, matched in any case. Use it to find \
 asset ids; then call get_asset_details for one asset.";
 
@@ -84,9 +87,10 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         Some(t) if t.chars().count() > 100 => {
             return Err(ToolError::InvalidArguments("text must be at most 100 characters".into()));
         }
-        Some(t) => Some(like_pattern_contains(t)),
+        Some(t) => Some(t.to_string()),
         None => None,
     };
+    let filter_is_in_service_only = station.is_none() && kind.is_none() && args.status.is_none();
     let mut filter = Filter::new();
     filter.and("a.retired_at IS NULL", []);
     if let Some(station) = station {
@@ -98,20 +102,52 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     if let Some(status) = args.status {
         filter.and("a.status = ?", [Sql::from(status.as_str().to_string())]);
     }
-    if let Some(text) = text {
-        filter
-            .and("(a.id LIKE ? ESCAPE '\\' OR a.name LIKE ? ESCAPE '\\')", [Sql::from(text.clone()), Sql::from(text)]);
-    }
+    // The count stops past `cap`: beyond it the model needs a narrower list, not a number.
+    let cap = COUNT_CAP.max(args.offset + args.limit);
+    let count = |filter: &Filter, from: &str| -> rusqlite::Result<i64> {
+        ctx.db
+            .prepare_cached(
+                &["SELECT count(*) FROM (SELECT 1 FROM ", from, &filter.where_clause(), " LIMIT ?)"].concat(),
+            )?
+            .query_row(params_from_iter(filter.params_with([Sql::from(cap + 1)])), |r| r.get(0))
+    };
+    // Text of 3 characters or more is looked up in the trigram index; the page then
+    // comes from its matches when they are few, or from a walk in id order, which meets
+    // enough matches soon, when they are many.
+    let mut from = "assets a";
+    let total = match &text {
+        Some(t) if t.chars().count() >= 3 => {
+            let phrase = Sql::from(format!("\"{}\"", t.replace('"', "\"\"")));
+            let mut indexed = filter.clone();
+            indexed.and("t.assets_text MATCH ?", [phrase.clone()]);
+            // The index holds only assets in service: text alone is counted in it.
+            let total = if filter_is_in_service_only {
+                let mut alone = Filter::new();
+                alone.and("t.assets_text MATCH ?", [phrase]);
+                count(&alone, "assets_text t")?
+            } else {
+                count(&indexed, "assets_text t JOIN assets a ON a.id = t.id")?
+            };
+            if total <= cap {
+                (filter, from) = (indexed, "assets_text t JOIN assets a ON a.id = t.id");
+            } else {
+                like_text(&mut filter, t);
+            }
+            total
+        }
+        Some(t) => {
+            like_text(&mut filter, t);
+            count(&filter, from)?
+        }
+        None => count(&filter, from)?,
+    };
     let where_clause = filter.where_clause();
-    let total: i64 = ctx
-        .db
-        .prepare_cached(&["SELECT count(*) FROM assets a", &where_clause].concat())?
-        .query_row(params_from_iter(filter.params_with([])), |r| r.get(0))?;
     let mut stmt = ctx.db.prepare_cached(
         &[
             "SELECT a.id, a.name, a.kind, a.station_id, a.status, a.criticality,
                 (SELECT count(*) FROM alarms al WHERE al.asset_id = a.id AND al.cleared_at IS NULL)
-         FROM assets a",
+         FROM ",
+            from,
             &where_clause,
             " ORDER BY a.id LIMIT ? OFFSET ?",
         ]
@@ -130,8 +166,16 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             }))
         })?
         .collect::<Result<_, _>>()?;
+    let capped = total > cap;
+    let total = total.min(cap);
     let mut out = page(total, args.offset, "assets", assets);
-    if total == 0 {
+    if capped {
+        out["total_is_lower_bound"] = json!(true);
+        out["next_offset"] = json!(args.offset + args.limit);
+        out["hint"] = json!(format!(
+            "More than {total} assets match. Narrow the list with station_id, kind, status or a longer text."
+        ));
+    } else if total == 0 {
         out["hint"] = json!("No asset matches these filters. Remove a filter, or check the spelling.");
     } else if args.offset >= total {
         out["hint"] = json!(format!("offset {} is past the last row; there are {total} rows in all.", args.offset));
@@ -140,6 +184,16 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
 }
 
 /// The asset kinds in the twin, with how many assets each (retired ones left out).
+/// Text anywhere in the id or name, in any case, by scanning (what the trigram index
+/// cannot look up, or need not).
+fn like_text(filter: &mut Filter, text: &str) {
+    let pattern = like_pattern_contains(text);
+    filter.and(
+        "(a.id LIKE ? ESCAPE '\\' OR a.name LIKE ? ESCAPE '\\')",
+        [Sql::from(pattern.clone()), Sql::from(pattern)],
+    );
+}
+
 fn kinds(ctx: &ToolContext) -> Result<Vec<(String, i64)>, ToolError> {
     let mut stmt = ctx
         .db

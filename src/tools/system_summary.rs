@@ -1,6 +1,5 @@
 //! `get_system_summary`: the plant at a glance, and where to look first.
 
-use rusqlite::params;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -36,73 +35,134 @@ fn counts(ctx: &ToolContext, sql: &str) -> Result<Map<String, Value>, ToolError>
     Ok(out)
 }
 
+/// An asset that may need attention, as scored.
+struct Candidate {
+    id: String,
+    status: String,
+    criticality: String,
+    /// Active alarms, and those unacknowledged.
+    active: i64,
+    unacked: i64,
+    /// Last maintenance over a year ago, or never recorded.
+    overdue: bool,
+    score: i64,
+}
+
+impl Candidate {
+    /// Why it scored, with its active alarms' codes (`codes`).
+    fn reason(&self, codes: &str) -> String {
+        let mut reason = String::new();
+        if self.active > 0 {
+            reason += &format!("{} active alarm(s): {codes}; ", self.active);
+        }
+        if self.unacked > 0 {
+            reason += &format!("{} unacknowledged; ", self.unacked);
+        }
+        if self.status == "fault" {
+            reason += "asset status is fault; ";
+        }
+        reason += &format!("criticality {}", self.criticality);
+        if self.overdue {
+            reason += "; no maintenance recorded in the last 365 days";
+        }
+        reason
+    }
+}
+
 fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
     let site: (String, String) =
         ctx.db.query_row("SELECT id, name FROM sites LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|_| {
             ToolError::Rejected("The twin holds no plant yet: run `twinops seed` or connect the SCADA feed.".into())
         })?;
-    let by_status = counts(ctx, "SELECT status, count(*) FROM assets GROUP BY status ORDER BY status")?;
+    // Kept by triggers (migration 11): a large utility's assets are not counted per call.
+    let by_status = counts(ctx, "SELECT status, n FROM asset_status_counts WHERE n > 0 ORDER BY status")?;
     let asset_total: i64 = by_status.values().filter_map(Value::as_i64).sum();
-    let by_severity = counts(
-        ctx,
-        "SELECT severity, count(*) FROM alarms WHERE cleared_at IS NULL GROUP BY severity
-         ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END",
-    )?;
-    let active_total: i64 = by_severity.values().filter_map(Value::as_i64).sum();
-    let by_state = counts(
-        ctx,
-        "SELECT state, count(*) FROM alarms
-         WHERE state IN ('unacknowledged', 'rtn_unacknowledged', 'shelved', 'out_of_service') GROUP BY state",
-    )?;
+    let rtn_unacked: i64 = ctx
+        .db
+        .prepare_cached("SELECT count(*) FROM alarms WHERE state = 'rtn_unacknowledged'")?
+        .query_row([], |r| r.get(0))?;
     let work_orders = counts(ctx, "SELECT status, count(*) FROM work_orders GROUP BY status ORDER BY status")?;
+
+    let mut by_severity: Vec<(&str, i64)> = vec![("critical", 0), ("high", 0), ("medium", 0), ("low", 0)];
+    let (mut unacked, mut shelved) = (0, 0);
+    let mut stmt = ctx.db.prepare_cached(
+        "SELECT severity, state, count(*) FROM alarms INDEXED BY alarms_active_asset
+         WHERE cleared_at IS NULL GROUP BY severity, state",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let (severity, state, n): (String, String, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        if let Some(entry) = by_severity.iter_mut().find(|(s, _)| *s == severity) {
+            entry.1 += n;
+        }
+        match state.as_str() {
+            "unacknowledged" => unacked += n,
+            "shelved" => shelved += n,
+            _ => {}
+        }
+    }
 
     // Attention score: active alarms weighted by severity (1/3/9/27), times criticality
     // (A=3, B=2, C=1); plus 20 for a faulted asset, 2 per unacknowledged alarm, and 5 when
-    // the last maintenance is over a year old (or never recorded).
-    // Driven from the active alarms (few) rather than the assets (many): only assets
-    // with an active alarm or in fault can score.
+    // the last maintenance is over a year old (or never recorded). Driven from the
+    // active alarms (few, beside the assets) through covering indexes: only assets with
+    // an active alarm or in fault can score.
     let mut stmt = ctx.db.prepare_cached(
         "WITH act AS (
-             SELECT asset_id,
-                    count(*) AS n,
-                    sum(CASE severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END) AS w,
-                    sum(state = 'unacknowledged') AS unacked,
-                    group_concat(code || ' ' || severity, ', ') AS codes
-             FROM alarms WHERE cleared_at IS NULL GROUP BY asset_id
+             SELECT asset_id, count(*) AS n, sum(state = 'unacknowledged') AS unacked,
+                    sum(CASE severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END) AS w
+             FROM alarms INDEXED BY alarms_active_asset WHERE cleared_at IS NULL GROUP BY asset_id
          ),
          candidates AS (
-             SELECT asset_id AS id FROM act
-             UNION SELECT id FROM assets WHERE status = 'fault'
-         ),
-         scored AS (
-             SELECT a.id, a.name, a.status, a.criticality, act.n, act.unacked, act.codes,
-                    coalesce(a.last_maintenance_on < ?1, 1) AS overdue,
-                    coalesce(act.w, 0) * CASE a.criticality WHEN 'A' THEN 3 WHEN 'B' THEN 2 ELSE 1 END
-                      + iif(a.status = 'fault', 20, 0) + 2 * coalesce(act.unacked, 0) AS base
-             FROM candidates c JOIN assets a ON a.id = c.id LEFT JOIN act ON act.asset_id = a.id
+             SELECT a.id, a.status, a.criticality, a.last_maintenance_on, act.n, act.unacked, act.w
+             FROM act JOIN assets a INDEXED BY assets_attention ON a.id = act.asset_id AND a.retired_at IS NULL
+             UNION ALL
+             SELECT id, status, criticality, last_maintenance_on, 0, 0, 0 FROM assets
+             WHERE status = 'fault' AND retired_at IS NULL
+               AND NOT EXISTS (SELECT 1 FROM alarms al INDEXED BY alarms_active_asset
+                               WHERE al.asset_id = assets.id AND al.cleared_at IS NULL)
          )
-         SELECT id, name, status, criticality, base + 5 * overdue AS score,
-                rtrim(
-                    iif(n > 0, n || ' active alarm(s): ' || codes || '; ', '')
-                    || iif(unacked > 0, unacked || ' unacknowledged; ', '')
-                    || iif(status = 'fault', 'asset status is fault; ', '')
-                    || 'criticality ' || criticality
-                    || iif(overdue, '; no maintenance recorded in the last 365 days', ''),
-                    '; ')
-         FROM scored ORDER BY score DESC, id LIMIT 5",
+         SELECT id, status, criticality, n, unacked, coalesce(last_maintenance_on < ?1, 1) AS overdue,
+                w * CASE criticality WHEN 'A' THEN 3 WHEN 'B' THEN 2 ELSE 1 END
+                  + iif(status = 'fault', 20, 0) + 2 * unacked + 5 * coalesce(last_maintenance_on < ?1, 1) AS score
+         FROM candidates ORDER BY score DESC, id LIMIT 5",
     )?;
-    let attention: Vec<Value> = stmt
-        .query_map(params![ctx.now.plus_secs(-365 * 86_400).date()], |r| {
-            Ok(json!({
-                "asset_id": r.get::<_, String>(0)?,
-                "name": r.get::<_, String>(1)?,
-                "status": r.get::<_, String>(2)?,
-                "criticality": r.get::<_, String>(3)?,
-                "score": r.get::<_, i64>(4)?,
-                "reason": r.get::<_, String>(5)?,
-            }))
+    let top: Vec<Candidate> = stmt
+        .query_map([ctx.now.plus_secs(-365 * 86_400).date()], |r| {
+            Ok(Candidate {
+                id: r.get(0)?,
+                status: r.get(1)?,
+                criticality: r.get(2)?,
+                active: r.get(3)?,
+                unacked: r.get(4)?,
+                overdue: r.get(5)?,
+                score: r.get(6)?,
+            })
         })?
         .collect::<Result<_, _>>()?;
+    // Names and alarm codes for the five shown only.
+    let mut detail = ctx.db.prepare_cached(
+        "SELECT a.name, (SELECT group_concat(code || ' ' || severity, ', ') FROM alarms INDEXED BY alarms_open_point
+                         WHERE asset_id = a.id AND cleared_at IS NULL)
+         FROM assets a WHERE a.id = ?1",
+    )?;
+    let attention = top
+        .iter()
+        .map(|c| {
+            let (name, codes): (String, Option<String>) = detail.query_row([&c.id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(json!({
+                "asset_id": c.id,
+                "name": name,
+                "status": c.status,
+                "criticality": c.criticality,
+                "score": c.score,
+                "reason": c.reason(codes.as_deref().unwrap_or("")),
+            }))
+        })
+        .collect::<rusqlite::Result<Vec<Value>>>()?;
+    let active_total: i64 = by_severity.iter().map(|(_, n)| n).sum();
+    let by_severity: Map<String, Value> =
+        by_severity.into_iter().filter(|(_, n)| *n > 0).map(|(s, n)| (s.to_string(), json!(n))).collect();
 
     Ok(json!({
         "site": {"id": site.0, "name": site.1},
@@ -111,10 +171,10 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
         "active_alarms": {
             "total": active_total,
             "by_severity": by_severity,
-            "unacknowledged": by_state.get("unacknowledged").cloned().unwrap_or(json!(0)),
-            "shelved": by_state.get("shelved").cloned().unwrap_or(json!(0)),
+            "unacknowledged": unacked,
+            "shelved": shelved,
         },
-        "returned_to_normal_unacknowledged": by_state.get("rtn_unacknowledged").cloned().unwrap_or(json!(0)),
+        "returned_to_normal_unacknowledged": rtn_unacked,
         "work_orders": work_orders,
         "needs_attention": attention,
         "next": "Call get_asset_details with an asset_id from needs_attention for its sensors, alarms and work orders.",
