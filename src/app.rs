@@ -101,8 +101,13 @@ impl Daemon {
         let (stop, stop_rx) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let policy = opts.config.ingest_policy();
-        let ingest =
-            ingest::mqtt::start(store.writer().clone(), mqtt.clone(), policy, Arc::clone(&wake), stop_rx.clone())?;
+        let ingest = ingest::mqtt::start(
+            store.writer().clone(),
+            mqtt.clone(),
+            policy.clone(),
+            Arc::clone(&wake),
+            stop_rx.clone(),
+        )?;
         let broker_up = ingest.broker_up.clone();
         let mut tasks = vec![ingest.task];
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));

@@ -41,7 +41,6 @@ pub struct IngestBenchArgs {
 /// bare QoS 1 subscriber gets from the same broker in the same run. Rounds alternate
 /// the two so that a noisy moment of the machine does not land on one side only.
 pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
-    use crate::config::MqttConfig;
     use crate::sim::{connect, publish_all};
     use rumqttc::{Event, Packet, QoS};
 
@@ -50,20 +49,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let tag = format!("bench{}", Timestamp::now().unix());
-        let mut cfg = MqttConfig {
-            url: args.broker.clone().unwrap_or_default(),
-            client_id: format!("{tag}-twinops"),
-            topics: vec![format!("{tag}/ingest/#")],
-            batch_ms: args.batch_ms,
-            ..Default::default()
-        };
-        if args.broker.is_none() {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-            let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
-            crate::broker::start(listen)?;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            cfg.use_embedded(listen);
-        }
+        let cfg = ingest_config(&tag, args.broker.as_deref(), args.batch_ms).await?;
         let (url, batch_ms) = (cfg.url.clone(), cfg.batch_wait().as_millis());
         let n = args.messages;
         let base_ts = Timestamp::now().unix() + 86_400 * 365;
@@ -179,6 +165,165 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
             per_message(ours_cpu)
         );
         println!("twinops / bare: {:.0}% (medians; goal >= 80%)", 100.0 * rate(&ours_med) / rate(&bare_med));
+        Ok::<_, anyhow::Error>(())
+    })
+}
+
+/// Ingest's MQTT settings for a benchmark: `broker`, or the embedded one started on a
+/// free loopback port; topics under `{tag}/ingest/`.
+async fn ingest_config(
+    tag: &str,
+    broker: Option<&str>,
+    batch_ms: Option<u64>,
+) -> anyhow::Result<crate::config::MqttConfig> {
+    let mut cfg = crate::config::MqttConfig {
+        url: broker.unwrap_or_default().to_string(),
+        client_id: format!("{tag}-twinops"),
+        topics: vec![format!("{tag}/ingest/#")],
+        batch_ms,
+        ..Default::default()
+    };
+    if broker.is_none() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        crate::broker::start(listen)?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cfg.use_embedded(listen);
+    }
+    Ok(cfg)
+}
+
+#[derive(clap::Args)]
+pub struct SparkplugBenchArgs {
+    /// DDATA messages per round (and as many JSON messages of the same readings).
+    #[arg(long, default_value_t = 2_000)]
+    messages: usize,
+    /// Metrics per message.
+    #[arg(long, default_value_t = 100)]
+    metrics: usize,
+    /// Rounds of each, alternating; the figures are their medians.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// An external broker (e.g. mqtt://127.0.0.1:1883 for Mosquitto); default: the
+    /// embedded one on a free loopback port.
+    #[arg(long)]
+    broker: Option<String>,
+    #[arg(long)]
+    batch_ms: Option<u64>,
+    /// Database to use; emptied of this benchmark's readings before and after.
+    #[arg(long, default_value = "data/bench-sparkplug.db")]
+    bench_db: PathBuf,
+}
+
+/// Sparkplug B ingest end to end (published at QoS 1, decoded, resolved by alias,
+/// committed, acknowledged) beside the JSON path carrying the same readings in the same
+/// run: DDATA messages of `metrics` metrics against JSON batches of as many readings.
+pub fn sparkplug(args: &SparkplugBenchArgs) -> anyhow::Result<()> {
+    use crate::sim::publish_all;
+    use crate::sparkplug::edge::{EdgeNode, MetricSpec};
+
+    anyhow::ensure!(
+        args.rounds > 0 && args.messages > 0 && args.metrics > 0,
+        "--rounds, --messages and --metrics must be at least 1"
+    );
+    let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let tag = format!("spbench{}", Timestamp::now().unix());
+        let cfg = ingest_config(&tag, args.broker.as_deref(), args.batch_ms).await?;
+        let url = cfg.url.clone();
+        let sparkplug = crate::sparkplug::SparkplugConfig { enabled: true, groups: vec![tag.clone()], host_id: tag.clone(), primary_host: false, ..Default::default() };
+        let policy = crate::ingest::IngestPolicy { max_ahead_s: None, sparkplug: Some(std::sync::Arc::new(sparkplug)), ..Default::default() };
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let mut ingest = crate::ingest::mqtt::start(store.writer().clone(), cfg, policy, std::sync::Arc::new(tokio::sync::Notify::new()), stop)?;
+        ingest.broker_up.wait_for(|up| *up).await?;
+
+        // The births register device BENCH's metrics m000.. as sensors BENCH/m000...
+        let (n, m) = (args.messages, args.metrics);
+        let mut edge = EdgeNode::new(&tag, "gw", 0);
+        let now_ms = Timestamp::now().unix() as u64 * 1000;
+        let specs: Vec<MetricSpec> = (0..m)
+            .map(|i| MetricSpec { name: format!("m{i:03}"), alias: i as u64, value: 0.0, unit: "bar".into(), limits: [None; 4] })
+            .collect();
+        let births = vec![edge.node_birth(now_ms), edge.device_birth("BENCH", &specs, now_ms)];
+        for (topic, payload) in births {
+            publish_all(&url, &format!("{tag}-birth"), &topic, vec![payload]).await?;
+        }
+        let acked = tokio::time::timeout(Duration::from_secs(60), ingest.acked.wait_for(|a| *a >= 2)).await.is_ok();
+        anyhow::ensure!(acked, "the births were not taken");
+        let db = store.read()?;
+        let keys: i64 = db.query_row("SELECT count(*) FROM sensors WHERE id LIKE 'BENCH/m%'", [], |r| r.get(0))?;
+        anyhow::ensure!(keys as usize >= m, "the births registered {keys} of {m} sensors");
+        // Every reading of the run is new: a second of its own, a year ahead.
+        let base = Timestamp::now().unix() + 86_400 * 365;
+        let clear = move |c: &rusqlite::Connection| {
+            for sql in ["DELETE FROM readings WHERE ts > ?1", "DELETE FROM readings_hourly WHERE hour > ?1"] {
+                c.execute(sql, rusqlite::params![base - 86_400])?;
+            }
+            Ok::<_, crate::store::StoreError>(())
+        };
+        store.writer().call(clear)?;
+
+        let (mut json_t, mut sp_t) = (Vec::new(), Vec::new());
+        let (mut json_cpu, mut sp_cpu) = (Duration::ZERO, Duration::ZERO);
+        let mut expected_acks = 2u64;
+        let mut stored_expected = 0i64;
+        for round in 0..args.rounds {
+            // JSON: the same readings as batches of `m` events.
+            let second = |i: usize, path: usize| base + ((round * 2 + path) * n + i) as i64;
+            let json_msgs: Vec<Vec<u8>> = (0..n)
+                .map(|i| {
+                    let t = Timestamp::from_unix(second(i, 0)).to_rfc3339();
+                    let events: Vec<Value> = (0..m).map(|j| json!({"type": "reading", "sensor_id": format!("BENCH/m{j:03}"), "time": t, "value": (i + j) as f64})).collect();
+                    json!({"events": events}).to_string().into_bytes()
+                })
+                .collect();
+            let sp_msgs: Vec<Vec<u8>> = (0..n)
+                .map(|i| {
+                    let ms = second(i, 1) as u64 * 1000;
+                    let values: Vec<(u64, f64, u64)> = (0..m).map(|j| (j as u64, (i + j) as f64, ms)).collect();
+                    edge.device_data("BENCH", &values, ms).1
+                })
+                .collect();
+            let json_bytes: usize = json_msgs.iter().map(Vec::len).sum();
+            let sp_bytes: usize = sp_msgs.iter().map(Vec::len).sum();
+            for (path, msgs) in [(0, json_msgs), (1, sp_msgs)] {
+                let topic = if path == 0 { format!("{tag}/ingest/telemetry") } else { format!("spBv1.0/{tag}/DDATA/gw/BENCH") };
+                let (started, cpu) = (Instant::now(), process_cpu());
+                let publishing = { let url = url.clone(); let id = format!("{tag}-pub{path}"); tokio::spawn(async move { publish_all(&url, &id, &topic, msgs).await }) };
+                expected_acks += n as u64;
+                let done = tokio::time::timeout(Duration::from_secs(600), ingest.acked.wait_for(|a| *a >= expected_acks)).await.is_ok();
+                anyhow::ensure!(done, "ingest stalled at {} of {expected_acks} acks", *ingest.acked.borrow());
+                let (elapsed, used) = (started.elapsed(), process_cpu().saturating_sub(cpu));
+                publishing.await??;
+                if path == 0 { json_t.push(elapsed); json_cpu += used; } else { sp_t.push(elapsed); sp_cpu += used; }
+            }
+            stored_expected += (2 * n * m) as i64;
+            let stored: i64 = db.query_row("SELECT count(*) FROM readings WHERE ts >= ?1", [base], |r| r.get(0))?;
+            anyhow::ensure!(stored == stored_expected, "{stored} readings stored, {stored_expected} sent");
+            if round == 0 {
+                println!(
+                    "twinops bench sparkplug: {n} messages of {m} readings per round and path, {} rounds, through {}; payloads: JSON {:.0} B, Sparkplug {:.0} B per message",
+                    args.rounds,
+                    if args.broker.is_some() { url.as_str() } else { "the embedded broker" },
+                    json_bytes as f64 / n as f64,
+                    sp_bytes as f64 / n as f64
+                );
+            }
+        }
+        let _ = stop_tx.send(true);
+        let _ = ingest.task.await;
+        store.writer().call(clear)?;
+
+        let readings = (n * m) as f64;
+        let rate = |d: Duration| readings / d.as_secs_f64();
+        let rounds = |ds: &[Duration]| ds.iter().map(|d| format!("{:.0}", rate(*d))).collect::<Vec<_>>().join(" ");
+        let (json_med, sp_med) = (Percentiles::of(json_t.clone()).p50, Percentiles::of(sp_t.clone()).p50);
+        let per_reading = |cpu: Duration| format!("{:.2} µs", cpu.as_secs_f64() * 1e6 / (readings * args.rounds as f64));
+        println!("{:<44} {:>10} readings/s  (rounds: {})", "JSON telemetry (committed, then acked), median", format!("{:.0}", rate(json_med)), rounds(&json_t));
+        println!("{:<44} {:>10} readings/s  (rounds: {})", "Sparkplug DDATA (committed, then acked), median", format!("{:.0}", rate(sp_med)), rounds(&sp_t));
+        println!("CPU per reading, this process: JSON {}, Sparkplug {}", per_reading(json_cpu), per_reading(sp_cpu));
+        println!("Sparkplug / JSON: {:.0}% (medians; goal >= 300,000 readings/s against Mosquitto)", 100.0 * rate(sp_med) / rate(json_med));
         Ok::<_, anyhow::Error>(())
     })
 }

@@ -467,6 +467,11 @@ enum BenchCommand {
         after_help = "Examples:\n  twinops bench ingest\n  twinops bench ingest --broker mqtt://127.0.0.1:1883 --batch-ms 1   # Mosquitto, set up as in the README"
     )]
     Ingest(bench::IngestBenchArgs),
+    /// Sparkplug B ingest (DDATA of 100 metrics) beside JSON telemetry of the same readings.
+    #[command(
+        after_help = "Examples:\n  twinops bench sparkplug\n  twinops bench sparkplug --broker mqtt://127.0.0.1:1883   # Mosquitto"
+    )]
+    Sparkplug(bench::SparkplugBenchArgs),
     /// The agent harness's own overhead per step against an instant scripted model.
     #[command(after_help = "Example:\n  twinops bench agent --runs 300")]
     Agent(bench::AgentBenchArgs),
@@ -634,6 +639,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,
         Command::Bench(BenchCommand::Agent(args)) => bench::agent(&args)?,
         Command::Bench(BenchCommand::Ingest(args)) => bench::ingest(&args)?,
+        Command::Bench(BenchCommand::Sparkplug(args)) => bench::sparkplug(&args)?,
         Command::Bench(BenchCommand::Readings(args)) => bench::readings(&args)?,
         Command::Ask { question, user, now } => {
             let agent = cli.global.agent(now.as_deref())?;
@@ -893,7 +899,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let policy = cli.global.config()?.ingest_policy();
             let (mut applied, mut refused) = (0, 0);
             for id in ids {
-                match replay::replay(store.writer(), id, &user, policy)? {
+                match replay::replay(store.writer(), id, &user, policy.clone())? {
                     replay::Replay::Applied(e) => {
                         applied += 1;
                         println!(

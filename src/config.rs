@@ -312,6 +312,9 @@ pub struct Config {
     pub web: WebConfig,
     #[serde(default)]
     pub mcp: McpConfig,
+    /// Owned by its component: `src/sparkplug/mod.rs`.
+    #[serde(default)]
+    pub sparkplug: crate::sparkplug::SparkplugConfig,
 }
 
 impl Config {
@@ -322,6 +325,7 @@ impl Config {
             queue: crate::alarms::QueuePolicy { capacity: self.triage.queue_capacity },
             max_ahead_s: (self.mqtt.max_time_ahead_s > 0).then_some(i64::from(self.mqtt.max_time_ahead_s)),
             max_behind_s: (self.mqtt.max_time_behind_s > 0).then_some(i64::from(self.mqtt.max_time_behind_s)),
+            sparkplug: self.sparkplug.enabled.then(|| std::sync::Arc::new(self.sparkplug.clone())),
         }
     }
 
@@ -411,6 +415,7 @@ impl Config {
     }
 
     fn validate(&mut self) -> anyhow::Result<()> {
+        self.sparkplug.validate().map_err(anyhow::Error::msg)?;
         for (i, p) in self.llm.chain.iter_mut().enumerate() {
             let at = format!("llm.chain[{i}]");
             if p.kind != ProviderKind::Rules && p.model.as_deref().is_none_or(str::is_empty) {

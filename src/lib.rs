@@ -8,7 +8,8 @@
 //! - [`domain`]: validated types (`AssetId`, `SensorId`, `Severity`, ...). Raw strings stop
 //!   at the edge.
 //! - [`ingest`]: MQTT (rumqttc, manual acks after commit), payloads, dead letters;
-//!   [`broker`] is the embedded rumqttd.
+//!   [`broker`] is the embedded rumqttd; [`sparkplug`]: Sparkplug B as a host application,
+//!   on the same connection and transaction.
 //! - [`plant`]: a site's plant from its own files (TOML, CSV), and back.
 //! - [`store`]: the SQLite twin. `schema.sql` via `user_version` migrations, one writer
 //!   thread with group commit, read-only handles for everything else, online backup.
@@ -46,6 +47,7 @@ pub mod scripted;
 pub mod sdnotify;
 pub mod seed;
 pub mod sim;
+pub mod sparkplug;
 pub mod store;
 pub mod tools;
 pub mod triage;

@@ -40,6 +40,17 @@ pub const DEFINED: &[Def] = &[
         "Ingest batches that could not be committed (left unacked; ingest reconnects for redelivery).",
     ),
     def("twinops_ingest_batch_messages", Histogram, "Messages per ingest batch (one transaction)."),
+    def("twinops_sparkplug_messages_total", Counter, "Sparkplug B messages applied, by type (NBIRTH, DDATA, ...)."),
+    def(
+        "twinops_sparkplug_sequence_gaps_total",
+        Counter,
+        "Sparkplug messages whose seq was not the one due (a message lost or reordered).",
+    ),
+    def(
+        "twinops_sparkplug_rebirth_requests_total",
+        Counter,
+        "Rebirth requests (NCMD Node Control/Rebirth) sent to edge nodes.",
+    ),
     def("twinops_ingest_commit_seconds", Histogram, "From queueing a batch to its commit."),
     def(
         "twinops_store_writer_busy_seconds_total",

@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::Plant;
+use common::{Plant, free_port};
 use serde_json::{Value, json};
 use twinops::accounts;
 use twinops::app::{Daemon, ServeOptions};
@@ -109,10 +109,6 @@ fn base64(text: &str) -> Vec<u8> {
         out.extend(&n.to_be_bytes()[1..chunk.len()]);
     }
     out
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Log in as a supervisor; see an alarm raised over MQTT appear without a reload; open

@@ -250,7 +250,7 @@ fn late_events_are_refused_only_by_the_sites_choice_or_a_reset_clock() {
     assert_eq!(apply(reading(30 * 86_400, 401.0), Default::default()).readings, 1, "30 days late, no limit: stored");
 
     let week = ingest::IngestPolicy { max_behind_s: Some(7 * 86_400), ..Default::default() };
-    assert_eq!(apply(reading(86_407, 402.0), week).readings, 1, "a day late is within a week");
+    assert_eq!(apply(reading(86_407, 402.0), week.clone()).readings, 1, "a day late is within a week");
     let refused = apply(reading(31 * 86_400, 403.0), week);
     assert_eq!((refused.readings, refused.dead_letters), (0, 1));
     let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'invalid' ORDER BY id DESC LIMIT 1");
@@ -264,7 +264,7 @@ fn late_events_are_refused_only_by_the_sites_choice_or_a_reset_clock() {
     let reset = json!({"type": "alarm", "event_id": "rtc1", "asset_id": "PUMP-001", "sensor_id": "PUMP-001.FLOW",
         "code": "FLOW-HI", "severity": "high", "state": "raised", "time": "1970-01-01T00:00:07Z"});
     let unlimited = ingest::IngestPolicy { max_ahead_s: None, max_behind_s: None, ..Default::default() };
-    let effect = apply(reset, unlimited);
+    let effect = apply(reset, unlimited.clone());
     assert_eq!((effect.alarms.len(), effect.dead_letters), (0, 1));
     assert_eq!(p.count("SELECT count(*) FROM alarms WHERE event_id = 'rtc1'"), 0);
     let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'invalid' ORDER BY id DESC LIMIT 1");

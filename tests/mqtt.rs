@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Plant;
+use common::{Plant, eventually, free_port};
 use serde_json::json;
 use twinops::app::{Daemon, ServeOptions};
 use twinops::config::Config;
@@ -29,22 +29,6 @@ macro_rules! on_both_brokers {
             $scenario(Some(url)).await;
         }
     };
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Polls `check` until it holds or `limit` passes.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    check()
 }
 
 /// Publishes events with duplicates and malformed messages through `broker_url` (or

@@ -376,7 +376,9 @@ async function openAsset(id) {
     h('p', { class: 'quiet' }, `${d.asset.station || ''} · ${d.asset.status} · criticality ${d.asset.criticality}`),
     h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Sensor'), h('th', {}, 'Latest'), h('th', {}, 'Limits'), h('th', {}, 'Band'))),
       h('tbody', {}, d.sensors.map((s) => h('tr', { 'data-sensor': s.id, onclick: () => openTrend(s.id) },
-        h('td', {}, s.id), h('td', {}, s.latest ? `${Number(s.latest.value).toFixed(2)} ${s.unit}` : '-'),
+        h('td', {}, s.id),
+        h('td', s.stale ? { class: 'stale', title: s.stale } : {},
+          s.latest ? `${Number(s.latest.value).toFixed(2)} ${s.unit}${s.stale ? ' (stale)' : ''}` : '-'),
         h('td', {}, limit(s.limits || {})), h('td', { class: `band-${s.band}` }, s.band || ''))))),
     h('div', { id: 'trend' }),
   );

@@ -9,6 +9,7 @@ pub mod replay;
 
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -18,10 +19,11 @@ pub use payload::{AlarmEvent, DEAD_LETTER_BYTES, Event, Parsed, ParsedEvent, Rea
 use crate::alarms::limits::{self, LimitSensor};
 use crate::alarms::{self, Applied, QueuePolicy};
 use crate::domain::{AssetId, Criticality, SensorId, Severity, Timestamp};
+use crate::sparkplug::{self, SparkplugConfig};
 use crate::store::{self, Limits, Rollups, StoreError, Writer};
 
 /// What ingest accepts, and how it queues triage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct IngestPolicy {
     pub queue: QueuePolicy,
     /// Events stamped more than this many seconds after their receipt are refused: a
@@ -32,11 +34,18 @@ pub struct IngestPolicy {
     /// site's choice, since a backfill after an outage is legitimately late. `None`
     /// (the default): no limit but [`CLOCK_RESET_BEFORE`].
     pub max_behind_s: Option<i64>,
+    /// Set when Sparkplug B is taken (`[sparkplug] enabled`).
+    pub sparkplug: Option<Arc<SparkplugConfig>>,
 }
 
 impl Default for IngestPolicy {
     fn default() -> Self {
-        IngestPolicy { queue: QueuePolicy::default(), max_ahead_s: Some(MAX_AHEAD_S), max_behind_s: None }
+        IngestPolicy {
+            queue: QueuePolicy::default(),
+            max_ahead_s: Some(MAX_AHEAD_S),
+            max_behind_s: None,
+            sparkplug: None,
+        }
     }
 }
 
@@ -56,6 +65,8 @@ pub struct MessageEffect {
     pub readings: usize,
     pub duplicate_readings: usize,
     pub dead_letters: usize,
+    /// Sparkplug rebirth requests (NCMD topics) to publish once this is committed.
+    pub rebirths: Vec<String>,
 }
 
 /// One MQTT message, parsed before it reaches the writer thread (parsing is the part
@@ -64,14 +75,24 @@ pub struct Message {
     topic: String,
     /// Shared with the MQTT client's read buffer, not copied out of it.
     payload: Bytes,
-    parsed: Result<Parsed, Rejected>,
+    body: Body,
+}
+
+/// A message as decoded: our JSON contract, or Sparkplug B on `spBv1.0/...`.
+enum Body {
+    Json(Result<Parsed, Rejected>),
+    Sparkplug(Result<sparkplug::Decoded, sparkplug::Refused>),
 }
 
 impl Message {
     pub fn parse(topic: String, payload: impl Into<Bytes>) -> Message {
         let payload = payload.into();
-        let parsed = parse(&payload);
-        Message { topic, payload, parsed }
+        let body = if topic.starts_with("spBv1.0/") {
+            Body::Sparkplug(sparkplug::decode(&topic, &payload))
+        } else {
+            Body::Json(parse(&payload))
+        };
+        Message { topic, payload, body }
     }
 
     /// The payload's size in bytes.
@@ -111,7 +132,7 @@ pub fn apply_batch<'a>(
 ) -> Result<Vec<MessageEffect>, StoreError> {
     let messages: Vec<&Message> = messages.into_iter().collect();
     let whole = store::savepoint(conn, "batch", |conn| {
-        let mut batch = Batch::new(received, policy);
+        let mut batch = Batch::new(received, policy.clone());
         let effects = messages.iter().map(|m| batch.apply(conn, m)).collect::<Result<Vec<_>, StoreError>>()?;
         batch.rollups.flush(conn)?;
         Ok::<_, StoreError>(effects)
@@ -120,7 +141,7 @@ pub fn apply_batch<'a>(
         Ok(effects) => Ok(effects),
         Err(e) => {
             tracing::warn!(stage = "ingest", error = %e, messages = messages.len(), "a batch failed to apply; applying its events one at a time");
-            messages.iter().map(|m| apply_isolated(conn, m, received, policy)).collect()
+            messages.iter().map(|m| apply_isolated(conn, m, received, &policy)).collect()
         }
     }
 }
@@ -131,16 +152,41 @@ fn apply_isolated(
     conn: &Connection,
     m: &Message,
     received: Timestamp,
-    policy: IngestPolicy,
+    policy: &IngestPolicy,
 ) -> Result<MessageEffect, StoreError> {
     let mut effect = MessageEffect::default();
+    if let Body::Sparkplug(_) = m.body {
+        // A Sparkplug message is one unit: its session state moves with it whole.
+        let one = store::savepoint(conn, "event", |conn| {
+            let mut batch = Batch::new(received, policy.clone());
+            let effect = batch.apply(conn, m)?;
+            batch.rollups.flush(conn)?;
+            Ok::<_, StoreError>(effect)
+        });
+        return match one {
+            Ok(effect) => Ok(effect),
+            Err(e) => {
+                let detail = format!("could not be stored: {e}; the other messages of its batch were kept");
+                tracing::error!(stage = "ingest", topic = %m.topic, error = %e, "a Sparkplug message failed to apply; dead-lettered as `failed`");
+                dead_letter(
+                    conn,
+                    &m.topic,
+                    &m.payload,
+                    &Rejected { reason: "failed", detail, event: String::new() },
+                    received,
+                )?;
+                effect.dead_letters += 1;
+                Ok(effect)
+            }
+        };
+    }
     let Some(events) = m.accepted(conn, received, &mut effect)? else {
         return Ok(effect);
     };
     for (event, span) in events {
         let raw = &m.payload[span.clone()];
         let one = store::savepoint(conn, "event", |conn| {
-            let mut batch = Batch::new(received, policy);
+            let mut batch = Batch::new(received, policy.clone());
             let mut alone = MessageEffect::default();
             batch.apply_event(conn, &m.topic, event, raw, &mut alone)?;
             batch.rollups.flush(conn)?;
@@ -166,6 +212,7 @@ impl MessageEffect {
         self.readings += other.readings;
         self.duplicate_readings += other.duplicate_readings;
         self.dead_letters += other.dead_letters;
+        self.rebirths.extend(other.rebirths);
     }
 }
 
@@ -178,9 +225,10 @@ impl Message {
         received: Timestamp,
         effect: &mut MessageEffect,
     ) -> Result<Option<&[ParsedEvent]>, StoreError> {
-        let (events, rejected) = match &self.parsed {
-            Ok(parsed) => parsed,
-            Err(whole) => {
+        let (events, rejected) = match &self.body {
+            Body::Json(Ok(parsed)) => parsed,
+            Body::Sparkplug(_) => return Ok(None),
+            Body::Json(Err(whole)) => {
                 dead_letter(conn, &self.topic, &self.payload, whole, received)?;
                 effect.dead_letters = 1;
                 return Ok(None);
@@ -231,18 +279,21 @@ impl SensorRef {
     }
 }
 
-/// State shared by the messages of one transaction: sensor lookups and rollup sums.
+/// State shared by the messages of one transaction: sensor lookups, rollup sums, and
+/// the Sparkplug sessions touched.
 struct Batch {
     /// Sensors looked up in this batch; None when unknown.
     sensors: HashMap<SensorId, Option<Rc<SensorRef>>>,
     rollups: Rollups,
     received: Timestamp,
     policy: IngestPolicy,
+    sparkplug: Option<sparkplug::Host>,
 }
 
 impl Batch {
     fn new(received: Timestamp, policy: IngestPolicy) -> Batch {
-        Batch { sensors: HashMap::new(), rollups: Rollups::default(), received, policy }
+        let sparkplug = policy.sparkplug.clone().filter(|s| s.enabled).map(sparkplug::Host::new);
+        Batch { sensors: HashMap::new(), rollups: Rollups::default(), received, policy, sparkplug }
     }
 
     fn sensor(&mut self, conn: &Connection, id: &SensorId) -> rusqlite::Result<Option<Rc<SensorRef>>> {
@@ -287,6 +338,10 @@ impl Batch {
 
     fn apply(&mut self, conn: &Connection, m: &Message) -> Result<MessageEffect, StoreError> {
         let mut effect = MessageEffect::default();
+        if let Body::Sparkplug(decoded) = &m.body {
+            self.apply_sparkplug(conn, m, decoded, &mut effect)?;
+            return Ok(effect);
+        }
         if let Some(events) = m.accepted(conn, self.received, &mut effect)? {
             for (event, span) in events {
                 self.apply_event(conn, &m.topic, event, &m.payload[span.clone()], &mut effect)?;
@@ -352,34 +407,133 @@ impl Batch {
                     return Ok(());
                 }
             },
-            Event::Reading(r) => match self.sensor(conn, &r.sensor_id)? {
-                Some(s) if s.retired => Rejected {
-                    reason: "retired",
-                    detail: format!(
-                        "sensor {} is retired (left out of a full plant import); import it again to take its readings",
-                        r.sensor_id
-                    ),
-                    event: String::new(),
-                },
-                Some(s) => {
-                    let new = self.rollups.insert(conn, s.key, &s.limits, r.time.unix(), r.value)?;
-                    effect.readings += usize::from(new);
-                    effect.duplicate_readings += usize::from(!new);
-                    // A stored duplicate was evaluated when it first came.
-                    if let (true, Some(points)) = (new, &s.alarms_from_readings) {
-                        self.alarms_from_reading(conn, points, r, effect)?;
-                    }
-                    return Ok(());
-                }
-                None => Rejected {
-                    reason: "unknown_sensor",
-                    detail: format!("no sensor {}{}", r.sensor_id, empty_twin_hint(conn)?),
-                    event: String::new(),
-                },
+            Event::Reading(r) => match self.reading(conn, r, true, effect)? {
+                Some(refused) => refused,
+                None => return Ok(()),
             },
         };
         dead_letter(conn, topic, raw, &refused, self.received)?;
         effect.dead_letters += 1;
+        Ok(())
+    }
+
+    /// Stores a reading, and when `live` evaluates it for alarms from the limits; or
+    /// says why the twin refuses it.
+    fn reading(
+        &mut self,
+        conn: &Connection,
+        r: &Reading,
+        live: bool,
+        effect: &mut MessageEffect,
+    ) -> Result<Option<Rejected>, StoreError> {
+        let refused = match self.sensor(conn, &r.sensor_id)? {
+            Some(s) if s.retired => Rejected {
+                reason: "retired",
+                detail: format!(
+                    "sensor {} is retired (left out of a full plant import); import it again to take its readings",
+                    r.sensor_id
+                ),
+                event: String::new(),
+            },
+            Some(s) => {
+                let new = self.rollups.insert(conn, s.key, &s.limits, r.time.unix(), r.value)?;
+                effect.readings += usize::from(new);
+                effect.duplicate_readings += usize::from(!new);
+                // A stored duplicate was evaluated when it first came.
+                if let (true, true, Some(points)) = (new, live, &s.alarms_from_readings) {
+                    self.alarms_from_reading(conn, points, r, effect)?;
+                }
+                return Ok(None);
+            }
+            None => Rejected {
+                reason: "unknown_sensor",
+                detail: format!("no sensor {}{}", r.sensor_id, empty_twin_hint(conn)?),
+                event: String::new(),
+            },
+        };
+        Ok(Some(refused))
+    }
+
+    /// A Sparkplug message: the session's verdict from `sparkplug::Host`, then its
+    /// readings and communication-loss alarms through the same paths as JSON events.
+    /// Refusals are one dead letter per reason, with the message's payload, so a
+    /// refused DDATA of 100 metrics is one dead letter, not 100.
+    fn apply_sparkplug(
+        &mut self,
+        conn: &Connection,
+        m: &Message,
+        decoded: &Result<sparkplug::Decoded, sparkplug::Refused>,
+        effect: &mut MessageEffect,
+    ) -> Result<(), StoreError> {
+        let mut refused: Vec<Rejected> = Vec::new();
+        let refuse = |r: sparkplug::Refused| Rejected { reason: r.reason, detail: r.detail, event: String::new() };
+        match (decoded, self.sparkplug.as_mut()) {
+            (Err(r), _) => refused.push(refuse(r.clone())),
+            (Ok(_), None) => refused.push(Rejected {
+                reason: "unsupported",
+                detail: "a Sparkplug B message, and Sparkplug is not enabled: set [sparkplug] enabled = true in twinops.toml".into(),
+                event: String::new(),
+            }),
+            (Ok(d), Some(host)) => {
+                let out = host.apply(conn, d, self.received)?;
+                refused.extend(out.refused.into_iter().map(refuse));
+                effect.rebirths.extend(out.rebirth);
+                for r in out.readings {
+                    let reading = Reading { sensor_id: r.sensor, time: r.time, value: r.value };
+                    let refusal = match self.time_refusal(r.time) {
+                        Some(refusal) => Some(refusal),
+                        None => self.reading(conn, &reading, !r.historical, effect)?,
+                    };
+                    refused.extend(refusal);
+                }
+                for c in out.comm {
+                    self.comm_loss(conn, c, effect)?;
+                }
+            }
+        }
+        let mut by_reason: Vec<(&'static str, usize, String)> = Vec::new();
+        for r in refused {
+            match by_reason.iter_mut().find(|(reason, ..)| *reason == r.reason) {
+                Some(entry) => entry.1 += 1,
+                None => by_reason.push((r.reason, 1, r.detail)),
+            }
+        }
+        for (reason, n, first) in by_reason {
+            let detail = if n == 1 {
+                first
+            } else {
+                format!("{n} refusals for this reason in this message; the first: {first}")
+            };
+            dead_letter(conn, &m.topic, &m.payload, &Rejected { reason, detail, event: String::new() }, self.received)?;
+            effect.dead_letters += 1;
+        }
+        Ok(())
+    }
+
+    /// A Sparkplug death's communication-loss alarm, or its clear on the next birth,
+    /// through the alarm lifecycle like SCADA's.
+    fn comm_loss(&self, conn: &Connection, c: sparkplug::Comm, effect: &mut MessageEffect) -> Result<(), StoreError> {
+        let severity = self.policy.sparkplug.as_ref().map_or(Severity::High, |s| s.comm_loss_priority);
+        let event = AlarmEvent {
+            event_id: c.event_id,
+            asset_id: c.asset,
+            sensor_id: None,
+            code: "COMM_LOSS".into(),
+            severity,
+            transition: if c.raised { Transition::Raised } else { Transition::Cleared },
+            value: None,
+            threshold: None,
+            time: c.time,
+            message: c.message,
+        };
+        match alarms::apply(conn, &event, self.received, self.policy.queue)? {
+            Ok(applied) => effect.alarms.push(applied),
+            // A birth clears what no death raised: nothing to say.
+            Err(_) if !c.raised => {}
+            Err(refusal) => {
+                tracing::warn!(stage = "ingest", event = %event.event_id, %refusal, "a communication-loss alarm did not apply")
+            }
+        }
         Ok(())
     }
 }

@@ -140,7 +140,23 @@ pub fn start(
     wake: Arc<Notify>,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Running> {
-    let opts = options(&cfg, &cfg.client_id)?;
+    let mut opts = options(&cfg, &cfg.client_id)?;
+    // Sparkplug's primary host: gateways buffer while our STATE says offline, which the
+    // broker says for us (the will) when the connection drops. The birth and the will
+    // carry the same timestamp, as Sparkplug 3.0 asks.
+    let sparkplug = policy.sparkplug.clone();
+    let state = sparkplug.as_ref().filter(|s| s.primary_host).map(|s| {
+        let at_ms = Timestamp::now().unix() as u64 * 1000;
+        opts.set_last_will(rumqttc::LastWill::new(
+            s.state_topic(),
+            crate::sparkplug::state(false, at_ms),
+            QoS::AtLeastOnce,
+            true,
+        ));
+        (s.state_topic(), crate::sparkplug::state(true, at_ms))
+    });
+    let mut topics = cfg.topics.clone();
+    topics.extend(sparkplug.as_ref().map(|s| s.filters()).unwrap_or_default());
     let (up, broker_up) = watch::channel(false);
     let (acked_tx, acked) = watch::channel(0);
     let (client, mut eventloop) = AsyncClient::new(opts, 16);
@@ -156,7 +172,9 @@ pub fn start(
     let ingest = Ingest {
         eventloop,
         _client: client,
-        topics: cfg.topics.clone(),
+        topics,
+        state,
+        rebirths_sent: std::collections::HashMap::new(),
         connection: 0,
         up,
         acked: acked_tx,
@@ -256,11 +274,13 @@ impl Intake {
 /// A writer job's outcome, sent from the writer thread: the packet ids to acknowledge,
 /// in arrival order, or that nothing was committed.
 enum Committed {
-    Acks(Vec<AckId>),
+    /// And the Sparkplug rebirth requests the commit asks for (NCMD topics).
+    Acks(Vec<AckId>, Vec<String>),
     Failed,
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const REBIRTH_EVERY: Duration = Duration::from_secs(5);
 /// Capped low: a delay left to grow while the broker is down would keep ingest away
 /// for most of it after the broker returns (3.9 s after a 12 s outage, 30 s after a
 /// long one). A reconnect every 2 s or so costs a broker nothing.
@@ -280,6 +300,11 @@ struct Ingest {
     /// Keeps the request channel open: the event loop ends once every client is gone.
     _client: AsyncClient,
     topics: Vec<String>,
+    /// Our Sparkplug STATE topic and its online payload, published on every connection.
+    state: Option<(String, Vec<u8>)>,
+    /// When a rebirth was last asked of each edge node (its NCMD topic): at most one
+    /// every [`REBIRTH_EVERY`], however many gaps a burst of messages shows.
+    rebirths_sent: std::collections::HashMap<String, std::time::Instant>,
     /// The broker connection's generation: acks for messages of an older one are void
     /// (their packet ids belong to that connection, and the broker redelivers them).
     connection: u64,
@@ -345,6 +370,7 @@ impl Ingest {
                         self.connection += 1;
                         tracing::info!(stage = "ingest", connection = self.connection, "connected to the MQTT broker; subscribing");
                         self.subscribe().await;
+                        self.publish_state().await;
                     }
                     Ok(Event::Incoming(Packet::SubAck(ack))) => self.subscribed(&ack),
                     Ok(Event::Incoming(Packet::Publish(publish))) if !stopping => self.take(publish),
@@ -419,7 +445,7 @@ impl Ingest {
         self.intake.job_queued.store(number, Ordering::SeqCst);
         self.waiting_since = None;
         self.jobs_out += 1;
-        let (intake, batch_max, policy) = (Arc::clone(&self.intake), self.batch_max, self.policy);
+        let (intake, batch_max, policy) = (Arc::clone(&self.intake), self.batch_max, self.policy.clone());
         let queued = std::time::Instant::now();
         let job = move |conn: &rusqlite::Connection| {
             // Cleared before taking: a message added after the take sees no job queued
@@ -428,7 +454,7 @@ impl Ingest {
             let taken = intake.waiting.lock().expect("intake lock").take(batch_max);
             crate::metrics::count("twinops_ingest_messages_received_total", &[], taken.len() as f64);
             crate::metrics::observe("twinops_ingest_batch_messages", &[], taken.len() as f64);
-            let effects = apply_batch(conn, taken.iter().map(|r| &r.message), Timestamp::now(), policy)?;
+            let effects = apply_batch(conn, taken.iter().map(|r| &r.message), Timestamp::now(), policy.clone())?;
             Ok::<_, StoreError>((effects, taken.into_iter().filter_map(|r| r.ack).collect::<Vec<_>>()))
         };
         let (done, wake, intake) = (self.committed_tx.clone(), Arc::clone(&self.wake), Arc::clone(&self.intake));
@@ -443,7 +469,8 @@ impl Ingest {
                     if effects.iter().flat_map(|e| &e.alarms).any(|a| matches!(a, Applied::Raised { .. })) {
                         wake.notify_waiters();
                     }
-                    Committed::Acks(acks)
+                    let rebirths = effects.into_iter().flat_map(|e| e.rebirths).collect();
+                    Committed::Acks(acks, rebirths)
                 }
                 Err(e) => {
                     crate::metrics::count("twinops_ingest_batches_failed_total", &[], 1.0);
@@ -455,6 +482,42 @@ impl Ingest {
             let _ = done.send(committed);
         };
         self.writer.submit_then(job, then);
+    }
+
+    /// Rebirth requests (QoS 0, as Sparkplug sends commands), at most one per edge node
+    /// every [`REBIRTH_EVERY`].
+    fn rebirth_requests(&mut self, topics: Vec<String>) -> Vec<Packet> {
+        let now = std::time::Instant::now();
+        let mut out = Vec::new();
+        for topic in topics {
+            if self.rebirths_sent.get(&topic).is_some_and(|at| now.duration_since(*at) < REBIRTH_EVERY) {
+                continue;
+            }
+            self.rebirths_sent.insert(topic.clone(), now);
+            tracing::info!(stage = "ingest", topic = %topic, "asking a Sparkplug edge node to publish its births again");
+            crate::metrics::count("twinops_sparkplug_rebirth_requests_total", &[], 1.0);
+            let payload = crate::sparkplug::rebirth_request(Timestamp::now());
+            out.push(Packet::Publish(Publish::new(topic, QoS::AtMostOnce, payload)));
+        }
+        out
+    }
+
+    /// Publishes our Sparkplug STATE, retained, so gateways set to this primary host
+    /// send (and release what they buffered).
+    async fn publish_state(&mut self) {
+        let Some((topic, payload)) = self.state.clone() else { return };
+        let mut publish = Publish::new(topic, QoS::AtLeastOnce, payload);
+        publish.retain = true;
+        match self.eventloop.state.handle_outgoing_packet(Request::Publish(publish)) {
+            Ok(Some(packet)) => {
+                if let Err(e) = self.send(vec![packet]).await {
+                    tracing::warn!(stage = "ingest", error = %e, "Sparkplug STATE not published; reconnecting");
+                    self.reconnect_later();
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(stage = "ingest", error = %e, "Sparkplug STATE not published"),
+        }
     }
 
     /// Subscribes to the ingest topics (rumqttc does not re-subscribe after a reconnect).
@@ -504,17 +567,18 @@ impl Ingest {
         while let Some(committed) = next {
             self.jobs_out -= 1;
             match committed {
-                Committed::Acks(ids) if !failed => {
+                Committed::Acks(ids, rebirths) if !failed => {
                     let current = ids.iter().filter(|(connection, _)| *connection == self.connection);
                     packets.extend(current.map(|&(_, pkid)| Packet::PubAck(PubAck::new(pkid))));
+                    packets.extend(self.rebirth_requests(rebirths));
                 }
-                Committed::Acks(_) => {}
+                Committed::Acks(..) => {}
                 Committed::Failed => failed = true,
             }
             next = more.try_recv().ok();
         }
         if !packets.is_empty() && self.eventloop.network.is_some() {
-            let n = packets.len() as u64;
+            let n = packets.iter().filter(|p| matches!(p, Packet::PubAck(_))).count() as u64;
             match self.send(packets).await {
                 Ok(()) => {
                     crate::metrics::count("twinops_ingest_messages_acked_total", &[], n as f64);

@@ -161,24 +161,33 @@ pub fn import(
     let (actor, files) = (actor.to_string(), files.to_string());
     writer
         .call(move |c| {
-            let changes = match diff(c, &model, mode) {
-                Ok(changes) => changes,
-                Err(e) => return Ok(Err(e)),
-            };
-            if !dry_run && !changes.is_empty() {
-                write(c, &model, &changes)?;
-                c.prepare_cached(
-                    "INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, 'plant_import', ?3)",
-                )?
-                .execute(params![
-                    Timestamp::now().unix(),
-                    actor,
-                    format!("{files}: {}", changes.summary())
-                ])?;
+            if dry_run {
+                return Ok(diff(c, &model, mode));
             }
-            Ok::<_, StoreError>(Ok(changes))
+            import_within(c, &model, mode, &actor, &files)
         })
         .map_err(|e| ImportError(vec![internal(e)]))?
+}
+
+/// Imports the model inside the caller's transaction (Sparkplug births, in ingest's),
+/// audited as `actor`'s with `files` saying where it came from.
+pub fn import_within(
+    c: &Connection,
+    model: &PlantModel,
+    mode: Mode,
+    actor: &str,
+    files: &str,
+) -> Result<Result<ChangeSet, ImportError>, StoreError> {
+    let changes = match diff(c, model, mode) {
+        Ok(changes) => changes,
+        Err(e) => return Ok(Err(e)),
+    };
+    if !changes.is_empty() {
+        write(c, model, &changes)?;
+        c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, 'plant_import', ?3)")?
+            .execute(params![Timestamp::now().unix(), actor, format!("{files}: {}", changes.summary())])?;
+    }
+    Ok(Ok(changes))
 }
 
 fn internal(e: impl fmt::Display) -> Problem {

@@ -18,7 +18,7 @@ mod toml;
 
 use std::path::{Path, PathBuf};
 
-pub use apply::{Change, ChangeSet, Mode, diff, import};
+pub use apply::{Change, ChangeSet, Mode, diff, import, import_within};
 pub use export::export;
 pub use model::{AssetRow, Origin, PlantModel, SensorRow, Site, StationRow};
 

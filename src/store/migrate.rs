@@ -199,6 +199,38 @@ const MIGRATIONS: &[&str] = &[
          DELETE FROM assets_text WHERE id = OLD.id AND OLD.retired_at IS NULL;
          INSERT INTO assets_text (id, name) SELECT NEW.id, NEW.name WHERE NEW.retired_at IS NULL;
      END;",
+    // 12: Sparkplug B sessions, kept with the readings they resolve so that a restart
+    // resumes them (src/sparkplug/host.rs); a sensor's readings go stale when its edge
+    // node or device dies, until it is born again.
+    "CREATE TABLE sparkplug_nodes (
+         group_id    TEXT NOT NULL,
+         edge_node   TEXT NOT NULL,
+         bd_seq      INTEGER,                 -- the birth's, which its death must carry
+         seq         INTEGER NOT NULL,        -- the last seen, 0-255
+         online      INTEGER NOT NULL,
+         changed_at  INTEGER NOT NULL,
+         PRIMARY KEY (group_id, edge_node)
+     ) STRICT, WITHOUT ROWID;
+     CREATE TABLE sparkplug_devices (
+         group_id    TEXT NOT NULL,
+         edge_node   TEXT NOT NULL,
+         device      TEXT NOT NULL,           -- '' for the edge node's own metrics
+         asset_id    TEXT,
+         online      INTEGER NOT NULL,
+         changed_at  INTEGER NOT NULL,
+         PRIMARY KEY (group_id, edge_node, device)
+     ) STRICT, WITHOUT ROWID;
+     CREATE TABLE sparkplug_metrics (
+         group_id    TEXT NOT NULL,
+         edge_node   TEXT NOT NULL,
+         device      TEXT NOT NULL,
+         name        TEXT NOT NULL,
+         alias       INTEGER,
+         datatype    INTEGER NOT NULL,
+         sensor_id   TEXT,                    -- none: housekeeping, or a type not stored
+         PRIMARY KEY (group_id, edge_node, device, name)
+     ) STRICT, WITHOUT ROWID;
+     ALTER TABLE sensors ADD COLUMN stale_since INTEGER;",
 ];
 
 /// The schema version this build writes.

@@ -71,18 +71,19 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         .db
         .prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts <= ?2 ORDER BY ts DESC LIMIT 1")?;
     let mut stmt = ctx.db.prepare_cached(
-        "SELECT key, id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh
+        "SELECT key, id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh, stale_since
          FROM sensors WHERE asset_id = ?1 ORDER BY id",
     )?;
-    // key, id, kind, description, unit, limits (ll, l, h, hh)
-    type SensorRow = (i64, String, String, String, String, [Option<f64>; 4]);
+    // key, id, kind, description, unit, limits (ll, l, h, hh), communication lost at
+    type SensorRow = (i64, String, String, String, String, [Option<f64>; 4], Option<i64>);
     let rows: Vec<SensorRow> = stmt
         .query_map([&id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?]))
+            let limits = [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?];
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, limits, r.get(9)?))
         })?
         .collect::<Result<_, _>>()?;
     let mut sensors = Vec::with_capacity(rows.len());
-    for (key, sensor_id, kind, description, unit, limits) in rows {
+    for (key, sensor_id, kind, description, unit, limits, lost_at) in rows {
         let last: Option<(i64, f64)> =
             latest.query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
         let day_ago: Option<f64> = latest.query_row(params![key, now - 86_400], |r| r.get(1)).optional()?;
@@ -100,7 +101,13 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
                 if let Some(before) = day_ago {
                     sensor["change_24h"] = json!(round3(value - before));
                 }
-                if now - ts > STALE_SECS {
+                if let Some(lost) = lost_at {
+                    sensor["stale"] = json!(format!(
+                        "communication lost {} ago (at {}): the last value is not current",
+                        crate::domain::approx_duration(now - lost),
+                        Timestamp::from_unix(lost).to_rfc3339()
+                    ));
+                } else if now - ts > STALE_SECS {
                     sensor["stale"] = json!(format!("no reading for {} minutes", (now - ts) / 60));
                 }
                 if kind == "vibration"

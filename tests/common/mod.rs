@@ -31,6 +31,23 @@ pub fn external(var: &str, what: &str) -> Option<String> {
     }
 }
 
+/// A port free on loopback now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls `check` until it holds or `limit` passes.
+pub async fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    check()
+}
+
 /// The seeded week ends here; tools run "now" at this instant.
 pub const END: &str = "2026-11-30T12:00:00Z";
 
