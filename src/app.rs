@@ -178,6 +178,9 @@ impl Daemon {
                 malformed: 0.0,
                 flood: false,
                 run: format!("demo-{}", Timestamp::now().unix()),
+                // With Sparkplug on, the demo's telemetry comes as an edge node.
+                sparkplug: (opts.config.sparkplug.enabled)
+                    .then(|| opts.config.sparkplug.groups.first().cloned().unwrap_or_else(|| "demo".into())),
             };
             simulator = Some(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(1)).await;

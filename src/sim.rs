@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use crate::domain::Timestamp;
 use crate::seed::{self, PlantSpec, Point, Rng, SensorPlan};
+use crate::sparkplug::edge::{EdgeNode, MetricSpec};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimOptions {
@@ -54,6 +55,11 @@ pub struct SimOptions {
     /// A prefix for event ids, so separate runs do not collide.
     #[arg(long, default_value = "sim")]
     pub run: String,
+    /// Publish telemetry as a Sparkplug B edge node (`sim`) of this group (default
+    /// `demo`), one device per asset and one metric per tag, instead of JSON; births
+    /// on connect and when asked, the NDEATH as the will. Alarm events stay JSON.
+    #[arg(long, num_args = 0..=1, default_missing_value = "demo", value_name = "GROUP")]
+    pub sparkplug: Option<String>,
 }
 
 impl SimOptions {
@@ -72,6 +78,7 @@ impl SimOptions {
             malformed: 0.0,
             flood: false,
             run: run.to_string(),
+            sparkplug: None,
         }
     }
 }
@@ -195,6 +202,17 @@ impl<'a> Generator<'a> {
         (readings, events)
     }
 
+    /// Each sensor's asset, tag (its id after the asset's), unit and limits, in the
+    /// order `step` samples them.
+    pub fn sensors(&self) -> impl Iterator<Item = (&str, &str, &str, [Option<f64>; 4])> {
+        self.sensors.iter().map(|s| {
+            let (asset, id) = (s.plan.asset_id.as_str(), s.plan.sensor_id.as_str());
+            let tag = id.strip_prefix(asset).and_then(|t| t.strip_prefix('.')).unwrap_or(id);
+            let t = s.plan.signal.template;
+            (asset, tag, t.unit.as_str(), t.limits.as_array())
+        })
+    }
+
     /// Alarm points currently active.
     pub fn active(&self) -> usize {
         self.sensors.iter().flat_map(|s| &s.points).filter(|p| p.active()).count()
@@ -210,7 +228,11 @@ fn round3(v: f64) -> f64 {
 pub async fn simulate(opts: &SimOptions) -> anyhow::Result<SimReport> {
     let spec = seed::load_spec(&opts.seed_dir)?;
     let mut sim = Generator::new(&spec, &opts.run, Timestamp::now());
-    let mut publisher = Publisher::connect(&opts.broker, &format!("twinops-sim-{}", opts.run))?;
+    let mut edge = opts.sparkplug.as_deref().map(|group| EdgeSim::new(group, &sim));
+    let will = edge.as_ref().map(|e| e.edge.node_death());
+    let ncmd = edge.as_ref().map(|e| format!("spBv1.0/{}/NCMD/{}", e.edge.group, e.edge.node));
+    let mut publisher =
+        Publisher::connect_as_edge(&opts.broker, &format!("twinops-sim-{}", opts.run), will, ncmd.as_deref())?;
     let mut rng = Rng::from_label(&format!("{}/faults", opts.run));
     let mut report = SimReport::default();
     let live = opts.rate > 0.0;
@@ -230,9 +252,23 @@ pub async fn simulate(opts: &SimOptions) -> anyhow::Result<SimReport> {
         }
         let now = Timestamp::now();
         let (readings, events) = sim.step(now);
-        if live {
-            publisher.publish(&opts.telemetry_topic, json!({"events": readings}).to_string().into_bytes()).await?;
-            report.telemetry += 1;
+        match &mut edge {
+            Some(edge) if live => {
+                if tick == 0 || publisher.rebirth_asked() {
+                    for (topic, payload) in edge.births(&readings) {
+                        publisher.publish(&topic, payload).await?;
+                    }
+                }
+                for (topic, payload) in edge.data(&readings, now) {
+                    publisher.publish(&topic, payload).await?;
+                    report.telemetry += 1;
+                }
+            }
+            None if live => {
+                publisher.publish(&opts.telemetry_topic, json!({"events": readings}).to_string().into_bytes()).await?;
+                report.telemetry += 1;
+            }
+            _ => {}
         }
         for e in events.into_iter().take(if opts.count == 0 { usize::MAX } else { opts.count - report.events }) {
             let body = e.to_string().into_bytes();
@@ -258,6 +294,63 @@ pub async fn simulate(opts: &SimOptions) -> anyhow::Result<SimReport> {
     Ok(report)
 }
 
+/// The demo plant as a Sparkplug B edge node `sim`: one device per asset, one metric
+/// per tag, aliases in sampling order.
+struct EdgeSim {
+    edge: EdgeNode,
+    /// Each sampled sensor's device (asset) and its metric spec.
+    metrics: Vec<(String, MetricSpec)>,
+}
+
+impl EdgeSim {
+    fn new(group: &str, sim: &Generator) -> EdgeSim {
+        let bd_seq = Timestamp::now().unix() as u64 % 256;
+        let metrics = sim
+            .sensors()
+            .enumerate()
+            .map(|(i, (asset, tag, unit, limits))| {
+                let spec =
+                    MetricSpec { name: tag.to_string(), alias: i as u64, value: 0.0, unit: unit.to_string(), limits };
+                (asset.to_string(), spec)
+            })
+            .collect();
+        EdgeSim { edge: EdgeNode::new(group, "sim", bd_seq), metrics }
+    }
+
+    /// The NBIRTH and a DBIRTH per device, carrying the values of this sample.
+    fn births(&mut self, readings: &[Value]) -> Vec<(String, Vec<u8>)> {
+        let at = Timestamp::now().unix() as u64 * 1000;
+        let mut out = vec![self.edge.node_birth(at)];
+        let mut devices: Vec<&str> = self.metrics.iter().map(|(d, _)| d.as_str()).collect();
+        devices.dedup();
+        for device in devices {
+            let specs: Vec<MetricSpec> = (self.metrics.iter().enumerate())
+                .filter(|(_, (d, _))| d == device)
+                .map(|(i, (_, m))| MetricSpec { value: readings[i]["value"].as_f64().unwrap_or(0.0), ..m.clone() })
+                .collect();
+            out.push(self.edge.device_birth(device, &specs, at));
+        }
+        out
+    }
+
+    /// A DDATA per device with this sample's values, by alias.
+    fn data(&mut self, readings: &[Value], now: Timestamp) -> Vec<(String, Vec<u8>)> {
+        let ms = now.unix() as u64 * 1000;
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.metrics.len() {
+            let device = self.metrics[i].0.clone();
+            let mut values = Vec::new();
+            while i < self.metrics.len() && self.metrics[i].0 == device {
+                values.push((self.metrics[i].1.alias, readings[i]["value"].as_f64().unwrap_or(0.0), ms));
+                i += 1;
+            }
+            out.push(self.edge.device_data(&device, &values, ms));
+        }
+        out
+    }
+}
+
 /// A publishing client for `broker` (`mqtt://host:port`).
 pub fn connect(broker: &str, client_id: &str) -> anyhow::Result<(AsyncClient, rumqttc::EventLoop)> {
     let url = reqwest::Url::parse(broker).with_context(|| format!("broker URL {broker:?}"))?;
@@ -275,19 +368,47 @@ pub struct Publisher {
     client: AsyncClient,
     sent: usize,
     acked: Arc<AtomicUsize>,
+    /// Set when a Sparkplug rebirth request came for us.
+    rebirth: Arc<AtomicBool>,
     poller: tokio::task::JoinHandle<()>,
 }
 
 impl Publisher {
     pub fn connect(broker: &str, client_id: &str) -> anyhow::Result<Publisher> {
+        Publisher::connect_as_edge(broker, client_id, None, None)
+    }
+
+    /// A publisher that is also a Sparkplug edge node: `will` is its NDEATH, and a
+    /// message on `commands` (its NCMD topic) asks it for its births again.
+    pub fn connect_as_edge(
+        broker: &str,
+        client_id: &str,
+        will: Option<(String, Vec<u8>)>,
+        commands: Option<&str>,
+    ) -> anyhow::Result<Publisher> {
         let (client, mut eventloop) = connect(broker, client_id)?;
+        if let Some((topic, payload)) = will {
+            eventloop.mqtt_options.set_last_will(rumqttc::LastWill::new(topic, payload, QoS::AtLeastOnce, false));
+        }
+        let commands = commands.map(str::to_string);
         let acked = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&acked);
+        let rebirth = Arc::new(AtomicBool::new(false));
+        let asked = Arc::clone(&rebirth);
+        let subscriber = client.clone();
         let poller = tokio::spawn(async move {
             loop {
                 match eventloop.poll().await {
                     Ok(Event::Incoming(Packet::PubAck(_))) => {
                         counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                        if let Some(topic) = &commands {
+                            let _ = subscriber.subscribe(topic.clone(), QoS::AtMostOnce).await;
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(p))) if commands.as_deref() == Some(p.topic.as_str()) => {
+                        asked.store(true, Ordering::Relaxed);
                     }
                     Ok(Event::Outgoing(rumqttc::Outgoing::Disconnect)) => break,
                     Ok(_) => {}
@@ -298,7 +419,12 @@ impl Publisher {
                 }
             }
         });
-        Ok(Publisher { client, sent: 0, acked, poller })
+        Ok(Publisher { client, sent: 0, acked, rebirth, poller })
+    }
+
+    /// Whether a rebirth was asked for since the last call.
+    pub fn rebirth_asked(&self) -> bool {
+        self.rebirth.swap(false, Ordering::Relaxed)
     }
 
     pub async fn publish(&mut self, topic: &str, payload: Vec<u8>) -> anyhow::Result<()> {

@@ -120,7 +120,7 @@ async fn sigkill_mid_publish(url: String) {
     };
     // The daemon's session exists before it starts: nothing published is missed while
     // it connects (a fixed wait was a race on a loaded machine).
-    open_session(&url, &format!("twinops-{run}"), &format!("{run}/#")).await;
+    common::open_session(&url, &format!("twinops-{run}"), &[format!("{run}/#")]).await;
     let mut daemon = spawn();
     let sim = SimOptions::burst(&url, &run, 20_000);
     let publisher = tokio::spawn(async move { simulate(&sim).await });
@@ -264,29 +264,6 @@ impl Wire {
         }
         connections
     }
-}
-
-/// Opens a persistent session for `client_id` subscribed to `filter` and leaves it:
-/// from now on the broker keeps what is published there for that client.
-async fn open_session(url: &str, client_id: &str, filter: &str) {
-    let opts = twinops::ingest::mqtt::options(
-        &twinops::config::MqttConfig { url: url.into(), ..Default::default() },
-        client_id,
-    )
-    .unwrap();
-    let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, 10);
-    client.subscribe(filter, rumqttc::QoS::AtLeastOnce).await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            if let rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_)) = eventloop.poll().await.unwrap() {
-                break;
-            }
-        }
-    })
-    .await;
-    assert!(granted.is_ok(), "the broker at {url} granted the subscription");
-    client.disconnect().await.unwrap();
-    let _ = tokio::time::timeout(Duration::from_secs(2), eventloop.poll()).await;
 }
 
 /// `broker_url`, or a fresh embedded broker's.

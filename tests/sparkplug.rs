@@ -7,6 +7,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use prost::Message as _;
 use tempfile::TempDir;
@@ -314,4 +315,123 @@ fn without_auto_register_births_map_onto_the_imported_plant_only() {
     );
     let e = h.send("spBv1.0/North/DDATA/GW-1/PLC-3", &payload(2, T0 + 1000, vec![by_alias(1, 4.2, T0 + 1000)]));
     assert_eq!((e.readings, e.dead_letters), (0, 1), "refused as unknown_sensor, as JSON ingest does: {e:?}");
+}
+
+/// twinops killed with SIGKILL while an edge node publishes at QoS 1, then restarted:
+/// no reading lost or doubled. The broker keeps the daemon's session and what it did
+/// not acknowledge; the edge node's session (aliases, seq) is in the database, so what
+/// arrives after the restart resolves without a rebirth.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_mid_stream_loses_and_doubles_no_reading() {
+    use twinops::sparkplug::edge::{EdgeNode, MetricSpec};
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    let p = common::Plant::new();
+    let run = format!("kill{}", common::free_port());
+    let config = p.dir.path().join("twinops.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mqtt]\nurl = \"{url}\"\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
+             [sparkplug]\nenabled = true\ngroups = [\"{run}\"]\nhost_id = \"{run}\"\n"
+        ),
+    )
+    .unwrap();
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--db")
+            .arg(p.db_path())
+            .arg("--config")
+            .arg(&config)
+            .arg("serve")
+            .env_remove("TWINOPS_LLM_KIND")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    common::open_session(
+        &url,
+        &format!("twinops-{run}"),
+        &twinops::sparkplug::topic::filters(std::slice::from_ref(&run)),
+    )
+    .await;
+    let mut daemon = spawn();
+
+    let (messages, metrics) = (3_000u64, 10u64);
+    let mut edge = EdgeNode::new(&run, "GW-9", 1);
+    let specs: Vec<MetricSpec> = (0..metrics)
+        .map(|i| MetricSpec { name: format!("T{i}"), alias: i, value: 0.0, unit: "degC".into(), limits: [None; 4] })
+        .collect();
+    let base = T0 / 1000 * 1000;
+    let publisher = tokio::spawn(async move {
+        let mut p = twinops::sim::Publisher::connect(&url, &format!("edge-{}", common::free_port())).unwrap();
+        for (topic, payload) in [edge.node_birth(base), edge.device_birth("RTU-9", &specs, base)] {
+            p.publish(&topic, payload).await.unwrap();
+        }
+        for i in 1..=messages {
+            let ms = base + i * 1000;
+            let values: Vec<(u64, f64, u64)> = (0..metrics).map(|a| (a, (i * 100 + a) as f64, ms)).collect();
+            let (topic, payload) = edge.device_data("RTU-9", &values, ms);
+            p.publish(&topic, payload).await.unwrap();
+        }
+        p.finish().await.unwrap();
+    });
+    let ours = "SELECT count(*) FROM readings WHERE sensor_key IN (SELECT key FROM sensors WHERE id LIKE 'RTU-9/T%')";
+    assert!(common::eventually(Duration::from_secs(60), || p.count(ours) >= 3_000).await, "ingest started");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let at_kill = p.count(ours);
+    let expected = ((messages + 1) * metrics) as i64;
+    assert!(at_kill < expected, "killed mid-stream ({at_kill} stored)");
+    let mut daemon = spawn();
+    publisher.await.unwrap();
+    let all = common::eventually(Duration::from_secs(120), || p.count(ours) >= expected).await;
+    let _ = std::process::Command::new("kill").args(["-TERM", &daemon.id().to_string()]).status();
+    daemon.wait().unwrap();
+    assert!(all, "stored {} of {expected} (at the kill: {at_kill})", p.count(ours));
+    assert_eq!(p.count(ours), expected, "each reading once");
+    assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 0, "nothing refused: the session resumed");
+}
+
+/// `simulate --sparkplug` publishes the demo plant as an edge node, one device per
+/// asset: with `tag = "{asset}.{metric}"` its metrics are the seeded sensors, so
+/// `serve --demo` runs on Sparkplug with nothing registered twice or refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_simulator_is_an_edge_node_of_the_demo_plant() {
+    let p = common::Plant::new();
+    let run = format!("simsp{}", common::free_port());
+    let mut config = common::test_config(&run);
+    config.sparkplug = SparkplugConfig {
+        enabled: true,
+        groups: vec![run.clone()],
+        host_id: run.clone(),
+        tag: "{asset}.{metric}".into(),
+        ..SparkplugConfig::default()
+    };
+    let broker = format!("mqtt://{}", config.mqtt.embedded_listen);
+    let opts = twinops::app::ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
+    let daemon = twinops::app::Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    common::until_subscribed(&daemon).await;
+    let (assets, sensors) = (p.count("SELECT count(*) FROM assets"), p.count("SELECT count(*) FROM sensors"));
+    let since = Timestamp::now().unix() - 1;
+
+    let mut sim = twinops::sim::SimOptions::burst(&broker, &run, 2);
+    (sim.rate, sim.interval, sim.sparkplug) = (2.0, 1.0, Some(run.clone()));
+    let report = twinops::sim::simulate(&sim).await.unwrap();
+    assert!(report.telemetry >= 18, "a DDATA per asset per sample: {report:?}");
+    let fresh = format!("SELECT count(DISTINCT sensor_key) FROM readings WHERE ts >= {since}");
+    assert!(
+        common::eventually(Duration::from_secs(20), || p.count(&fresh) as i64 >= sensors).await,
+        "{} of {sensors}",
+        p.count(&fresh)
+    );
+    assert_eq!(p.count("SELECT count(*) FROM assets"), assets, "the seeded assets, not new ones");
+    assert_eq!(p.count("SELECT count(*) FROM sensors"), sensors);
+    assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 0);
+    assert_eq!(
+        p.count(&format!(
+            "SELECT count(*) FROM sparkplug_devices WHERE group_id = '{run}' AND device <> '' AND online = 1"
+        )),
+        18
+    );
+    daemon.shutdown().await;
 }

@@ -48,6 +48,30 @@ pub async fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> b
     check()
 }
 
+/// Opens a persistent session for `client_id` subscribed to `filters` and leaves it:
+/// from now on the broker keeps what is published there for that client.
+pub async fn open_session(url: &str, client_id: &str, filters: &[String]) {
+    let opts = twinops::ingest::mqtt::options(
+        &twinops::config::MqttConfig { url: url.into(), ..Default::default() },
+        client_id,
+    )
+    .unwrap();
+    let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, 10);
+    let filters = filters.iter().map(|f| rumqttc::SubscribeFilter::new(f.clone(), rumqttc::QoS::AtLeastOnce));
+    client.subscribe_many(filters).await.unwrap();
+    let granted = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            if let rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_)) = eventloop.poll().await.unwrap() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(granted.is_ok(), "the broker at {url} granted the subscription");
+    client.disconnect().await.unwrap();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), eventloop.poll()).await;
+}
+
 /// The seeded week ends here; tools run "now" at this instant.
 pub const END: &str = "2026-11-30T12:00:00Z";
 
