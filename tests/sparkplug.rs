@@ -327,27 +327,8 @@ async fn a_daemon_killed_mid_stream_loses_and_doubles_no_reading() {
     let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
     let p = common::Plant::new();
     let run = format!("kill{}", common::free_port());
-    let config = p.dir.path().join("twinops.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[mqtt]\nurl = \"{url}\"\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
-             [sparkplug]\nenabled = true\ngroups = [\"{run}\"]\nhost_id = \"{run}\"\n"
-        ),
-    )
-    .unwrap();
-    let spawn = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
-            .arg("--db")
-            .arg(p.db_path())
-            .arg("--config")
-            .arg(&config)
-            .arg("serve")
-            .env_remove("TWINOPS_LLM_KIND")
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let config = common::sparkplug_config(&p, &url, &run);
+    let spawn = || common::serve_process(&p, &config);
     common::open_session(
         &url,
         &format!("twinops-{run}"),

@@ -84,13 +84,7 @@ impl Edge {
 }
 
 async fn daemon(p: &Plant, x: &Externals, run: &str) -> Daemon {
-    let toml = format!(
-        "[mqtt]\nurl = \"{}\"\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
-         [sparkplug]\nenabled = true\ngroups = [\"{run}\"]\nhost_id = \"{run}\"\n",
-        x.mqtt
-    );
-    let path = p.dir.path().join("twinops.toml");
-    std::fs::write(&path, toml).unwrap();
+    let path = common::sparkplug_config(p, &x.mqtt, run);
     let config = Config::load(&path, &|_| None).unwrap();
     let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
@@ -182,23 +176,8 @@ async fn a_killed_daemon_leaves_state_offline() {
     let Some(x) = externals() else { return };
     let p = Plant::new();
     let run = format!("st{}", common::free_port());
-    let toml = format!(
-        "[mqtt]\nurl = \"{}\"\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
-         [sparkplug]\nenabled = true\nhost_id = \"{run}\"\n",
-        x.mqtt
-    );
-    let config = p.dir.path().join("twinops.toml");
-    std::fs::write(&config, toml).unwrap();
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
-        .arg("--db")
-        .arg(p.db_path())
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .env_remove("TWINOPS_LLM_KIND")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let config = common::sparkplug_config(&p, &x.mqtt, &run);
+    let mut daemon = common::serve_process(&p, &config);
     let topic = format!("spBv1.0/STATE/{run}");
     let mut online = None;
     for _ in 0..30 {

@@ -177,9 +177,7 @@ impl Host {
         out: &mut Outcome,
     ) -> Result<(), StoreError> {
         let t = &d.topic;
-        let bd_seq = d.payload.metrics.iter().find(|m| m.name.as_deref() == Some("bdSeq")).and_then(|m| {
-            number(&Metric { datatype: m.datatype.or(Some(8)), ..m.clone() }).ok().flatten().map(|v| v as i64)
-        });
+        let bd_seq = bd_seq(&d.payload);
         let now = received.unix();
         // A new session: the old aliases and device births are void.
         conn.prepare_cached("DELETE FROM sparkplug_metrics WHERE group_id = ?1 AND edge_node = ?2")?
@@ -509,9 +507,7 @@ impl Host {
         out: &mut Outcome,
     ) -> Result<(), StoreError> {
         let t = &d.topic;
-        let bd_seq = d.payload.metrics.iter().find(|m| m.name.as_deref() == Some("bdSeq")).and_then(|m| {
-            number(&Metric { datatype: m.datatype.or(Some(8)), ..m.clone() }).ok().flatten().map(|v| v as i64)
-        });
+        let bd_seq = bd_seq(&d.payload);
         let node = self.node(conn, t)?;
         if !node.online || (node.bd_seq.is_some() && bd_seq.is_some() && node.bd_seq != bd_seq) {
             tracing::info!(stage = "ingest", sender = %t.sender(), bd_seq = ?bd_seq, session = ?node.bd_seq,
@@ -597,6 +593,12 @@ impl Host {
         }
         Ok(())
     }
+}
+
+/// The `bdSeq` a birth or death carries (a UInt64 where the sender leaves the type out).
+fn bd_seq(payload: &super::Payload) -> Option<i64> {
+    let m = payload.metrics.iter().find(|m| m.name.as_deref() == Some("bdSeq"))?;
+    number(&Metric { datatype: m.datatype.or(Some(8)), ..m.clone() }).ok().flatten().map(|v| v as i64)
 }
 
 fn exists(conn: &Connection, sql: &str, arg: &str) -> rusqlite::Result<bool> {

@@ -31,6 +31,33 @@ pub fn external(var: &str, what: &str) -> Option<String> {
     }
 }
 
+/// `twinops.toml` for a daemon of run `run` on the broker at `url`, taking Sparkplug B
+/// from group `run` (its STATE on `spBv1.0/STATE/{run}`), in the plant's folder.
+pub fn sparkplug_config(p: &Plant, url: &str, run: &str) -> PathBuf {
+    let toml = format!(
+        "[mqtt]\nurl = \"{url}\"\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
+         [sparkplug]\nenabled = true\ngroups = [\"{run}\"]\nhost_id = \"{run}\"\n"
+    );
+    let path = p.dir.path().join("twinops.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// `twinops serve` on the plant's database as a process of its own, so that a test can
+/// kill it with SIGKILL.
+pub fn serve_process(p: &Plant, config: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--db")
+        .arg(p.db_path())
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .env_remove("TWINOPS_LLM_KIND")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// A port free on loopback now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
