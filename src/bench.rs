@@ -85,9 +85,8 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
         let key: i64 = db.query_row("SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW'", [], |r| r.get(0))?;
         // Readings from the future are an interrupted run's; they would count as ours.
         let clear = move |c: &rusqlite::Connection| {
-            for sql in ["DELETE FROM readings WHERE sensor_key = ?1 AND ts > ?2", "DELETE FROM readings_hourly WHERE sensor_key = ?1 AND hour > ?2"] {
-                c.execute(sql, rusqlite::params![key, base_ts - 86_400])?;
-            }
+            c.execute("DELETE FROM readings WHERE sensor_key = ?1 AND ts > ?2", rusqlite::params![key, (base_ts - 86_400) * 1000])?;
+            c.execute("DELETE FROM readings_hourly WHERE sensor_key = ?1 AND hour > ?2", rusqlite::params![key, base_ts - 86_400])?;
             Ok::<_, crate::store::StoreError>(())
         };
         store.writer().call(clear)?;
@@ -123,7 +122,7 @@ pub fn ingest(args: &IngestBenchArgs) -> anyhow::Result<()> {
             publishing.await??;
             let stored: i64 = db.query_row(
                 "SELECT count(*) FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3",
-                rusqlite::params![key, base_ts, base_ts + target as i64],
+                rusqlite::params![key, base_ts * 1000, (base_ts + target as i64) * 1000],
                 |r| r.get(0),
             )?;
             anyhow::ensure!(stored as u64 == target, "{stored} readings stored after {target} acks");
@@ -257,9 +256,8 @@ pub fn sparkplug(args: &SparkplugBenchArgs) -> anyhow::Result<()> {
         // Every reading of the run is new: a second of its own, a year ahead.
         let base = Timestamp::now().unix() + 86_400 * 365;
         let clear = move |c: &rusqlite::Connection| {
-            for sql in ["DELETE FROM readings WHERE ts > ?1", "DELETE FROM readings_hourly WHERE hour > ?1"] {
-                c.execute(sql, rusqlite::params![base - 86_400])?;
-            }
+            c.execute("DELETE FROM readings WHERE ts > ?1", [(base - 86_400) * 1000])?;
+            c.execute("DELETE FROM readings_hourly WHERE hour > ?1", [base - 86_400])?;
             Ok::<_, crate::store::StoreError>(())
         };
         store.writer().call(clear)?;
@@ -299,7 +297,7 @@ pub fn sparkplug(args: &SparkplugBenchArgs) -> anyhow::Result<()> {
                 if path == 0 { json_t.push(elapsed); json_cpu += used; } else { sp_t.push(elapsed); sp_cpu += used; }
             }
             stored_expected += (2 * n * m) as i64;
-            let stored: i64 = db.query_row("SELECT count(*) FROM readings WHERE ts >= ?1", [base], |r| r.get(0))?;
+            let stored: i64 = db.query_row("SELECT count(*) FROM readings WHERE ts >= ?1", [base * 1000], |r| r.get(0))?;
             anyhow::ensure!(stored == stored_expected, "{stored} readings stored, {stored_expected} sent");
             if round == 0 {
                 println!(
@@ -482,7 +480,7 @@ pub fn tools(args: &ToolsBenchArgs) -> anyhow::Result<()> {
     let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
     let end: i64 = {
         let db = store.read()?;
-        db.query_row("SELECT coalesce(max(ts), 0) FROM readings WHERE sensor_key = 1", [], |r| r.get(0))?
+        db.query_row("SELECT coalesce(max(ts), 0) / 1000 FROM readings WHERE sensor_key = 1", [], |r| r.get(0))?
     };
     let end = if end == 0 {
         let started = Instant::now();
@@ -767,7 +765,8 @@ pub fn readings(args: &ReadingsBenchArgs) -> anyhow::Result<()> {
     let mut rng = Rng::from_label("bench-readings");
     let rows: Vec<(i64, i64, f64)> = (0..args.rows)
         .map(|i| {
-            (keys[(i % keys.len() as u64) as usize], start + (i / keys.len() as u64) as i64, 50.0 + 10.0 * rng.gauss())
+            let ts = (start + (i / keys.len() as u64) as i64) * 1000;
+            (keys[(i % keys.len() as u64) as usize], ts, 50.0 + 10.0 * rng.gauss())
         })
         .collect();
     let started = Instant::now();

@@ -143,7 +143,7 @@ fn a_fault_storing_one_event_spares_the_rest_of_the_batch() {
     assert_eq!(summary, [(1, 0, 0), (2, 0, 1), (1, 1, 0)]);
     let stored = p.count(&format!(
         "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts >= {}",
-        at(10).unix()
+        at(10).unix() * 1000
     ));
     assert_eq!(stored, 4, "every reading but the refused one");
     assert_eq!(p.count("SELECT count(*) FROM alarm_events WHERE event_id = 'f1'"), 1);
@@ -158,7 +158,7 @@ fn a_fault_storing_one_event_spares_the_rest_of_the_batch() {
     ));
     let raw_n = p.count(&format!(
         "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts >= {}",
-        at(10).unix().div_euclid(3600) * 3600
+        at(10).unix().div_euclid(3600) * 3600 * 1000
     ));
     assert_eq!(hourly_n, raw_n, "rollups agree with the raw readings");
 }
@@ -652,7 +652,7 @@ async fn housekeeping_and_retention() {
     assert!(hits[0].citation.to_string().starts_with("arp-vibration.md#"), "the change is searchable");
 
     let before = now.plus_secs(-3 * 86_400);
-    let old = format!("SELECT count(*) FROM readings WHERE ts < {}", before.unix());
+    let old = format!("SELECT count(*) FROM readings WHERE ts < {}", before.unix() * 1000);
     let (old_rows, rollups) = (p.count(&old), p.count("SELECT count(*) FROM readings_hourly"));
     assert!(old_rows > 300_000, "{old_rows}");
     let deleted = twinops::store::prune_readings(p.store.writer(), before, 5_000).await.unwrap();
@@ -852,4 +852,24 @@ fn absurd_values_are_refused_and_deceiving_text_is_neutralised() {
     assert!(!max.contains("e+"), "no absurd value reached the rollups: {max}");
     let message = p.text("SELECT message FROM alarms WHERE event_id = 'bidi-1'");
     assert_eq!(message, "Flow low kcab llac okay x");
+}
+
+/// A reading's time keeps its milliseconds: two readings of a sensor 5 ms apart are two
+/// readings, and the same millisecond again is a redelivery.
+#[test]
+fn readings_keep_their_milliseconds() {
+    let p = Plant::new();
+    let at = |ms: u32| format!("2026-11-30T13:00:00.{ms:03}Z");
+    let reading =
+        |ms: u32, value: f64| json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(ms), "value": value});
+    let batch = json!([reading(5, 401.0), reading(10, 402.0), reading(10, 403.0)]);
+    let received = twinops::domain::parse_time("2026-11-30T13:00:01Z").unwrap();
+    let e =
+        ingest::apply(p.store.writer(), "scada/telemetry", batch.to_string().as_bytes(), received, Default::default())
+            .unwrap();
+    assert_eq!((e.readings, e.duplicate_readings), (2, 1), "{e:?}");
+    assert_eq!(p.count("SELECT count(*) FROM readings WHERE ts IN (1796043600005, 1796043600010)"), 2);
+    let latest =
+        p.ok("get_sensor_history", json!({"sensor_id": "PUMP-001.FLOW", "hours": 1, "until": "2026-11-30T13:00:05Z"}));
+    assert_eq!((latest["samples"].clone(), latest["stats"]["last"].clone()), (json!(2), json!(402.0)), "{latest}");
 }

@@ -594,7 +594,7 @@ async fn mosquitto_an_intake_full_of_large_messages_still_commits() {
     drop(lock);
     publishing.await.unwrap().unwrap();
     let stored = format!(
-        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts BETWEEN {start} AND {start} + {count}"
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts BETWEEN {start} * 1000 AND ({start} + {count}) * 1000"
     );
     let all = eventually(Duration::from_secs(60), || p.count(&stored) as usize == count).await;
     assert!(all, "stored {} of {count}", p.count(&stored));
@@ -654,7 +654,7 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
     let topic = format!("{run}/scada/telemetry");
     twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, messages).await.unwrap();
     let stored = format!(
-        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts BETWEEN {start} AND {start} + {count}"
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts BETWEEN {start} * 1000 AND ({start} + {count}) * 1000"
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!((p.count(&stored) as usize) < count, "the faulty batch is not stored");
@@ -688,7 +688,7 @@ async fn an_oversized_message_is_dead_lettered_once(broker_url: Option<String>) 
         .await
         .unwrap();
     let stored = format!(
-        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts = {time}"
+        "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts = {time} * 1000"
     );
     let through = eventually(Duration::from_secs(30), || p.count(&stored) == 1).await;
     let dead = p.count("SELECT count(*) FROM dead_letters WHERE reason = 'oversized'");

@@ -191,6 +191,21 @@ fn births_build_the_twin_and_data_resolve_by_alias() {
     assert_eq!((e.readings, e.dead_letters, e.rebirths.len()), (1, 0, 0), "{e:?}");
 }
 
+/// Sparkplug stamps milliseconds: values 5 ms apart are each a reading.
+#[test]
+fn milliseconds_are_kept() {
+    let h = Host::new(SparkplugConfig { enabled: true, ..SparkplugConfig::default() });
+    born(&h);
+    let at = T0 + 60_000;
+    let values: Vec<Metric> = (0..200).map(|i| by_alias(3, i as f64, at + 5 * i)).collect();
+    let e = h.send("spBv1.0/North/DDATA/GW-1/PLC-3", &payload(2, at, values));
+    assert_eq!((e.readings, e.duplicate_readings), (200, 0), "one second, 200 readings");
+    let stored = "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PLC-3/Flow') AND ts % 1000 <> 0";
+    assert_eq!(h.count(stored), 199, "their milliseconds kept (the first falls on the second)");
+    let hour = "SELECT n FROM readings_hourly WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PLC-3/Flow') AND hour = 1796040000";
+    assert_eq!(h.count(hour), 201, "the rollup counts them all, with the value born");
+}
+
 #[test]
 fn gaps_unknown_aliases_and_data_before_birth_ask_for_a_rebirth() {
     let h = Host::new(SparkplugConfig { enabled: true, ..SparkplugConfig::default() });

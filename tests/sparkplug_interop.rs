@@ -135,8 +135,6 @@ async fn tahus_edge_node_feeds_the_twin() {
     assert!(eventually(Duration::from_secs(20), || p.count(pressure) == 1).await, "the DBIRTH built the sensor");
     assert_eq!(p.count(&format!("SELECT count(*) FROM assets WHERE id = 'PLC-3' AND station_id = '{run}'")), 1);
 
-    // Readings are kept to the second: the value born and this one must not share one.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
     edge.say("data 6.5").await;
     let raised = "SELECT count(*) FROM alarms WHERE asset_id = 'PLC-3' AND sensor_id = 'PLC-3/Inputs/Discharge_Pressure' AND cleared_at IS NULL";
     assert!(

@@ -156,7 +156,7 @@ fn seeded_alarms_match_the_readings() {
     let p = Plant::new();
     let bad = p.count(
         "SELECT count(*) FROM alarms a JOIN sensors s ON s.id = a.sensor_id
-         LEFT JOIN readings r ON r.sensor_key = s.key AND r.ts = a.raised_at
+         LEFT JOIN readings r ON r.sensor_key = s.key AND r.ts = a.raised_at * 1000
          WHERE r.value IS NOT a.value
             OR (a.code LIKE '%-HI' OR a.code LIKE '%-HIHI') AND NOT a.value > a.threshold
             OR (a.code LIKE '%-LO' OR a.code LIKE '%-LOLO') AND NOT a.value < a.threshold",

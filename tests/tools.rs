@@ -496,7 +496,7 @@ fn sensor_history_from_rollups_matches_the_raw_readings() {
                         sum(value < coalesce(s.limit_l, -1e300))
                  FROM readings r JOIN sensors s ON s.key = r.sensor_key
                  WHERE s.id = ?1 AND ts > ?2 AND ts <= ?3",
-                rusqlite::params![sensor, from, to],
+                rusqlite::params![sensor, from * 1000, to * 1000],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .unwrap();
@@ -510,7 +510,7 @@ fn sensor_history_from_rollups_matches_the_raw_readings() {
         let at_min: f64 = db
             .query_row(
                 "SELECT value FROM readings r JOIN sensors s ON s.key = r.sensor_key WHERE s.id = ?1 AND ts = ?2",
-                rusqlite::params![sensor, min_at],
+                rusqlite::params![sensor, min_at * 1000],
                 |r| r.get(0),
             )
             .unwrap();

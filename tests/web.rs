@@ -315,6 +315,8 @@ async fn the_banner_tells_of_refused_messages_and_triage_given_up() {
     let hmi = Hmi::start(&p).await;
     let viewer = hmi.session("viewer.ng").await;
     let status = || async { hmi.get("/api/status", &viewer).await.json::<Value>().await.unwrap() };
+    // Calm once ingest is subscribed (on a loaded machine that can take a moment).
+    common::until_subscribed(&hmi.daemon).await;
     let calm = status().await;
     assert_eq!(calm["degraded"], false, "{calm}");
 

@@ -11,5 +11,5 @@ pub use enums::{
     WorkPriority,
 };
 pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId, kind_name};
-pub use time::{Timestamp, approx_duration, parse_time};
+pub use time::{Timestamp, approx_duration, parse_time, parse_time_ms};
 pub use work_order::WorkOrderDraft;

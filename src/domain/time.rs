@@ -57,6 +57,14 @@ impl Serialize for Timestamp {
 }
 
 /// Parses RFC 3339 (`2026-11-30T08:00:00Z`) or a bare date (`2026-11-30`, midnight UTC).
+/// A time as [`parse_time`] reads it, with its milliseconds (0-999) kept.
+pub fn parse_time_ms(s: &str) -> Result<(Timestamp, u16), String> {
+    match DateTime::parse_from_rfc3339(s.trim()) {
+        Ok(t) => Ok((Timestamp(t.timestamp()), t.timestamp_subsec_millis().min(999) as u16)),
+        Err(_) => parse_time(s).map(|t| (t, 0)),
+    }
+}
+
 pub fn parse_time(s: &str) -> Result<Timestamp, String> {
     let s = s.trim();
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {

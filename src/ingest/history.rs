@@ -258,16 +258,16 @@ fn good_quality(q: &str) -> bool {
 }
 
 /// RFC 3339, or epoch seconds (fractions allowed) or milliseconds (13 digits and more).
-/// Unix seconds, as readings are keyed today.
+/// Unix milliseconds, as readings are keyed.
 pub fn parse_time(text: &str) -> Option<i64> {
     let t = text.trim();
     if let Ok(n) = t.parse::<i64>() {
-        return Some(if n.abs() >= 100_000_000_000 { n.div_euclid(1000) } else { n });
+        return Some(if n.abs() >= 100_000_000_000 { n } else { n * 1000 });
     }
     if let Ok(f) = t.parse::<f64>() {
-        return f.is_finite().then_some(f.floor() as i64);
+        return f.is_finite().then_some((f * 1000.0).floor() as i64);
     }
-    crate::domain::parse_time(t).ok().map(|ts| ts.unix())
+    crate::domain::parse_time_ms(t).ok().map(|(ts, ms)| ts.unix() * 1000 + i64::from(ms))
 }
 
 /// Reads a file's times: absolute ones as [`parse_time`] does, local ones (no offset,
@@ -295,9 +295,11 @@ impl Clock {
                 let naive = formats.iter().find_map(|f| NaiveDateTime::parse_from_str(t, f).ok()).ok_or("bad_time")?;
                 let tz = self.tz.ok_or("local_time_without_timezone")?;
                 match tz.from_local_datetime(&naive) {
-                    LocalResult::Single(d) => d.timestamp(),
-                    LocalResult::Ambiguous(early, late) if early.timestamp() < self.last => late.timestamp(),
-                    LocalResult::Ambiguous(early, _) => early.timestamp(),
+                    LocalResult::Single(d) => d.timestamp_millis(),
+                    LocalResult::Ambiguous(early, late) if early.timestamp_millis() < self.last => {
+                        late.timestamp_millis()
+                    }
+                    LocalResult::Ambiguous(early, _) => early.timestamp_millis(),
                     LocalResult::None => return Err("local_time_skipped_by_dst"),
                 }
             }
@@ -348,11 +350,11 @@ mod tests {
 
     #[test]
     fn times_in_the_forms_historians_write() {
-        assert_eq!(parse_time("2026-11-30T12:00:00Z"), Some(1_796_040_000));
-        assert_eq!(parse_time("2026-11-30T13:00:00+01:00"), Some(1_796_040_000));
-        assert_eq!(parse_time("1796040000"), Some(1_796_040_000));
-        assert_eq!(parse_time("1796040000123"), Some(1_796_040_000), "milliseconds");
-        assert_eq!(parse_time("1796040000.5"), Some(1_796_040_000));
+        assert_eq!(parse_time("2026-11-30T12:00:00Z"), Some(1_796_040_000_000));
+        assert_eq!(parse_time("2026-11-30T13:00:00.250+01:00"), Some(1_796_040_000_250));
+        assert_eq!(parse_time("1796040000"), Some(1_796_040_000_000));
+        assert_eq!(parse_time("1796040000123"), Some(1_796_040_000_123), "milliseconds");
+        assert_eq!(parse_time("1796040000.5"), Some(1_796_040_000_500));
         assert_eq!(parse_time("yesterday"), None);
         assert!(good_quality("Good") && good_quality("192") && !good_quality("Bad") && !good_quality("0"));
     }

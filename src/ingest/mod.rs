@@ -436,7 +436,7 @@ impl Batch {
                 event: String::new(),
             },
             Some(s) => {
-                let new = self.rollups.insert(conn, s.key, &s.limits, r.time.unix(), r.value)?;
+                let new = self.rollups.insert(conn, s.key, &s.limits, r.at_ms(), r.value)?;
                 effect.readings += usize::from(new);
                 effect.duplicate_readings += usize::from(!new);
                 // A stored duplicate was evaluated when it first came.
@@ -479,7 +479,7 @@ impl Batch {
                 refused.extend(out.refused.into_iter().map(refuse));
                 effect.rebirths.extend(out.rebirth);
                 for r in out.readings {
-                    let reading = Reading { sensor_id: r.sensor, time: r.time, value: r.value };
+                    let reading = Reading { sensor_id: r.sensor, time: r.time, millis: r.millis, value: r.value };
                     let refusal = match self.time_refusal(r.time) {
                         Some(refusal) => Some(refusal),
                         None => self.reading(conn, &reading, !r.historical, effect)?,

@@ -17,7 +17,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::domain::{AssetId, SensorId, Severity, Timestamp, parse_time};
+use crate::domain::{AssetId, SensorId, Severity, Timestamp, parse_time, parse_time_ms};
 
 /// Largest message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -64,7 +64,16 @@ pub struct AlarmEvent {
 pub struct Reading {
     pub sensor_id: SensorId,
     pub time: Timestamp,
+    /// The milliseconds past `time`'s second (0-999): readings keep them.
+    pub millis: u16,
     pub value: f64,
+}
+
+impl Reading {
+    /// When it was taken, in milliseconds since the epoch.
+    pub fn at_ms(&self) -> i64 {
+        self.time.unix() * 1000 + i64::from(self.millis)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -288,9 +297,11 @@ fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
             let sensor_id = sensor_id.ok_or_else(|| missing("sensor_id", FIELDS))?;
             let t = t.ok_or_else(|| missing("time", FIELDS))?;
             let value = value.ok_or_else(|| missing("value", FIELDS))?;
+            let (at, millis) = parse_time_ms(&t.0).map_err(|e| invalid(format!("time: {e}")))?;
             Ok(Event::Reading(Reading {
                 sensor_id: SensorId::parse(&sensor_id.0).map_err(|e| invalid(format!("sensor_id: {e}")))?,
-                time: time(&t.0)?,
+                time: at,
+                millis,
                 value: finite("value", Some(value))?.expect("given"),
             }))
         }

@@ -202,7 +202,8 @@ fn insert_history(
 
         let mut rng = Rng::from_label(&format!("{}/{copy}", s.sensor_id));
         let values = s.signal.generate(start, n, &mut rng);
-        let rows: Vec<(i64, f64)> = values.iter().enumerate().map(|(i, v)| (start + 60 * i as i64, *v)).collect();
+        let rows: Vec<(i64, f64)> =
+            values.iter().enumerate().map(|(i, v)| ((start + 60 * i as i64) * 1000, *v)).collect();
         let limits = [t.limits.ll, t.limits.l, t.limits.h, t.limits.hh];
         report.readings += insert_readings(conn, key, &limits, &rows)?;
 

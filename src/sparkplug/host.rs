@@ -23,6 +23,8 @@ use crate::store::StoreError;
 pub struct SparkplugReading {
     pub sensor: SensorId,
     pub time: Timestamp,
+    /// The milliseconds past `time`'s second, as Sparkplug stamps them.
+    pub millis: u16,
     pub value: f64,
     /// Sent by store-and-forward: stored, never evaluated for live alarms.
     pub historical: bool,
@@ -94,7 +96,12 @@ fn housekeeping(name: &str) -> bool {
 
 /// A metric's time (ms since the epoch), else the payload's, else the receipt.
 fn time_of(ms: Option<u64>, received: Timestamp) -> Timestamp {
-    ms.map_or(received, |ms| Timestamp::from_unix((ms / 1000) as i64))
+    time_ms_of(ms, received).0
+}
+
+/// The same, with its milliseconds past the second.
+fn time_ms_of(ms: Option<u64>, received: Timestamp) -> (Timestamp, u16) {
+    ms.map_or((received, 0), |ms| (Timestamp::from_unix((ms / 1000) as i64), (ms % 1000) as u16))
 }
 
 impl Host {
@@ -486,10 +493,12 @@ impl Host {
     fn reading(&self, sensor: &SensorId, m: &Metric, payload_ms: Option<u64>, received: Timestamp, out: &mut Outcome) {
         // OPC quality in a `Quality` property: 192 and up is good.
         let bad = property_number(m, "Quality").is_some_and(|q| q < 192.0);
+        let (time, millis) = time_ms_of(m.timestamp.or(payload_ms), received);
         match number(m) {
             Ok(Some(value)) if !bad => out.readings.push(SparkplugReading {
                 sensor: sensor.clone(),
-                time: time_of(m.timestamp.or(payload_ms), received),
+                time,
+                millis,
                 value,
                 historical: m.is_historical == Some(true),
             }),

@@ -231,6 +231,18 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (group_id, edge_node, device, name)
      ) STRICT, WITHOUT ROWID;
      ALTER TABLE sensors ADD COLUMN stale_since INTEGER;",
+    // 13: readings keep milliseconds, as Sparkplug B and fast historians stamp them: two
+    // values of one sensor within a second are two readings. `ts` was unix seconds;
+    // it is now unix milliseconds (the rollups' `hour` stays in seconds).
+    "CREATE TABLE readings_ms (
+         sensor_key  INTEGER NOT NULL,
+         ts          INTEGER NOT NULL,        -- unix milliseconds
+         value       REAL NOT NULL,
+         PRIMARY KEY (sensor_key, ts)
+     ) STRICT, WITHOUT ROWID;
+     INSERT INTO readings_ms (sensor_key, ts, value) SELECT sensor_key, ts * 1000, value FROM readings ORDER BY sensor_key, ts;
+     DROP TABLE readings;
+     ALTER TABLE readings_ms RENAME TO readings;",
 ];
 
 /// The schema version this build writes.
@@ -300,7 +312,9 @@ mod tests {
         let tables = table_columns(&old, "main");
         for (table, columns) in &tables {
             let cols = columns.join(", ");
-            old.execute_batch(&format!("INSERT OR REPLACE INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}"))
+            // The release before kept readings to the second.
+            let from = if table == "readings" { "sensor_key, ts / 1000, value".to_string() } else { cols.clone() };
+            old.execute_batch(&format!("INSERT OR REPLACE INTO main.{table} ({cols}) SELECT {from} FROM cur.{table}"))
                 .unwrap();
         }
         // Its triggers journalled the work orders as they were copied: keep the original journal.

@@ -44,8 +44,9 @@ impl Summary {
         }
     }
 
-    pub fn add(&mut self, ts: i64, v: f64, limits: &Limits) {
-        let t = (ts - self.start) as f64 / 3600.0;
+    /// Adds a sample taken at `at_ms` (milliseconds since the epoch).
+    pub fn add(&mut self, at_ms: i64, v: f64, limits: &Limits) {
+        let t = (at_ms - self.start * 1000) as f64 / 3_600_000.0;
         self.n += 1;
         self.sum += v;
         self.sum_sq += v * v;
@@ -67,8 +68,9 @@ pub fn beyond_limits(v: f64, [ll, l, h, hh]: &Limits) -> [bool; 4] {
     [below(ll), below(l), above(h), above(hh)]
 }
 
-/// Inserts readings for one sensor, skipping any already stored (same sensor and
-/// second), and adds the new ones to their hourly rollups. Returns how many were new.
+/// Inserts readings for one sensor, `(time in ms, value)`, skipping any already stored
+/// (same sensor and millisecond), and adds the new ones to their hourly rollups. Returns
+/// how many were new.
 pub fn insert_readings(conn: &Connection, key: i64, limits: &Limits, rows: &[(i64, f64)]) -> rusqlite::Result<usize> {
     let mut batch = Rollups::default();
     let mut new = 0;
@@ -88,16 +90,24 @@ pub struct Rollups {
 }
 
 impl Rollups {
-    /// Inserts one reading unless already stored; true if it was new.
-    pub fn insert(&mut self, conn: &Connection, key: i64, limits: &Limits, ts: i64, v: f64) -> rusqlite::Result<bool> {
+    /// Inserts one reading taken at `at_ms` (milliseconds since the epoch) unless already
+    /// stored; true if it was new.
+    pub fn insert(
+        &mut self,
+        conn: &Connection,
+        key: i64,
+        limits: &Limits,
+        at_ms: i64,
+        v: f64,
+    ) -> rusqlite::Result<bool> {
         let mut insert = conn.prepare_cached(
             "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
         )?;
-        if insert.execute(params![key, ts, v])? == 0 {
+        if insert.execute(params![key, at_ms, v])? == 0 {
             return Ok(false);
         }
-        let hour = ts.div_euclid(3600) * 3600;
-        self.hours.entry((key, hour)).or_insert_with(|| Summary::empty(hour)).add(ts, v, limits);
+        let hour = at_ms.div_euclid(3_600_000) * 3600;
+        self.hours.entry((key, hour)).or_insert_with(|| Summary::empty(hour)).add(at_ms, v, limits);
         Ok(true)
     }
 
@@ -159,7 +169,7 @@ pub async fn prune_readings(writer: &Writer, before: Timestamp, batch: usize) ->
                         "DELETE FROM readings WHERE sensor_key = ?1 AND ts <= (
                              SELECT max(ts) FROM (SELECT ts FROM readings WHERE sensor_key = ?1 AND ts < ?2 ORDER BY ts LIMIT ?3))",
                     )?
-                    .execute(rusqlite::params![key, before.unix(), batch as i64])?)
+                    .execute(rusqlite::params![key, before.unix() * 1000, batch as i64])?)
                 })
                 .await?;
             deleted += n;

@@ -67,9 +67,9 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             ))
         })?;
 
-    let mut latest = ctx
-        .db
-        .prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts <= ?2 ORDER BY ts DESC LIMIT 1")?;
+    let mut latest = ctx.db.prepare_cached(
+        "SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts < (?2 + 1) * 1000 ORDER BY ts DESC LIMIT 1",
+    )?;
     let mut stmt = ctx.db.prepare_cached(
         "SELECT key, id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh, stale_since
          FROM sensors WHERE asset_id = ?1 ORDER BY id",

@@ -75,17 +75,19 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         Ok(ctx
             .db
             .prepare_cached(sql)?
-            .query_row(params![key, from.unix(), to.unix()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row(params![key, (from.unix() + 1) * 1000, (to.unix() + 1) * 1000], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?)
     };
-    let first =
-        edge("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts LIMIT 1")?;
-    let last =
-        edge("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts DESC LIMIT 1")?;
+    let first = edge(
+        "SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY ts LIMIT 1",
+    )?;
+    let last = edge(
+        "SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY ts DESC LIMIT 1",
+    )?;
     let (Some(first), Some(last)) = (first, last) else {
         let latest: Option<i64> = ctx
             .db
-            .prepare_cached("SELECT max(ts) FROM readings WHERE sensor_key = ?1")?
+            .prepare_cached("SELECT max(ts) / 1000 FROM readings WHERE sensor_key = ?1")?
             .query_row([key], |r| r.get(0))
             .optional()?
             .flatten();
@@ -108,13 +110,14 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let mut acc = Accumulator::new(from.unix(), to.unix(), args.points as usize);
     let mut raw = ctx
         .db
-        .prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts > ?2 AND ts <= ?3 ORDER BY ts")?;
+        .prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY ts")?;
+    // Readings in the seconds (lo, hi]; `ts` is in milliseconds.
     let mut add_raw = |lo: i64, hi: i64, acc: &mut Accumulator| -> Result<(), ToolError> {
-        let mut rows = raw.query(params![key, lo, hi])?;
+        let mut rows = raw.query(params![key, (lo + 1) * 1000, (hi + 1) * 1000])?;
         while let Some(row) = rows.next()? {
-            let (ts, v): (i64, f64) = (row.get(0)?, row.get(1)?);
-            let mut one = Summary::empty(ts);
-            one.add(ts, v, &limits);
+            let (at_ms, v): (i64, f64) = (row.get(0)?, row.get(1)?);
+            let mut one = Summary::empty(at_ms.div_euclid(1000));
+            one.add(at_ms, v, &limits);
             acc.push(&one);
         }
         Ok(())
@@ -150,17 +153,20 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         if n == 1 {
             return Ok(start);
         }
-        let ts: Option<i64> =
-            ctx.db.prepare_cached(sql)?.query_row(params![key, start, start + 3600], |r| r.get(0)).optional()?;
+        let ts: Option<i64> = ctx
+            .db
+            .prepare_cached(sql)?
+            .query_row(params![key, start * 1000, (start + 3600) * 1000], |r| r.get(0))
+            .optional()?;
         Ok(ts.unwrap_or(start))
     };
     let min_at = pin(
         acc.min,
-        "SELECT ts FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value ASC, ts LIMIT 1",
+        "SELECT ts / 1000 FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value ASC, ts LIMIT 1",
     )?;
     let max_at = pin(
         acc.max,
-        "SELECT ts FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value DESC, ts LIMIT 1",
+        "SELECT ts / 1000 FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value DESC, ts LIMIT 1",
     )?;
 
     let n = acc.total.n;

@@ -695,9 +695,9 @@ async fn readings(
     })?;
     let since = Timestamp::now().unix() - hours * 3600;
     let mut stmt =
-        db.prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 ORDER BY ts")?;
+        db.prepare_cached("SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 ORDER BY ts")?;
     let all: Vec<(i64, f64)> =
-        stmt.query_map(params![key, since], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+        stmt.query_map(params![key, since * 1000], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
     let points: Vec<(i64, f64)> = if all.len() <= MAX_POINTS {
         all
     } else {

@@ -80,15 +80,15 @@ readline.createInterface({ input: process.stdin }).on("line", (line) => {
   } else if (cmd === "burst") {
     const n = Number(a);
     const every = Number(b);
-    // Each value stamped a second apart, in the hour before the births: twinops keeps
-    // readings to the second, so two values in one second are one reading.
-    const start = Math.floor(Date.now() / 1000) * 1000 - 3600 * 1000;
+    // Stamped 5 ms apart as they are sent, in the hour before the births (so that none
+    // shares its millisecond with a value born).
+    const start = Date.now() - 3600 * 1000;
     let i = 0;
     const timer = setInterval(() => {
       i += 1;
       client.publishDeviceData(device, {
         timestamp: Date.now(),
-        metrics: [{ alias: 2, type: "double", value: i, timestamp: start + i * 1000 }],
+        metrics: [{ alias: 2, type: "double", value: i, timestamp: start + i * every }],
       });
       if (i >= n) {
         clearInterval(timer);
