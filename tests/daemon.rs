@@ -56,6 +56,7 @@ fn occurrences_repeats_duplicates_and_clears() {
     assert!(matches!(again.alarms[0], Applied::Raised { alarm_id: new, .. } if new != alarm_id));
     let journal = p.count(&format!("SELECT count(*) FROM alarm_events WHERE alarm_id = {alarm_id}"));
     assert_eq!(journal, 3, "raised, reraised, cleared");
+    common::assert_alarm_stats_agree(&p);
 }
 
 /// Bad input goes to dead letters with its reason; good events in the same batch are
@@ -305,6 +306,7 @@ fn acknowledge_and_shelve() {
         p.count(&format!("SELECT count(*) FROM alarm_events WHERE alarm_id = {alarm_id} AND actor = 'operator.kaur'"));
     assert_eq!(actors, 4, "acknowledged, shelved, shelved and unshelved, by the operator");
     assert!(alarms::acknowledge(w, 999_999, "x", at(1)).unwrap_err().to_string().contains("no alarm 999999"));
+    common::assert_alarm_stats_agree(&p);
 }
 
 /// Out of service (ISA-18.2): a point taken out of service keeps recording its alarms
@@ -364,6 +366,7 @@ fn a_point_out_of_service_records_but_does_not_triage_until_returned() {
         "out_of_service by supervisor.ng, returned_to_service by supervisor.ng, returned_to_service by supervisor.ng"
     );
     assert!(matches!(send(&p, &alarm("o5", "raised", 7)).alarms[0], Applied::Reraised { .. }), "in service again");
+    common::assert_alarm_stats_agree(&p);
 }
 
 /// Flood: above 10 alarms in 10 minutes starts it, below 5 ends it. Chattering: three
@@ -392,6 +395,7 @@ fn flood_and_chattering() {
     assert!(!alarms::is_chattering(&db(), alarm_id, at(200).plus_secs(10)).unwrap());
     send(&p, &alarm("c3", "raised", 200));
     assert!(alarms::is_chattering(&db(), alarm_id, at(200).plus_secs(10)).unwrap());
+    common::assert_alarm_stats_agree(&p);
 }
 
 fn rules_agent(p: &Plant) -> Arc<Agent> {

@@ -168,4 +168,5 @@ fn seeded_alarms_match_the_readings() {
     assert_eq!(journal_gaps, 0, "every occurrence has its raise in the journal");
     // Last-maintenance dates are derived from the maintenance records.
     assert_eq!(p.count("SELECT count(*) FROM assets a WHERE last_maintenance_on IS NOT (SELECT max(performed_on) FROM maintenance_records m WHERE m.asset_id = a.id)"), 0);
+    common::assert_alarm_stats_agree(&p);
 }

@@ -243,6 +243,47 @@ const MIGRATIONS: &[&str] = &[
      INSERT INTO readings_ms (sensor_key, ts, value) SELECT sensor_key, ts * 1000, value FROM readings ORDER BY sensor_key, ts;
      DROP TABLE readings;
      ALTER TABLE readings_ms RENAME TO readings;",
+    // 14: each asset's active alarms summed (count, severity weight 1/3/9/27,
+    // unacknowledged), kept by triggers from the alarm rows alone, so the summary's
+    // ranking reads one row per asset in alarm instead of grouping the alarms.
+    "CREATE TABLE active_alarm_stats (
+         asset_id  TEXT PRIMARY KEY,
+         n         INTEGER NOT NULL,
+         weight    INTEGER NOT NULL,
+         unacked   INTEGER NOT NULL
+     ) STRICT, WITHOUT ROWID;
+     INSERT INTO active_alarm_stats
+         SELECT asset_id, count(*),
+                sum(CASE severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END),
+                sum(state = 'unacknowledged')
+         FROM alarms WHERE cleared_at IS NULL GROUP BY asset_id;
+     CREATE TRIGGER alarms_stats_insert AFTER INSERT ON alarms WHEN NEW.cleared_at IS NULL BEGIN
+         INSERT INTO active_alarm_stats (asset_id, n, weight, unacked)
+         VALUES (NEW.asset_id, 1, CASE NEW.severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END,
+                 NEW.state = 'unacknowledged')
+         ON CONFLICT (asset_id) DO UPDATE SET n = n + excluded.n, weight = weight + excluded.weight,
+             unacked = unacked + excluded.unacked;
+     END;
+     CREATE TRIGGER alarms_stats_update AFTER UPDATE OF asset_id, severity, state, cleared_at ON alarms BEGIN
+         UPDATE active_alarm_stats SET n = n - 1,
+             weight = weight - CASE OLD.severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END,
+             unacked = unacked - (OLD.state = 'unacknowledged')
+         WHERE asset_id = OLD.asset_id AND OLD.cleared_at IS NULL;
+         INSERT INTO active_alarm_stats (asset_id, n, weight, unacked)
+         SELECT NEW.asset_id, 1, CASE NEW.severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END,
+                NEW.state = 'unacknowledged'
+         WHERE NEW.cleared_at IS NULL
+         ON CONFLICT (asset_id) DO UPDATE SET n = n + excluded.n, weight = weight + excluded.weight,
+             unacked = unacked + excluded.unacked;
+         DELETE FROM active_alarm_stats WHERE asset_id = OLD.asset_id AND n = 0;
+     END;
+     CREATE TRIGGER alarms_stats_delete AFTER DELETE ON alarms WHEN OLD.cleared_at IS NULL BEGIN
+         UPDATE active_alarm_stats SET n = n - 1,
+             weight = weight - CASE OLD.severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END,
+             unacked = unacked - (OLD.state = 'unacknowledged')
+         WHERE asset_id = OLD.asset_id;
+         DELETE FROM active_alarm_stats WHERE asset_id = OLD.asset_id AND n = 0;
+     END;",
 ];
 
 /// The schema version this build writes.

@@ -105,17 +105,14 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
     // Attention score: active alarms weighted by severity (1/3/9/27), times criticality
     // (A=3, B=2, C=1); plus 20 for a faulted asset, 2 per unacknowledged alarm, and 5 when
     // the last maintenance is over a year old (or never recorded). Driven from the
-    // active alarms (few, beside the assets) through covering indexes: only assets with
-    // an active alarm or in fault can score.
+    // active alarms' per-asset sums (kept by triggers, migration 14) through covering
+    // indexes: only assets with an active alarm or in fault can score. CROSS JOIN keeps
+    // the few assets in alarm as the outer loop, not the 18,000 in the index.
     let mut stmt = ctx.db.prepare_cached(
-        "WITH act AS (
-             SELECT asset_id, count(*) AS n, sum(state = 'unacknowledged') AS unacked,
-                    sum(CASE severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END) AS w
-             FROM alarms INDEXED BY alarms_active_asset WHERE cleared_at IS NULL GROUP BY asset_id
-         ),
-         candidates AS (
-             SELECT a.id, a.status, a.criticality, a.last_maintenance_on, act.n, act.unacked, act.w
-             FROM act JOIN assets a INDEXED BY assets_attention ON a.id = act.asset_id AND a.retired_at IS NULL
+        "WITH candidates AS (
+             SELECT a.id, a.status, a.criticality, a.last_maintenance_on, act.n, act.unacked, act.weight AS w
+             FROM active_alarm_stats act
+             CROSS JOIN assets a INDEXED BY assets_attention ON a.id = act.asset_id AND a.retired_at IS NULL
              UNION ALL
              SELECT id, status, criticality, last_maintenance_on, 0, 0, 0 FROM assets
              WHERE status = 'fault' AND retired_at IS NULL

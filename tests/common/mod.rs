@@ -58,6 +58,27 @@ pub fn serve_process(p: &Plant, config: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// The summary's per-asset sums of active alarms, kept by triggers, against the alarm
+/// rows themselves.
+pub fn assert_alarm_stats_agree(p: &Plant) {
+    let differ = p.count(
+        "SELECT count(*) FROM (
+             SELECT asset_id, n, weight, unacked FROM active_alarm_stats
+             EXCEPT
+             SELECT asset_id, count(*),
+                    sum(CASE severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END),
+                    sum(state = 'unacknowledged')
+             FROM alarms WHERE cleared_at IS NULL GROUP BY asset_id)",
+    );
+    let rows = |sql: &str| p.count(sql);
+    assert_eq!(differ, 0, "active_alarm_stats disagrees with the alarms");
+    assert_eq!(
+        rows("SELECT count(*) FROM active_alarm_stats"),
+        rows("SELECT count(DISTINCT asset_id) FROM alarms WHERE cleared_at IS NULL"),
+        "one row per asset in alarm"
+    );
+}
+
 /// A port free on loopback now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
