@@ -97,6 +97,11 @@ async fn a_second_site_imports_from_its_own_files() {
     assert!(again.is_empty(), "importing the same files again changes nothing: {again}");
     assert_eq!(t.count("SELECT count(*) FROM audit_log WHERE action = 'plant_import' AND actor = 'engineer.li'"), 1);
     assert_eq!(t.count("SELECT count(*) FROM sensors WHERE limit_l IS NULL AND limit_h IS NULL AND limit_ll IS NULL AND limit_hh IS NULL"), 74, "tags without limits");
+    assert_eq!(
+        t.count("SELECT count(*) FROM sensors WHERE id = 'FIT-10010' AND range_low = 0 AND range_high = 1200"),
+        1,
+        "Min EU, Max EU"
+    );
 
     let effect = t.send(json!({"events": [
         {"type": "reading", "sensor_id": "ait-5102", "time": Timestamp::now().to_rfc3339(), "value": 0.85},

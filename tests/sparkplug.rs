@@ -126,6 +126,8 @@ fn device_birth(seq: u64) -> Payload {
     let mut pressure = double("Inputs/Discharge Pressure", 1, 4.1);
     pressure.properties = Some(properties(&[
         ("engUnit", property_value::Value::StringValue("bar".into())),
+        ("engLow", property_value::Value::DoubleValue(0.0)),
+        ("engHigh", property_value::Value::DoubleValue(10.0)),
         ("hi", property_value::Value::DoubleValue(5.0)),
         ("hihi", property_value::Value::DoubleValue(6.0)),
         ("deadband", property_value::Value::DoubleValue(0.1)),
@@ -155,8 +157,8 @@ fn births_build_the_twin_and_data_resolve_by_alias() {
     );
     assert_eq!(h.count("SELECT count(*) FROM assets WHERE id = 'GW-1' AND kind = 'edge_node'"), 1);
     assert_eq!(
-        h.text("SELECT unit || ' ' || limit_h || ' ' || limit_hh || ' ' || alarm_source FROM sensors WHERE id = 'PLC-3/Inputs/Discharge_Pressure'"),
-        "bar 5.0 6.0 limits"
+        h.text("SELECT unit || ' ' || range_low || '-' || range_high || ' ' || limit_h || ' ' || limit_hh || ' ' || alarm_source FROM sensors WHERE id = 'PLC-3/Inputs/Discharge_Pressure'"),
+        "bar 0.0-10.0 5.0 6.0 limits"
     );
     assert_eq!(h.count("SELECT count(*) FROM sensors WHERE id LIKE 'PLC-3/%'"), 2, "the text metric is not a sensor");
     assert_eq!(

@@ -92,6 +92,33 @@ async fn daemon(p: &Plant, x: &Externals, run: &str) -> Daemon {
     daemon
 }
 
+/// Publishes `payloads` at QoS 1 with a client that sends up to 16 MiB, and waits for
+/// the broker's acknowledgements.
+async fn publish_large(url: &str, topic: &str, payloads: Vec<Vec<u8>>) {
+    let mut opts = twinops::ingest::mqtt::options(
+        &twinops::config::MqttConfig { url: url.into(), ..Default::default() },
+        &format!("junk-{}", common::free_port()),
+    )
+    .unwrap();
+    opts.set_clean_session(true);
+    opts.set_max_packet_size(16 << 20, 16 << 20);
+    let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, 10);
+    let n = payloads.len();
+    for payload in payloads {
+        client.publish(topic, rumqttc::QoS::AtLeastOnce, false, payload).await.unwrap();
+    }
+    let acked = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut acked = 0;
+        while acked < n {
+            if let Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_))) = eventloop.poll().await {
+                acked += 1;
+            }
+        }
+    })
+    .await;
+    assert!(acked.is_ok(), "the broker took the payloads");
+}
+
 /// The retained message on `topic`, as a new subscriber gets it.
 async fn retained(url: &str, topic: &str) -> Option<String> {
     let opts = twinops::ingest::mqtt::options(
@@ -157,6 +184,21 @@ async fn tahus_edge_node_feeds_the_twin() {
     let mut edge = Edge::spawn(&x, &run);
     assert!(edge.heard("born", Duration::from_secs(30)).await);
     assert!(eventually(Duration::from_secs(20), || p.count(lost) == 0).await, "its rebirth cleared it");
+
+    // Bad input over the broker: bytes that are not protobuf, and 10 MB of them.
+    let mut junk = vec![0xffu8; 16];
+    junk.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    let topic = format!("spBv1.0/{run}/DDATA/GW-1/PLC-3");
+    publish_large(&x.mqtt, &topic, vec![junk, vec![0xff; 10 << 20]]).await;
+    let refused = "SELECT count(*) FROM dead_letters WHERE reason = 'malformed' AND topic LIKE 'spBv1.0/%'";
+    assert!(
+        eventually(Duration::from_secs(30), || p.count(refused) == 2).await,
+        "both dead-lettered: {}",
+        p.count(refused)
+    );
+    edge.say("data 4.4").await;
+    let after = "SELECT count(*) FROM readings WHERE value = 4.4 AND sensor_key = (SELECT key FROM sensors WHERE id = 'PLC-3/Inputs/Discharge_Pressure')";
+    assert!(eventually(Duration::from_secs(20), || p.count(after) == 1).await, "still ingesting after them");
 
     edge.say("burst 400 5").await;
     assert!(edge.heard("sent 400", Duration::from_secs(30)).await);

@@ -215,7 +215,9 @@ struct Twin {
 const ASSET_SQL: &str = "SELECT id, station_id, kind, name, status, criticality, manufacturer, model,
         coalesce(machine_class, ''), coalesce(rated_power_kw, ''), installed_on, coalesce(parent_id, ''),
         coalesce(drives, ''), retired_at IS NOT NULL FROM assets";
-const SENSOR_SQL: &str = "SELECT id, asset_id, kind, description, unit, coalesce(limit_ll, ''), coalesce(limit_l, ''),
+const SENSOR_SQL: &str =
+    "SELECT id, asset_id, kind, description, unit, coalesce(range_low, ''), coalesce(range_high, ''),
+        coalesce(limit_ll, ''), coalesce(limit_l, ''),
         coalesce(limit_h, ''), coalesce(limit_hh, ''), deadband, on_delay_s, alarm_source, coalesce(alarm_prefix, ''),
         coalesce(priority_ll, ''), coalesce(priority_l, ''), coalesce(priority_h, ''), coalesce(priority_hh, ''),
         retired_at IS NOT NULL FROM sensors";
@@ -323,6 +325,8 @@ fn sensor_fields(s: &SensorRow, twin: &Twin, imported: &HashMap<String, &str>) -
         s.kind.clone(),
         s.description.clone(),
         s.unit.clone(),
+        opt_number(s.range[0]),
+        opt_number(s.range[1]),
         opt_number(s.limits[0]),
         opt_number(s.limits[1]),
         opt_number(s.limits[2]),
@@ -546,10 +550,12 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
         let p = |i: usize| s.priorities[i].map(|p| p.as_str());
         c.prepare_cached(
             "INSERT INTO sensors (id, asset_id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh, deadband,
-                                  on_delay_s, alarm_source, alarm_prefix, priority_ll, priority_l, priority_h, priority_hh, retired_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, NULL)
+                                  on_delay_s, alarm_source, alarm_prefix, priority_ll, priority_l, priority_h, priority_hh,
+                                  range_low, range_high, retired_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, NULL)
              ON CONFLICT (id) DO UPDATE SET asset_id = excluded.asset_id, kind = excluded.kind,
-                 description = excluded.description, unit = excluded.unit, limit_ll = excluded.limit_ll,
+                 description = excluded.description, unit = excluded.unit, range_low = excluded.range_low,
+                 range_high = excluded.range_high, limit_ll = excluded.limit_ll,
                  limit_l = excluded.limit_l, limit_h = excluded.limit_h, limit_hh = excluded.limit_hh,
                  deadband = excluded.deadband, on_delay_s = excluded.on_delay_s, alarm_source = excluded.alarm_source,
                  alarm_prefix = excluded.alarm_prefix, priority_ll = excluded.priority_ll, priority_l = excluded.priority_l,
@@ -557,7 +563,7 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
         )?
         .execute(params![
             stored, asset, s.kind, s.description, s.unit, s.limits[0], s.limits[1], s.limits[2], s.limits[3], s.deadband,
-            s.on_delay_s, s.alarm_source, s.alarm_prefix, p(0), p(1), p(2), p(3)
+            s.on_delay_s, s.alarm_source, s.alarm_prefix, p(0), p(1), p(2), p(3), s.range[0], s.range[1]
         ])?;
     }
     for change in &changes.changes {

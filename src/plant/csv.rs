@@ -30,6 +30,11 @@ const TAG_COLUMNS: &[(&str, &[&str])] = &[
     ("kind", &["kind", "measurement", "measurement type", "signal type", "sensor kind", "quantity", "type"]),
     ("description", &["description", "desc", "documentation", "comment", "tag description"]),
     ("unit", &["unit", "units", "eu", "eng units", "engineering units", "eng unit", "engunit", "uom"]),
+    ("range_low", &["range low", "eu low", "min eu", "eu min", "eng low", "englow", "low range", "range min", "lrv"]),
+    (
+        "range_high",
+        &["range high", "eu high", "max eu", "eu max", "eng high", "enghigh", "high range", "range max", "urv"],
+    ),
     ("ll", &["ll", "lolo", "lo lo", "low low", "lowlow", "lolo limit", "lolo alarm", "l2"]),
     ("l", &["l", "lo", "low", "lo limit", "lo alarm", "l1"]),
     ("h", &["h", "hi", "high", "hi limit", "hi alarm", "h1"]),
@@ -82,7 +87,8 @@ fn columns(headers: &[String]) -> (bool, Vec<Option<&'static str>>) {
     let folded: Vec<String> = headers.iter().map(|h| fold(h)).collect();
     let is_tags = folded.iter().any(|h| {
         TAG_COLUMNS.iter().any(|(name, aliases)| {
-            matches!(*name, "unit" | "ll" | "l" | "h" | "hh" | "deadband") && aliases.contains(&h.as_str())
+            matches!(*name, "unit" | "range_low" | "range_high" | "ll" | "l" | "h" | "hh" | "deadband")
+                && aliases.contains(&h.as_str())
         })
     });
     let table = if is_tags { TAG_COLUMNS } else { ASSET_COLUMNS };

@@ -35,7 +35,8 @@ pub fn export(db: &Connection, dir: &Path) -> anyhow::Result<Vec<std::path::Path
     let tags = table(
         db,
         &SENSOR_FIELDS,
-        "SELECT id, asset_id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh, deadband, on_delay_s,
+        "SELECT id, asset_id, kind, description, unit, range_low, range_high, limit_ll, limit_l, limit_h, limit_hh,
+                deadband, on_delay_s,
                 alarm_source, alarm_prefix, priority_ll, priority_l, priority_h, priority_hh
          FROM sensors WHERE retired_at IS NULL ORDER BY id",
     )?;

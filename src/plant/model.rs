@@ -120,12 +120,14 @@ pub const ASSET_FIELDS: [&str; 13] = [
     "drives",
 ];
 /// A sensor's fields likewise.
-pub const SENSOR_FIELDS: [&str; 17] = [
+pub const SENSOR_FIELDS: [&str; 19] = [
     "id",
     "asset",
     "kind",
     "description",
     "unit",
+    "range_low",
+    "range_high",
     "ll",
     "l",
     "h",
@@ -151,6 +153,8 @@ pub struct SensorRow {
     pub kind: String,
     pub description: String,
     pub unit: String,
+    /// The instrument's measuring range (Sparkplug's engLow and engHigh).
+    pub range: [Option<f64>; 2],
     pub limits: Limits,
     pub deadband: f64,
     pub on_delay_s: i64,
@@ -291,6 +295,12 @@ pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
             ));
         }
     }
+    let range = [raw.number("range_low", &mut problems), raw.number("range_high", &mut problems)];
+    if let [Some(low), Some(high)] = range
+        && low >= high
+    {
+        problems.push(raw.problem("range_high", format!("the range's high end {high} is not above its low end {low}")));
+    }
     let deadband = raw.number("deadband", &mut problems).unwrap_or(0.0);
     if deadband < 0.0 {
         problems.push(raw.problem("deadband", "the deadband cannot be negative"));
@@ -325,6 +335,7 @@ pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
         kind: kind_name(&raw.text("kind").unwrap_or_else(|| "measurement".into())),
         description: raw.text("description").unwrap_or_default(),
         unit: raw.text("unit").unwrap_or_default(),
+        range,
         limits,
         deadband,
         on_delay_s,

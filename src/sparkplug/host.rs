@@ -423,6 +423,8 @@ impl Host {
                 ("asset", asset.as_str().to_string()),
                 ("description", description.to_string()),
                 ("unit", property_text(m, "engUnit").unwrap_or_default().to_string()),
+                ("range_low", limit(&["engLow"])),
+                ("range_high", limit(&["engHigh"])),
                 ("ll", limit(&["limitLoLo", "lolo", "ll"])),
                 ("l", limit(&["limitLo", "lo", "l"])),
                 ("h", limit(&["limitHi", "hi", "h"])),

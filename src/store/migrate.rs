@@ -284,6 +284,10 @@ const MIGRATIONS: &[&str] = &[
          WHERE asset_id = OLD.asset_id;
          DELETE FROM active_alarm_stats WHERE asset_id = OLD.asset_id AND n = 0;
      END;",
+    // 15: a sensor's measuring range (a tag export's EU Low and EU High, Sparkplug's
+    // engLow and engHigh).
+    "ALTER TABLE sensors ADD COLUMN range_low REAL;
+     ALTER TABLE sensors ADD COLUMN range_high REAL;",
 ];
 
 /// The schema version this build writes.

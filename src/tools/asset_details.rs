@@ -71,19 +71,20 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         "SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts < (?2 + 1) * 1000 ORDER BY ts DESC LIMIT 1",
     )?;
     let mut stmt = ctx.db.prepare_cached(
-        "SELECT key, id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh, stale_since
+        "SELECT key, id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh, stale_since, range_low, range_high
          FROM sensors WHERE asset_id = ?1 ORDER BY id",
     )?;
-    // key, id, kind, description, unit, limits (ll, l, h, hh), communication lost at
-    type SensorRow = (i64, String, String, String, String, [Option<f64>; 4], Option<i64>);
+    // key, id, kind, description, unit, limits (ll, l, h, hh), communication lost at,
+    // measuring range (low, high)
+    type SensorRow = (i64, String, String, String, String, [Option<f64>; 4], Option<i64>, [Option<f64>; 2]);
     let rows: Vec<SensorRow> = stmt
         .query_map([&id], |r| {
             let limits = [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?];
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, limits, r.get(9)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, limits, r.get(9)?, [r.get(10)?, r.get(11)?]))
         })?
         .collect::<Result<_, _>>()?;
     let mut sensors = Vec::with_capacity(rows.len());
-    for (key, sensor_id, kind, description, unit, limits, lost_at) in rows {
+    for (key, sensor_id, kind, description, unit, limits, lost_at, range) in rows {
         let last: Option<(i64, f64)> =
             latest.query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
         let day_ago: Option<f64> = latest.query_row(params![key, now - 86_400], |r| r.get(1)).optional()?;
@@ -94,6 +95,9 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             "unit": unit,
             "limits": {"ll": limits[0], "l": limits[1], "h": limits[2], "hh": limits[3]},
         });
+        if range.iter().any(Option::is_some) {
+            sensor["range"] = json!({"low": range[0], "high": range[1]});
+        }
         match last {
             Some((ts, value)) => {
                 sensor["latest"] = json!({"value": value, "at": Timestamp::from_unix(ts)});
