@@ -433,3 +433,27 @@ async fn the_simulator_is_an_edge_node_of_the_demo_plant() {
     );
     daemon.shutdown().await;
 }
+
+/// The simulator's edge node hears a rebirth request on its NCMD topic.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_simulators_edge_node_hears_a_rebirth_request() {
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
+    twinops::broker::start(listen).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let url = format!("mqtt://{listen}");
+    let ncmd = "spBv1.0/demo/NCMD/sim";
+    let edge = twinops::sim::Publisher::connect_as_edge(&url, "sim-edge", None, Some(ncmd)).unwrap();
+    assert!(!edge.rebirth_asked());
+    // Until its subscription is in, a request would be missed: ask until heard.
+    let heard = common::eventually(Duration::from_secs(10), || {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let payload = twinops::sparkplug::rebirth_request(Timestamp::now());
+            let _ =
+                twinops::sim::publish_all(&url, &format!("host-{}", common::free_port()), ncmd, vec![payload]).await;
+        });
+        edge.rebirth_asked()
+    })
+    .await;
+    assert!(heard, "the rebirth request reached the edge node");
+}
