@@ -166,15 +166,7 @@ fn apply_isolated(
         return match one {
             Ok(effect) => Ok(effect),
             Err(e) => {
-                let detail = format!("could not be stored: {e}; the other messages of its batch were kept");
-                tracing::error!(stage = "ingest", topic = %m.topic, error = %e, "a Sparkplug message failed to apply; dead-lettered as `failed`");
-                dead_letter(
-                    conn,
-                    &m.topic,
-                    &m.payload,
-                    &Rejected { reason: "failed", detail, event: String::new() },
-                    received,
-                )?;
+                dead_letter_failed(conn, &m.topic, &m.payload, &e, "message", received)?;
                 effect.dead_letters += 1;
                 Ok(effect)
             }
@@ -195,15 +187,27 @@ fn apply_isolated(
         match one {
             Ok(alone) => effect.add(alone),
             Err(e) => {
-                let detail = format!("could not be stored: {e}; the other events of its batch were kept");
-                tracing::error!(stage = "ingest", topic = %m.topic, error = %e, "an event failed to apply; dead-lettered as `failed`");
-                let failed = Rejected { reason: "failed", detail, event: String::new() };
-                dead_letter(conn, &m.topic, raw, &failed, received)?;
+                dead_letter_failed(conn, &m.topic, raw, &e, "event", received)?;
                 effect.dead_letters += 1;
             }
         }
     }
     Ok(effect)
+}
+
+/// What could not be stored (a fault, not bad input) kept as a dead letter `failed`
+/// with the error; `what` is the unit applied alone (an event, a Sparkplug message).
+fn dead_letter_failed(
+    conn: &Connection,
+    topic: &str,
+    raw: &[u8],
+    e: &StoreError,
+    what: &str,
+    received: Timestamp,
+) -> rusqlite::Result<()> {
+    let detail = format!("could not be stored: {e}; the other {what}s of its batch were kept");
+    tracing::error!(stage = "ingest", topic, error = %e, "{what} failed to apply; dead-lettered as `failed`");
+    dead_letter(conn, topic, raw, &Rejected { reason: "failed", detail, event: String::new() }, received)
 }
 
 impl MessageEffect {

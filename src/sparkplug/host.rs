@@ -53,12 +53,9 @@ pub struct Outcome {
     pub rebirth: Option<String>,
 }
 
-/// A metric as a birth registered it.
-#[derive(Debug, Clone)]
-struct Born {
-    /// The sensor its values go to; none for housekeeping and types not stored.
-    sensor: Option<SensorId>,
-}
+/// The sensor a metric's values go to, as its birth registered it: none for
+/// housekeeping and types not stored.
+type Born = Option<SensorId>;
 
 /// A metric of a birth, as it is registered.
 struct Row<'m> {
@@ -233,11 +230,10 @@ impl Host {
         out: &mut Outcome,
     ) -> Result<(), StoreError> {
         let t = &d.topic;
-        let measured: Vec<&Metric> =
-            d.payload.metrics.iter().filter(|m| m.name.as_deref().is_some_and(|n| !housekeeping(n))).collect();
+        let measured = d.payload.metrics.iter().any(|m| m.name.as_deref().is_some_and(|n| !housekeeping(n)));
         let asset = match AssetId::parse(asset_id) {
             Ok(a) => Some(a),
-            Err(e) if !measured.is_empty() => {
+            Err(e) if measured => {
                 out.refused.push(Refused::new(
                     "invalid",
                     format!("{t}: the asset id this birth maps to is not valid ({e}); change sparkplug.asset or sparkplug.node_asset"),
@@ -246,6 +242,66 @@ impl Host {
             }
             Err(_) => None,
         };
+        let mut rows = self.rows(d, asset_id, asset.is_some(), out);
+        if let Some(asset) = &asset
+            && rows.iter().any(|r| r.sensor.is_some())
+        {
+            let sensors: Vec<(&SensorId, &Metric)> =
+                rows.iter().filter_map(|r| Some((r.sensor.as_ref()?, r.metric?))).collect();
+            if self.rules.auto_register {
+                if let Err(problems) = self.register(conn, t, asset, &sensors)? {
+                    out.refused
+                        .push(Refused::new("invalid", format!("{t}: the birth does not fit the twin: {problems}")));
+                    for r in &mut rows {
+                        r.sensor = None;
+                    }
+                }
+            } else {
+                for (id, _) in &sensors {
+                    if !exists(conn, "SELECT 1 FROM sensors WHERE id = ?1 COLLATE NOCASE", [id.as_str()])? {
+                        out.refused.push(Refused::new(
+                            "unknown_sensor",
+                            format!("{t}: no sensor {id} in the twin and sparkplug.auto_register is off: add it with `twinops plant import`, or turn auto_register on"),
+                        ));
+                    }
+                }
+            }
+        }
+        let asset = self.remember(conn, t, &rows, asset, received)?;
+        for sensor in rows.iter().filter_map(|r| r.sensor.as_ref()) {
+            conn.prepare_cached(
+                "UPDATE sensors SET stale_since = NULL WHERE id = ?1 COLLATE NOCASE AND stale_since IS NOT NULL",
+            )?
+            .execute([sensor.as_str()])?;
+        }
+        let born_at = time_of(d.payload.timestamp, received);
+        if let Some(asset) = asset {
+            out.comm.push(Comm {
+                asset,
+                raised: false,
+                event_id: format!(
+                    "sparkplug:{}:COMM_LOSS:clear:{}",
+                    t.sender(),
+                    d.payload.timestamp.unwrap_or(received.unix() as u64 * 1000)
+                ),
+                time: born_at,
+                message: format!("Sparkplug {} is back ({})", t.sender(), t.kind.as_str()),
+            });
+        }
+        // The values born are readings like any other.
+        for r in &rows {
+            if let (Some(sensor), Some(m)) = (&r.sensor, r.metric) {
+                self.reading(sensor, m, d.payload.timestamp, received, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// A birth's metrics as they are registered, refusing (into `out`) those without a
+    /// name, of a type not stored, or mapping to an invalid tag. Without sensors (no
+    /// valid asset), every metric is recorded for its alias only.
+    fn rows<'m>(&self, d: &'m Decoded, asset_id: &str, with_sensors: bool, out: &mut Outcome) -> Vec<Row<'m>> {
+        let t = &d.topic;
         let mut rows: Vec<Row> = Vec::new();
         for m in &d.payload.metrics {
             let Some(name) = m.name.clone() else {
@@ -256,7 +312,7 @@ impl Host {
                 continue;
             };
             let datatype = m.datatype.unwrap_or(0);
-            if housekeeping(&name) || asset.is_none() {
+            if housekeeping(&name) || !with_sensors {
                 rows.push(Row { name, alias: m.alias, datatype, sensor: None, metric: None });
                 continue;
             }
@@ -289,37 +345,25 @@ impl Host {
                 }
             }
         }
-        if let Some(asset) = &asset
-            && rows.iter().any(|r| r.sensor.is_some())
-        {
-            let sensors: Vec<(&SensorId, &Metric)> =
-                rows.iter().filter_map(|r| Some((r.sensor.as_ref()?, r.metric?))).collect();
-            if self.rules.auto_register {
-                if let Err(problems) = self.register(conn, t, asset, &sensors)? {
-                    out.refused
-                        .push(Refused::new("invalid", format!("{t}: the birth does not fit the twin: {problems}")));
-                    for r in &mut rows {
-                        r.sensor = None;
-                    }
-                }
-            } else {
-                for (id, _) in &sensors {
-                    if !exists(conn, "SELECT 1 FROM sensors WHERE id = ?1 COLLATE NOCASE", id.as_str())? {
-                        out.refused.push(Refused::new(
-                            "unknown_sensor",
-                            format!("{t}: no sensor {id} in the twin and sparkplug.auto_register is off: add it with `twinops plant import`, or turn auto_register on"),
-                        ));
-                    }
-                }
-            }
-        }
-        // Remember the session's metrics.
+        rows
+    }
+
+    /// Records the born metrics in the session (rows and cache) and the device as
+    /// online; returns its asset when it has sensors.
+    fn remember(
+        &mut self,
+        conn: &Connection,
+        t: &Topic,
+        rows: &[Row],
+        asset: Option<AssetId>,
+        received: Timestamp,
+    ) -> Result<Option<AssetId>, StoreError> {
         let mut insert = conn.prepare_cached(
             "INSERT OR REPLACE INTO sparkplug_metrics (group_id, edge_node, device, name, alias, datatype, sensor_id)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         let node = self.nodes.get_mut(&(t.group.clone(), t.edge_node.clone())).expect("born above");
-        for r in &rows {
+        for r in rows {
             insert.execute(params![
                 t.group,
                 t.edge_node,
@@ -329,7 +373,7 @@ impl Host {
                 r.datatype,
                 r.sensor.as_ref().map(SensorId::as_str)
             ])?;
-            let born = Born { sensor: r.sensor.clone() };
+            let born: Born = r.sensor.clone();
             if let Some(a) = r.alias {
                 node.aliases.insert(a, born.clone());
             }
@@ -344,33 +388,7 @@ impl Host {
                  changed_at = excluded.changed_at",
         )?
         .execute(params![t.group, t.edge_node, t.device, asset.as_ref().map(AssetId::as_str), received.unix()])?;
-        for sensor in rows.iter().filter_map(|r| r.sensor.as_ref()) {
-            conn.prepare_cached(
-                "UPDATE sensors SET stale_since = NULL WHERE id = ?1 COLLATE NOCASE AND stale_since IS NOT NULL",
-            )?
-            .execute([sensor.as_str()])?;
-        }
-        let born_at = time_of(d.payload.timestamp, received);
-        if let Some(asset) = asset {
-            out.comm.push(Comm {
-                asset,
-                raised: false,
-                event_id: format!(
-                    "sparkplug:{}:COMM_LOSS:clear:{}",
-                    t.sender(),
-                    d.payload.timestamp.unwrap_or(received.unix() as u64 * 1000)
-                ),
-                time: born_at,
-                message: format!("Sparkplug {} is back ({})", t.sender(), t.kind.as_str()),
-            });
-        }
-        // The values born are readings like any other.
-        for r in &rows {
-            if let (Some(sensor), Some(m)) = (&r.sensor, r.metric) {
-                self.reading(sensor, m, d.payload.timestamp, received, out);
-            }
-        }
-        Ok(())
+        Ok(asset)
     }
 
     /// Adds to the twin what the birth describes and the twin lacks (never changing what
@@ -386,7 +404,7 @@ impl Host {
         let at = Origin { file: format!("{file}/{}", t.sender()), line: 0 };
         let mut model = PlantModel::default();
         let station = fill(&self.rules.station, &[("group", &t.group), ("edge_node", &t.edge_node)]);
-        if !exists(conn, "SELECT 1 FROM sites", "")? {
+        if !exists(conn, "SELECT 1 FROM sites", [])? {
             let site = Site {
                 id: "sparkplug".into(),
                 name: format!("Sparkplug host {}", self.rules.host_id),
@@ -395,8 +413,8 @@ impl Host {
             model.site = Some((site, at.clone()));
         }
         let mut problems = Vec::new();
-        if !exists(conn, "SELECT 1 FROM assets WHERE id = ?1 COLLATE NOCASE", asset.as_str())? {
-            if !exists(conn, "SELECT 1 FROM stations WHERE id = ?1 COLLATE NOCASE", &station)? {
+        if !exists(conn, "SELECT 1 FROM assets WHERE id = ?1 COLLATE NOCASE", [asset.as_str()])? {
+            if !exists(conn, "SELECT 1 FROM stations WHERE id = ?1 COLLATE NOCASE", [&station])? {
                 model.stations.push(StationRow { id: station.clone(), name: t.group.clone(), at: at.clone() });
             }
             let (kind, name) = if t.device.is_empty() { ("edge_node", &t.edge_node) } else { ("device", &t.device) };
@@ -409,7 +427,7 @@ impl Host {
             problems.extend(model.push_asset(at.clone(), &fields).err().into_iter().flatten());
         }
         for (id, m) in sensors {
-            if exists(conn, "SELECT 1 FROM sensors WHERE id = ?1 COLLATE NOCASE", id.as_str())? {
+            if exists(conn, "SELECT 1 FROM sensors WHERE id = ?1 COLLATE NOCASE", [id.as_str()])? {
                 continue;
             }
             let limit = |keys: &[&str]| {
@@ -469,7 +487,7 @@ impl Host {
                 _ => None,
             };
             match born {
-                Some(Born { sensor: Some(s) }) => found.push((s.clone(), m)),
+                Some(Some(s)) => found.push((s, m)),
                 Some(_) => out.skipped += 1,
                 None => {
                     unknown.push(m.name.clone().unwrap_or_else(|| format!("alias {}", m.alias.unwrap_or_default())))
@@ -477,7 +495,7 @@ impl Host {
             }
         }
         for (sensor, m) in found {
-            self.reading(&sensor, m, d.payload.timestamp, received, out);
+            self.reading(sensor, m, d.payload.timestamp, received, out);
         }
         if !unknown.is_empty() {
             out.refused.push(Refused::new(
@@ -536,7 +554,7 @@ impl Host {
             "UPDATE sparkplug_devices SET online = 0, changed_at = ?3 WHERE group_id = ?1 AND edge_node = ?2",
         )?
         .execute(params![t.group, t.edge_node, received.unix()])?;
-        self.died(conn, t, None, assets, d.payload.timestamp, received, out)
+        self.died(conn, d, assets, received, out)
     }
 
     fn device_death(
@@ -554,22 +572,21 @@ impl Host {
         )?
         .execute(params![t.group, t.edge_node, t.device, received.unix()])?;
         let assets = asset.map(|a| (t.device.clone(), a)).into_iter().collect();
-        self.died(conn, t, Some(&t.device), assets, d.payload.timestamp, received, out)
+        self.died(conn, d, assets, received, out)
     }
 
-    /// Marks the sensors of the node (or one device) stale and raises communication
-    /// loss on their assets.
-    #[allow(clippy::too_many_arguments)]
+    /// Marks the sensors of the node (NDEATH) or of one device (DDEATH) stale and raises
+    /// communication loss on `assets`.
     fn died(
         &self,
         conn: &Connection,
-        t: &Topic,
-        device: Option<&str>,
+        d: &Decoded,
         assets: Vec<(String, AssetId)>,
-        payload_ms: Option<u64>,
         received: Timestamp,
         out: &mut Outcome,
     ) -> Result<(), StoreError> {
+        let (t, payload_ms) = (&d.topic, d.payload.timestamp);
+        let device = (t.kind == Kind::DDeath).then_some(t.device.as_str());
         let at = time_of(payload_ms, received);
         let mut stmt = conn.prepare_cached(
             "SELECT sensor_id FROM sparkplug_metrics
@@ -612,10 +629,8 @@ fn bd_seq(payload: &super::Payload) -> Option<i64> {
     number(&Metric { datatype: m.datatype.or(Some(8)), ..m.clone() }).ok().flatten().map(|v| v as i64)
 }
 
-fn exists(conn: &Connection, sql: &str, arg: &str) -> rusqlite::Result<bool> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let found = if sql.contains("?1") { stmt.query_row([arg], |_| Ok(())) } else { stmt.query_row([], |_| Ok(())) };
-    Ok(found.optional()?.is_some())
+fn exists(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<bool> {
+    Ok(conn.prepare_cached(sql)?.query_row(params, |_| Ok(())).optional()?.is_some())
 }
 
 /// An edge node's session from its rows.
@@ -634,7 +649,7 @@ fn load(conn: &Connection, group: &str, edge_node: &str) -> rusqlite::Result<Nod
     let mut rows = stmt.query([group, edge_node])?;
     while let Some(r) = rows.next()? {
         let sensor = r.get::<_, Option<String>>(3)?.and_then(|s| SensorId::parse(&s).ok());
-        let born = Born { sensor };
+        let born: Born = sensor;
         if let Some(alias) = r.get::<_, Option<i64>>(2)? {
             node.aliases.insert(alias as u64, born.clone());
         }

@@ -13,6 +13,8 @@ use crate::store::{Filter, like_pattern_contains};
 const NAME: &str = "list_assets";
 /// Matches counted before the count says "more than".
 const COUNT_CAP: i64 = 1000;
+/// The assets whose id or name the trigram index matched.
+const BY_TEXT: &str = "assets_text t JOIN assets a ON a.id = t.id";
 const DESCRIPTION: &str = "List the plant's assets (pumps, motors, blowers, valves, tanks, analysers: whatever \
 the site has), optionally filtered by station, kind, status or a text match on id or name; sorted by id, paged. \
 Each row has id, name, kind, station, status, criticality (A = loss stops supply, B = loss reduces redundancy, \
@@ -126,10 +128,10 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
                 alone.and("t.assets_text MATCH ?", [phrase]);
                 count(&alone, "assets_text t")?
             } else {
-                count(&indexed, "assets_text t JOIN assets a ON a.id = t.id")?
+                count(&indexed, BY_TEXT)?
             };
             if total <= cap {
-                (filter, from) = (indexed, "assets_text t JOIN assets a ON a.id = t.id");
+                (filter, from) = (indexed, BY_TEXT);
             } else {
                 like_text(&mut filter, t);
             }
