@@ -868,13 +868,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::DeadLetters(DeadLettersCommand::List { reason, all, limit }) => {
             let store = cli.global.open()?;
             let letters = replay::list(&*store.read()?, reason.as_deref(), all, limit)?;
-            println!("{:>6}  {:<20} {:<15} {:>7}  {:<28} detail", "id", "received", "reason", "bytes", "topic");
+            println!(
+                "{:>6}  {:<20} {:>5}  {:<15} {:>7}  {:<28} detail",
+                "id", "received", "seen", "reason", "bytes", "topic"
+            );
             for d in &letters {
                 let replayed = d.replayed_at.map(|t| format!(" (replayed {})", t.to_rfc3339())).unwrap_or_default();
+                let again = match d.times_seen {
+                    1 => String::new(),
+                    _ => format!(" (last seen {})", d.last_seen_at.to_rfc3339()),
+                };
                 println!(
-                    "{:>6}  {:<20} {:<15} {:>7}  {:<28} {}{replayed}",
+                    "{:>6}  {:<20} {:>5}  {:<15} {:>7}  {:<28} {}{again}{replayed}",
                     d.id,
                     d.received_at.to_rfc3339(),
+                    d.times_seen,
                     d.reason,
                     d.bytes,
                     d.topic,

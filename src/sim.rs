@@ -46,7 +46,7 @@ pub struct SimOptions {
     /// Percentage of alarm events sent twice (redelivery as SCADA gateways do).
     #[arg(long, default_value_t = 0.0)]
     pub duplicates: f64,
-    /// Percentage of messages that are malformed.
+    /// Percentage of alarm events preceded by a malformed message (a torn copy of the event).
     #[arg(long, default_value_t = 0.0)]
     pub malformed: f64,
     /// An alarm flood: many sensors driven past their limits at once and held there.
@@ -273,7 +273,8 @@ pub async fn simulate(opts: &SimOptions) -> anyhow::Result<SimReport> {
         for e in events.into_iter().take(if opts.count == 0 { usize::MAX } else { opts.count - report.events }) {
             let body = e.to_string().into_bytes();
             if rng.uniform() * 100.0 < opts.malformed {
-                publisher.publish(&opts.topic, b"{\"type\": \"alarm\", \"event_id\": ".to_vec()).await?;
+                // A torn copy of the event that follows, as a gateway cut off mid-write sends.
+                publisher.publish(&opts.topic, body[..body.len() / 2].to_vec()).await?;
                 report.malformed += 1;
             }
             report.raises += usize::from(e["state"] == "raised");

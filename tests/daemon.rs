@@ -117,8 +117,8 @@ fn bad_input_is_dead_lettered_and_good_input_kept() {
     );
     // A duplicate reading changes nothing.
     let dup =
-        send(&p, &json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(5).to_rfc3339(), "value": 999.0}));
-    assert_eq!((dup.readings, dup.duplicate_readings), (0, 1));
+        send(&p, &json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(5).to_rfc3339(), "value": 401.5}));
+    assert_eq!((dup.readings, dup.duplicate_readings, dup.dead_letters), (0, 1, 0));
 }
 
 /// A fault in storing one event (here a trigger that refuses one reading) costs that
@@ -856,24 +856,137 @@ fn absurd_values_are_refused_and_deceiving_text_is_neutralised() {
     assert!(!max.contains("e+"), "no absurd value reached the rollups: {max}");
     let message = p.text("SELECT message FROM alarms WHERE event_id = 'bidi-1'");
     assert_eq!(message, "Flow low kcab llac okay x");
+    let raw = p.text("SELECT CAST(raw AS TEXT) FROM alarm_events WHERE event_id = 'bidi-1'");
+    assert!(raw.contains("\u{202E}kcab") && raw.contains("ok\u{200B}ay"), "the journal keeps the event as sent: {raw}");
 }
 
 /// A reading's time keeps its milliseconds: two readings of a sensor 5 ms apart are two
-/// readings, and the same millisecond again is a redelivery.
+/// readings, and the same millisecond and value again is a redelivery.
 #[test]
 fn readings_keep_their_milliseconds() {
     let p = Plant::new();
     let at = |ms: u32| format!("2026-11-30T13:00:00.{ms:03}Z");
     let reading =
         |ms: u32, value: f64| json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": at(ms), "value": value});
-    let batch = json!([reading(5, 401.0), reading(10, 402.0), reading(10, 403.0)]);
+    let batch = json!([reading(5, 401.0), reading(10, 402.0), reading(10, 402.0)]);
     let received = twinops::domain::parse_time("2026-11-30T13:00:01Z").unwrap();
     let e =
         ingest::apply(p.store.writer(), "scada/telemetry", batch.to_string().as_bytes(), received, Default::default())
             .unwrap();
-    assert_eq!((e.readings, e.duplicate_readings), (2, 1), "{e:?}");
+    assert_eq!((e.readings, e.duplicate_readings, e.dead_letters), (2, 1, 0), "{e:?}");
     assert_eq!(p.count("SELECT count(*) FROM readings WHERE ts IN (1796043600005, 1796043600010)"), 2);
     let latest =
         p.ok("get_sensor_history", json!({"sensor_id": "PUMP-001.FLOW", "hours": 1, "until": "2026-11-30T13:00:05Z"}));
     assert_eq!((latest["samples"].clone(), latest["stats"]["last"].clone()), (json!(2), json!(402.0)), "{latest}");
+}
+
+/// Two readings of one sensor 500 ms apart are both kept, the spike included; another
+/// value at a stored millisecond is a `conflict` dead letter naming both values, and
+/// the stored one stays.
+#[test]
+fn another_value_at_a_stored_millisecond_is_a_conflict() {
+    let p = Plant::new();
+    let reading =
+        |time: &str, value: f64| json!({"type": "reading", "sensor_id": "PUMP-001.FLOW", "time": time, "value": value});
+    let received = twinops::domain::parse_time("2026-11-30T13:00:01Z").unwrap();
+    let apply = |m: serde_json::Value| {
+        ingest::apply(p.store.writer(), "scada/telemetry", m.to_string().as_bytes(), received, Default::default())
+            .unwrap()
+    };
+    let e = apply(json!([reading("2026-11-30T13:00:00.100Z", 3.3), reading("2026-11-30T13:00:00.600Z", 9.9)]));
+    assert_eq!((e.readings, e.dead_letters), (2, 0));
+    let e = apply(reading("2026-11-30T13:00:00.600Z", 7.5));
+    assert_eq!((e.readings, e.duplicate_readings, e.dead_letters), (0, 0, 1));
+    let (reason, detail) = (p.text("SELECT reason FROM dead_letters"), p.text("SELECT detail FROM dead_letters"));
+    assert_eq!(reason, "conflict");
+    assert!(
+        detail.contains("already has the value 9.9 at 2026-11-30T13:00:00.600Z") && detail.contains("says 7.5"),
+        "{detail}"
+    );
+    assert_eq!(
+        p.count("SELECT count(*) FROM readings WHERE ts = 1796043600600 AND value = 9.9"),
+        1,
+        "the first is kept"
+    );
+    let history =
+        p.ok("get_sensor_history", json!({"sensor_id": "PUMP-001.FLOW", "hours": 1, "until": "2026-11-30T13:00:01Z"}));
+    assert_eq!((history["samples"].clone(), history["stats"]["max"].clone()), (json!(2), json!(9.9)), "{history}");
+}
+
+/// The same event id with other content is a `conflict` dead letter that names the
+/// fields that differ; the first stays. An exact repeat is a harmless duplicate, and a
+/// repeat whose ids differ only in case is the same event.
+#[test]
+fn a_reused_event_id_with_other_content_is_a_conflict() {
+    let p = Plant::new();
+    assert!(matches!(send(&p, &alarm("gw-1", "raised", 1)).alarms[..], [Applied::Raised { .. }]));
+    let same = send(&p, &alarm("gw-1", "raised", 1));
+    assert_eq!((same.alarms.clone(), same.dead_letters), (vec![Applied::Duplicate], 0));
+    let mut lower = alarm("gw-1", "raised", 1);
+    lower["asset_id"] = json!("pump-001");
+    assert_eq!(send(&p, &lower).dead_letters, 0, "ids compare without case");
+
+    // A gateway restarted and counts from 1 again: another point, another severity.
+    let mut reused = alarm("gw-1", "raised", 9);
+    reused["severity"] = json!("critical");
+    reused["message"] = json!("DE bearing temperature high-high");
+    let e = send(&p, &reused);
+    assert_eq!((e.alarms.len(), e.dead_letters), (0, 1), "{e:?}");
+    let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'conflict'");
+    assert!(detail.contains("event_id gw-1") && detail.contains("differs in: time, message, severity"), "{detail}");
+    assert_eq!(p.text("SELECT severity FROM alarms WHERE event_id = 'gw-1'"), "medium", "the first is kept");
+
+    // An event journalled before its bytes were kept (or one of ours) is compared on
+    // what the journal holds.
+    p.write(
+        "DROP TRIGGER alarm_events_append_only_update;
+         UPDATE alarm_events SET raw = NULL WHERE event_id = 'gw-1';",
+    );
+    let mut cleared = alarm("gw-1", "cleared", 1);
+    cleared["value"] = json!(12.0);
+    let e = send(&p, &cleared);
+    assert_eq!(e.dead_letters, 1);
+    let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'conflict' ORDER BY id DESC LIMIT 1");
+    assert!(detail.contains("differs in: state)"), "value is not in the journal, state is: {detail}");
+    assert_eq!(send(&p, &alarm("gw-1", "raised", 1)).dead_letters, 0, "the same as journalled");
+}
+
+/// A refused message delivered again (a retained message at every subscribe) counts on
+/// its one dead letter; another topic or payload is a row of its own, and a repeat of
+/// a replayed dead letter opens it again.
+#[test]
+fn a_refused_message_delivered_again_is_one_dead_letter_counted() {
+    let p = Plant::new();
+    for (i, topic) in ["scada/x", "scada/x", "scada/x", "scada/y"].into_iter().enumerate() {
+        let e = ingest::apply(p.store.writer(), topic, b"garbage", at(10 + i as i64), Default::default()).unwrap();
+        assert_eq!(e.dead_letters, 1, "each refusal is counted in its effect");
+    }
+    ingest::apply(p.store.writer(), "scada/x", b"garbage!", at(20), Default::default()).unwrap();
+    let rows = |sql: &str| p.count(sql);
+    assert_eq!(rows("SELECT count(*) FROM dead_letters"), 3);
+    assert_eq!(
+        rows("SELECT times_seen FROM dead_letters WHERE topic = 'scada/x' AND payload = CAST('garbage' AS BLOB)"),
+        3
+    );
+    assert_eq!(
+        rows("SELECT last_seen_at - received_at FROM dead_letters WHERE topic = 'scada/x' AND times_seen = 3"),
+        120,
+        "first and last receipt"
+    );
+    let listed = twinops::ingest::replay::list(&p.store.read().unwrap(), Some("malformed"), false, 10).unwrap();
+    assert_eq!(listed.iter().map(|d| d.times_seen).collect::<Vec<_>>(), [3, 1, 1]);
+
+    // Replayed once its sensor exists, then refused again: open again, not a new row.
+    let unknown = json!({"type": "reading", "sensor_id": "PUMP-001.NEW", "time": at(30).to_rfc3339(), "value": 1.0});
+    send(&p, &unknown);
+    p.write(
+        "INSERT INTO sensors (id, asset_id, kind, description, unit) VALUES ('PUMP-001.NEW', 'PUMP-001', 'flow', 'New flow meter', 'm3/h')",
+    );
+    let id = p.count("SELECT id FROM dead_letters WHERE reason = 'unknown_sensor'");
+    let replayed = ingest::replay::replay(p.store.writer(), id, "kaur", Default::default()).unwrap();
+    assert!(matches!(replayed, ingest::replay::Replay::Applied(_)), "{replayed:?}");
+    p.write("DELETE FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.NEW'); DELETE FROM sensors WHERE id = 'PUMP-001.NEW';");
+    send(&p, &unknown);
+    assert_eq!(rows("SELECT count(*) FROM dead_letters WHERE reason = 'unknown_sensor'"), 1);
+    assert_eq!(rows("SELECT times_seen FROM dead_letters WHERE reason = 'unknown_sensor' AND replayed_at IS NULL"), 2);
 }

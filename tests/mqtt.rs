@@ -908,3 +908,175 @@ async fn ingest_is_back_within_seconds_of_a_broker_returning() {
     assert!(resumed.is_ok(), "ingest not back within 5 s of the broker's return");
     eprintln!("ingest subscribed again {took:?} after the broker returned");
 }
+
+/// Publishes `payload` on `topic` at QoS 1 with the retain flag, and waits for its ack.
+async fn publish_retained(url: &str, topic: &str, payload: &[u8]) {
+    let opts = twinops::ingest::mqtt::options(
+        &twinops::config::MqttConfig { url: url.into(), ..Default::default() },
+        &format!("retainer-{}", free_port()),
+    )
+    .unwrap();
+    let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, 10);
+    client.publish(topic, rumqttc::QoS::AtLeastOnce, true, payload.to_vec()).await.unwrap();
+    let acked = tokio::time::timeout(Duration::from_secs(10), async {
+        while !matches!(eventloop.poll().await, Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) {}
+    })
+    .await;
+    assert!(acked.is_ok(), "the broker at {url} took the retained message");
+    client.disconnect().await.unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(2), eventloop.poll()).await;
+}
+
+/// A broker in a process of its own that the test can restart on the same port.
+enum OwnBroker {
+    /// `twinops broker`: in memory, so its retained messages do not survive a restart.
+    Embedded { listen: String, process: std::process::Child },
+    /// Mosquitto with persistence: retained messages survive a restart.
+    Mosquitto { listen: String, bin: String, conf: std::path::PathBuf, process: std::process::Child },
+}
+
+impl OwnBroker {
+    async fn embedded() -> OwnBroker {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let process = Self::spawn_embedded(&listen);
+        let broker = OwnBroker::Embedded { listen, process };
+        broker.listening().await;
+        broker
+    }
+
+    async fn mosquitto(bin: String, dir: &std::path::Path) -> OwnBroker {
+        use std::os::unix::fs::MetadataExt;
+        let port = free_port();
+        let conf = dir.join("mosquitto.conf");
+        // As root, Mosquitto would switch to its own user, which cannot write here.
+        let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+        let text = format!(
+            "{}listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
+            if root { "user root\n" } else { "" },
+            dir.display()
+        );
+        std::fs::write(&conf, text).unwrap();
+        let process = Self::spawn_mosquitto(&bin, &conf);
+        let broker = OwnBroker::Mosquitto { listen: format!("127.0.0.1:{port}"), bin, conf, process };
+        broker.listening().await;
+        broker
+    }
+
+    fn spawn_embedded(listen: &str) -> std::process::Child {
+        std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .args(["broker", "--listen", listen])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn spawn_mosquitto(bin: &str, conf: &std::path::Path) -> std::process::Child {
+        std::process::Command::new(bin)
+            .arg("-c")
+            .arg(conf)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("TWINOPS_TEST_MOSQUITTO runs")
+    }
+
+    fn url(&self) -> String {
+        let (OwnBroker::Embedded { listen, .. } | OwnBroker::Mosquitto { listen, .. }) = self;
+        format!("mqtt://{listen}")
+    }
+
+    async fn listening(&self) {
+        let (OwnBroker::Embedded { listen, .. } | OwnBroker::Mosquitto { listen, .. }) = self;
+        let up = eventually(Duration::from_secs(10), || std::net::TcpStream::connect(listen).is_ok()).await;
+        assert!(up, "the broker listens on {listen}");
+    }
+
+    /// Stops the broker as a service manager would (SIGTERM: Mosquitto saves its
+    /// state) and starts it again on the same port.
+    async fn restart(&mut self) {
+        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
+        let _ = std::process::Command::new("kill").args(["-TERM", &process.id().to_string()]).status();
+        process.wait().unwrap();
+        let next = match self {
+            OwnBroker::Embedded { listen, .. } => Self::spawn_embedded(listen),
+            OwnBroker::Mosquitto { bin, conf, .. } => Self::spawn_mosquitto(bin, conf),
+        };
+        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
+        *process = next;
+        self.listening().await;
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+}
+
+/// A retained bad message is resent by Mosquitto at every subscribe. It stays one dead
+/// letter, its deliveries counted: 2 after a daemon restart, 3 after a broker restart
+/// (Mosquitto keeps it across its restart). The embedded broker (rumqttd) resends
+/// retained messages neither to a resumed session nor after its own restart (it keeps
+/// them in memory), so there the gateway publishes the message again after each
+/// restart, as a gateway does on reconnecting.
+async fn retained_refusal_is_one_dead_letter(mut broker: OwnBroker) {
+    let p = Plant::new();
+    let run = format!("r{}", free_port());
+    let url = broker.url();
+    publish_retained(&url, &format!("{run}/scada/x"), b"garbage").await;
+    let ingest = |p: &Plant| {
+        let cfg = twinops::config::MqttConfig {
+            url: url.clone(),
+            client_id: format!("twinops-{run}"),
+            topics: vec![format!("{run}/#")],
+            ..Default::default()
+        };
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let running =
+            twinops::ingest::mqtt::start(p.store.writer().clone(), cfg, Default::default(), Default::default(), stop)
+                .unwrap();
+        (stop_tx, running)
+    };
+    let seen = "SELECT coalesce(sum(times_seen), 0) FROM dead_letters";
+    let rows = "SELECT count(*) FROM dead_letters";
+    let (stop, running) = ingest(&p);
+    assert!(eventually(Duration::from_secs(20), || p.count(seen) == 1).await, "the retained message was refused");
+    stop.send(true).unwrap();
+    running.task.await.unwrap();
+
+    let (stop, running) = ingest(&p);
+    let mut up = running.broker_up.clone();
+    if let OwnBroker::Embedded { .. } = broker {
+        up.wait_for(|up| *up).await.unwrap();
+        publish_retained(&url, &format!("{run}/scada/x"), b"garbage").await;
+    }
+    let again = eventually(Duration::from_secs(20), || p.count(seen) == 2).await;
+    assert!(again, "delivered again after the daemon's restart ({} seen)", p.count(seen));
+    assert_eq!(p.count(rows), 1, "one row");
+
+    broker.restart().await;
+    if let OwnBroker::Embedded { .. } = broker {
+        tokio::time::timeout(Duration::from_secs(10), up.wait_for(|up| *up)).await.unwrap().unwrap();
+        publish_retained(&url, &format!("{run}/scada/x"), b"garbage").await;
+    }
+    let third = eventually(Duration::from_secs(30), || p.count(seen) == 3).await;
+    assert!(third, "delivered again after the broker's restart ({} seen)", p.count(seen));
+    tokio::time::timeout(Duration::from_secs(10), up.wait_for(|up| *up)).await.unwrap().unwrap();
+    stop.send(true).unwrap();
+    running.task.await.unwrap();
+    assert_eq!((p.count(rows), p.count("SELECT times_seen FROM dead_letters")), (1, 3));
+    assert_eq!(p.text("SELECT reason FROM dead_letters"), "malformed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retained_refusal_is_one_dead_letter_on_the_embedded_broker() {
+    retained_refusal_is_one_dead_letter(OwnBroker::embedded().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_a_retained_refusal_is_one_dead_letter() {
+    let Some(bin) = common::external("TWINOPS_TEST_MOSQUITTO", "the mosquitto program") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    retained_refusal_is_one_dead_letter(OwnBroker::mosquitto(bin, dir.path()).await).await;
+}

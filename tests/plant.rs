@@ -456,6 +456,21 @@ fn a_historians_export_backfills_readings() {
     assert_eq!((w.rows, w.stored), (4, 3), "{w}");
     assert_eq!(w.refused, [("unknown_tag", 1, vec![2])]);
     assert!(w.to_string().contains("refused, unknown_tag: 1 (first at line 2)"), "{w}");
+
+    // Another value at a stored time is refused as a conflict; the stored one stays.
+    let other = dir.path().join("other.csv");
+    std::fs::write(
+        &other,
+        "Timestamp,TagName,Value
+2026-11-30T10:00:00Z,AIT-5102,0.95
+2026-11-30T10:01:00Z,AIT-5102,0.5
+",
+    )
+    .unwrap();
+    let o = twinops::ingest::history::import(t.store.writer(), &db, &other, None).unwrap();
+    assert_eq!((o.stored, o.already_present, o.refused.clone()), (0, 1, vec![("conflict", 1, vec![3])]), "{o}");
+    let kept = t.count("SELECT count(*) FROM readings r JOIN sensors s ON s.key = r.sensor_key WHERE s.id = 'AIT-5102' AND r.value = 0.1");
+    assert_eq!(kept, 1);
 }
 
 /// A large plant's lists: text found through the trigram index in any case (and a

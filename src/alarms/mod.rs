@@ -143,10 +143,16 @@ fn severity_rank(s: Severity) -> i64 {
     }
 }
 
-/// Applies one alarm event inside the caller's transaction.
+/// Most bytes of an event kept in its journal entry as received.
+const RAW_EVENT_BYTES: usize = 16 * 1024;
+
+/// Applies one alarm event inside the caller's transaction. `raw` is the event as
+/// received, when it came from outside (kept in the journal: the text as sent, before
+/// deceptive characters were stripped, and what a repeat of its id is compared with).
 pub fn apply(
     conn: &Connection,
     ev: &AlarmEvent,
+    raw: Option<&[u8]>,
     received: Timestamp,
     policy: QueuePolicy,
 ) -> Result<Result<Applied, Refusal>, StoreError> {
@@ -174,7 +180,7 @@ pub fn apply(
         (Transition::Raised, Some((alarm_id, _))) => {
             conn.prepare_cached("UPDATE alarms SET reraise_count = reraise_count + 1, last_raised_at = ?2, value = coalesce(?3, value) WHERE id = ?1")?
                 .execute(params![alarm_id, t, ev.value])?;
-            journal(conn, alarm_id, Some(&ev.event_id), "reraised", t, "scada", &ev.message)?;
+            scada_journal(conn, alarm_id, ev, "reraised", raw)?;
             Applied::Reraised { alarm_id }
         }
         (Transition::Raised, None) => {
@@ -207,7 +213,7 @@ pub fn apply(
                 t
             ])?;
             let alarm_id = conn.last_insert_rowid();
-            journal(conn, alarm_id, Some(&ev.event_id), "raised", t, "scada", &ev.message)?;
+            scada_journal(conn, alarm_id, ev, "raised", raw)?;
             if out_of_service {
                 crate::metrics::count("twinops_alarms_suppressed_total", &[], 1.0);
                 return Ok(Ok(Applied::OutOfService { alarm_id }));
@@ -226,7 +232,7 @@ pub fn apply(
             };
             conn.prepare_cached("UPDATE alarms SET cleared_at = ?2, state = ?3, shelved_until = NULL WHERE id = ?1")?
                 .execute(params![alarm_id, t, next])?;
-            journal(conn, alarm_id, Some(&ev.event_id), "cleared", t, "scada", &ev.message)?;
+            scada_journal(conn, alarm_id, ev, "cleared", raw)?;
             Applied::Cleared { alarm_id }
         }
         (Transition::Cleared, None) => {
@@ -302,6 +308,22 @@ fn enqueue_triage(
     };
     conn.prepare_cached("UPDATE alarms SET triage_job = ?2 WHERE id = ?1")?.execute(params![alarm_id, job])?;
     Ok(job)
+}
+
+/// The journal entry of a source event, with its bytes as received.
+fn scada_journal(
+    conn: &Connection,
+    alarm_id: i64,
+    ev: &AlarmEvent,
+    kind: &str,
+    raw: Option<&[u8]>,
+) -> rusqlite::Result<()> {
+    let raw = raw.filter(|r| r.len() <= RAW_EVENT_BYTES);
+    conn.prepare_cached(
+        "INSERT INTO alarm_events (alarm_id, event_id, kind, at, actor, detail, raw) VALUES (?1, ?2, ?3, ?4, 'scada', ?5, ?6)",
+    )?
+    .execute(params![alarm_id, ev.event_id, kind, ev.time.unix(), ev.message, raw])?;
+    Ok(())
 }
 
 fn journal(

@@ -45,6 +45,13 @@ impl Timestamp {
             .unwrap_or_else(|| self.0.to_string())
     }
 
+    /// RFC 3339 with milliseconds, for a time kept to the millisecond (a reading's).
+    pub fn rfc3339_ms(at_ms: i64) -> String {
+        DateTime::<Utc>::from_timestamp_millis(at_ms)
+            .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+            .unwrap_or_else(|| format!("{at_ms} ms"))
+    }
+
     pub fn date(self) -> String {
         DateTime::<Utc>::from_timestamp(self.0, 0).map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
     }

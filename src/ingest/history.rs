@@ -6,7 +6,8 @@
 //! while the writer commits the one before, so memory stays flat whatever the size.
 //! Readings and their rollups go in through `store::Rollups`, the one writer of both;
 //! a row already stored is counted, not written again, so an interrupted import run
-//! again changes nothing it had stored. Historical readings never raise live alarms:
+//! again changes nothing it had stored; another value at a stored time is refused as a
+//! `conflict`, the stored one kept. Historical readings never raise live alarms:
 //! limit alarms are evaluated by live ingest only.
 
 use std::collections::HashMap;
@@ -17,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use crate::store::{Limits, Rollups, Writer};
+use crate::store::{Limits, Rollups, Stored, Writer};
 
 /// Rows per transaction.
 const BATCH: usize = 50_000;
@@ -50,9 +51,18 @@ impl std::fmt::Display for Summary {
     }
 }
 
-/// One parsed row: sensor key, unix seconds, value; or why it is refused.
+/// Counts a refused row under its reason, keeping the first line numbers.
+fn tally(refused: &mut HashMap<&'static str, (u64, Vec<u64>)>, reason: &'static str, line: u64) {
+    let (n, lines) = refused.entry(reason).or_default();
+    *n += 1;
+    if lines.len() < FIRST_LINES {
+        lines.push(line);
+    }
+}
+
+/// One parsed row: sensor key, unix milliseconds, value, line; or why it is refused.
 enum Row {
-    Reading(i64, i64, f64),
+    Reading(i64, i64, f64, u64),
     Refused(&'static str, u64),
 }
 
@@ -79,33 +89,35 @@ pub fn import(
     let mut refused: HashMap<&'static str, (u64, Vec<u64>)> = HashMap::new();
     let progress = Progress::new(size);
     for batch in rx {
-        let mut readings: Vec<(i64, i64, f64)> = Vec::with_capacity(batch.len());
+        let mut readings: Vec<(i64, i64, f64, u64)> = Vec::with_capacity(batch.len());
         for row in batch {
             summary.rows += 1;
             match row {
-                Row::Reading(key, ts, v) => readings.push((key, ts, v)),
-                Row::Refused(reason, line) => {
-                    let (n, lines) = refused.entry(reason).or_default();
-                    *n += 1;
-                    if lines.len() < FIRST_LINES {
-                        lines.push(line);
-                    }
-                }
+                Row::Reading(key, ts, v, line) => readings.push((key, ts, v, line)),
+                Row::Refused(reason, line) => tally(&mut refused, reason, line),
             }
         }
         let limits_of = std::sync::Arc::clone(&limits_of);
-        let new = writer.call(move |conn| {
+        let (new, repeats, conflicts) = writer.call(move |conn| {
             let mut rollups = Rollups::default();
-            let mut new = 0u64;
-            for (key, ts, v) in readings.iter().copied() {
+            let (mut new, mut repeats, mut conflicts) = (0u64, 0u64, Vec::new());
+            for (key, ts, v, line) in readings.iter().copied() {
                 let limits = limits_of.get(&key).copied().unwrap_or_default();
-                new += u64::from(rollups.insert(conn, key, &limits, ts, v)?);
+                match rollups.insert(conn, key, &limits, ts, v)? {
+                    Stored::New => new += 1,
+                    Stored::Duplicate => repeats += 1,
+                    Stored::Conflict(_) => conflicts.push(line),
+                }
             }
             rollups.flush(conn)?;
-            Ok::<_, crate::store::StoreError>((new, readings.len() as u64))
+            Ok::<_, crate::store::StoreError>((new, repeats, conflicts))
         })?;
-        summary.stored += new.0;
-        summary.already_present += new.1 - new.0;
+        summary.stored += new;
+        summary.already_present += repeats;
+        // Another value at a stored millisecond: the stored one is kept.
+        for line in conflicts {
+            tally(&mut refused, "conflict", line);
+        }
         progress.show(summary.rows, started);
     }
     parser.join().map_err(|_| anyhow::anyhow!("the parser thread failed"))??;
@@ -208,7 +220,7 @@ fn parse(
                         }
                         batch.push(match (key, cell.parse::<f64>()) {
                             (None, _) => Row::Refused("unknown_tag", line),
-                            (Some(key), Ok(v)) if v.is_finite() => Row::Reading(key, ts, v),
+                            (Some(key), Ok(v)) if v.is_finite() => Row::Reading(key, ts, v, line),
                             (Some(_), _) => Row::Refused("bad_value", line),
                         });
                     }
@@ -247,7 +259,7 @@ fn long_row(
         Err(reason) => return Row::Refused(reason, line),
     };
     match record.get(value).map(|v| v.trim().parse::<f64>()) {
-        Some(Ok(v)) if v.is_finite() => Row::Reading(*key, ts, v),
+        Some(Ok(v)) if v.is_finite() => Row::Reading(*key, ts, v, line),
         _ => Row::Refused("bad_value", line),
     }
 }

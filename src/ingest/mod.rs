@@ -5,6 +5,7 @@
 pub mod history;
 pub mod mqtt;
 pub mod payload;
+pub mod repeat;
 pub mod replay;
 
 use std::collections::HashMap;
@@ -20,7 +21,7 @@ use crate::alarms::limits::{self, LimitSensor};
 use crate::alarms::{self, Applied, QueuePolicy};
 use crate::domain::{AssetId, Criticality, SensorId, Severity, Timestamp};
 use crate::sparkplug::{self, SparkplugConfig};
-use crate::store::{self, Limits, Rollups, StoreError, Writer};
+use crate::store::{self, Limits, Rollups, StoreError, Stored, Writer};
 
 /// What ingest accepts, and how it queues triage.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +66,8 @@ pub struct MessageEffect {
     pub readings: usize,
     pub duplicate_readings: usize,
     pub dead_letters: usize,
+    /// The first refusal's reason and detail, when there were dead letters.
+    pub first_refusal: Option<(&'static str, String)>,
     /// Sparkplug rebirth requests (NCMD topics) to publish once this is committed.
     pub rebirths: Vec<String>,
 }
@@ -166,8 +169,7 @@ fn apply_isolated(
         return match one {
             Ok(effect) => Ok(effect),
             Err(e) => {
-                dead_letter_failed(conn, &m.topic, &m.payload, &e, "message", received)?;
-                effect.dead_letters += 1;
+                effect.dead_letter_failed(conn, &m.topic, &m.payload, &e, "message", received)?;
                 Ok(effect)
             }
         };
@@ -187,35 +189,53 @@ fn apply_isolated(
         match one {
             Ok(alone) => effect.add(alone),
             Err(e) => {
-                dead_letter_failed(conn, &m.topic, raw, &e, "event", received)?;
-                effect.dead_letters += 1;
+                effect.dead_letter_failed(conn, &m.topic, raw, &e, "event", received)?;
             }
         }
     }
     Ok(effect)
 }
 
-/// What could not be stored (a fault, not bad input) kept as a dead letter `failed`
-/// with the error; `what` is the unit applied alone (an event, a Sparkplug message).
-fn dead_letter_failed(
-    conn: &Connection,
-    topic: &str,
-    raw: &[u8],
-    e: &StoreError,
-    what: &str,
-    received: Timestamp,
-) -> rusqlite::Result<()> {
-    let detail = format!("could not be stored: {e}; the other {what}s of its batch were kept");
-    tracing::error!(stage = "ingest", topic, error = %e, "{what} failed to apply; dead-lettered as `failed`");
-    dead_letter(conn, topic, raw, &Rejected { reason: "failed", detail, event: String::new() }, received)
-}
-
 impl MessageEffect {
+    /// Keeps a refusal as a dead letter ([`dead_letter`]) and counts it.
+    fn dead_letter(
+        &mut self,
+        conn: &Connection,
+        topic: &str,
+        payload: &[u8],
+        r: &Rejected,
+        at: Timestamp,
+    ) -> rusqlite::Result<()> {
+        dead_letter(conn, topic, payload, r, at)?;
+        self.dead_letters += 1;
+        if self.first_refusal.is_none() {
+            self.first_refusal = Some((r.reason, r.detail.clone()));
+        }
+        Ok(())
+    }
+
+    /// What could not be stored (a fault, not bad input) kept as a dead letter `failed`
+    /// with the error; `what` is the unit applied alone (an event, a Sparkplug message).
+    fn dead_letter_failed(
+        &mut self,
+        conn: &Connection,
+        topic: &str,
+        raw: &[u8],
+        e: &StoreError,
+        what: &str,
+        received: Timestamp,
+    ) -> rusqlite::Result<()> {
+        let detail = format!("could not be stored: {e}; the other {what}s of its batch were kept");
+        tracing::error!(stage = "ingest", topic, error = %e, "{what} failed to apply; dead-lettered as `failed`");
+        self.dead_letter(conn, topic, raw, &Rejected { reason: "failed", detail, event: String::new() }, received)
+    }
+
     fn add(&mut self, other: MessageEffect) {
         self.alarms.extend(other.alarms);
         self.readings += other.readings;
         self.duplicate_readings += other.duplicate_readings;
         self.dead_letters += other.dead_letters;
+        self.first_refusal = self.first_refusal.take().or(other.first_refusal);
         self.rebirths.extend(other.rebirths);
     }
 }
@@ -233,14 +253,12 @@ impl Message {
             Body::Json(Ok(parsed)) => parsed,
             Body::Sparkplug(_) => return Ok(None),
             Body::Json(Err(whole)) => {
-                dead_letter(conn, &self.topic, &self.payload, whole, received)?;
-                effect.dead_letters = 1;
+                effect.dead_letter(conn, &self.topic, &self.payload, whole, received)?;
                 return Ok(None);
             }
         };
         for r in rejected {
-            dead_letter(conn, &self.topic, r.event.as_bytes(), r, received)?;
-            effect.dead_letters += 1;
+            effect.dead_letter(conn, &self.topic, r.event.as_bytes(), r, received)?;
         }
         Ok(Some(events))
     }
@@ -328,7 +346,7 @@ impl Batch {
         effect: &mut MessageEffect,
     ) -> Result<(), StoreError> {
         for event in limits::evaluate(conn, points, r.time, r.value)? {
-            match alarms::apply(conn, &event, self.received, self.policy.queue)? {
+            match alarms::apply(conn, &event, None, self.received, self.policy.queue)? {
                 Ok(applied) => effect.alarms.push(applied),
                 // The point's state says raised or cleared; a refusal here is the twin
                 // changed under it (a sensor moved), worth a line, not a dead letter.
@@ -399,12 +417,28 @@ impl Batch {
     ) -> Result<(), StoreError> {
         let refused = match event {
             _ if let Some(refusal) = self.time_refusal(event.time()) => refusal,
-            Event::Alarm(a) => match alarms::apply(conn, a, self.received, self.policy.queue)? {
+            Event::Alarm(a) => match alarms::apply(conn, a, Some(raw), self.received, self.policy.queue)? {
                 Err(refusal) => {
                     let unknown =
                         matches!(refusal, alarms::Refusal::UnknownAsset(_) | alarms::Refusal::UnknownSensor(_));
                     let detail = format!("{refusal}{}", if unknown { empty_twin_hint(conn)? } else { "" });
                     Rejected { reason: refusal.reason(), detail, event: String::new() }
+                }
+                Ok(Applied::Duplicate)
+                    if let differ = repeat::differing_fields(conn, a)?
+                        && !differ.is_empty() =>
+                {
+                    Rejected {
+                        reason: "conflict",
+                        detail: format!(
+                            "event_id {} was first received with other content (differs in: {}); the first is \
+                             kept. A sender must not reuse event ids (a counter reset at restart does): make them \
+                             unique, e.g. prefix them with the gateway's boot time",
+                            a.event_id,
+                            differ.join(", ")
+                        ),
+                        event: String::new(),
+                    }
                 }
                 Ok(applied) => {
                     effect.alarms.push(applied);
@@ -416,8 +450,7 @@ impl Batch {
                 None => return Ok(()),
             },
         };
-        dead_letter(conn, topic, raw, &refused, self.received)?;
-        effect.dead_letters += 1;
+        effect.dead_letter(conn, topic, raw, &refused, self.received)?;
         Ok(())
     }
 
@@ -439,16 +472,32 @@ impl Batch {
                 ),
                 event: String::new(),
             },
-            Some(s) => {
-                let new = self.rollups.insert(conn, s.key, &s.limits, r.at_ms(), r.value)?;
-                effect.readings += usize::from(new);
-                effect.duplicate_readings += usize::from(!new);
-                // A stored duplicate was evaluated when it first came.
-                if let (true, true, Some(points)) = (new, live, &s.alarms_from_readings) {
-                    self.alarms_from_reading(conn, points, r, effect)?;
+            Some(s) => match self.rollups.insert(conn, s.key, &s.limits, r.at_ms(), r.value)? {
+                Stored::New => {
+                    effect.readings += 1;
+                    if let (true, Some(points)) = (live, &s.alarms_from_readings) {
+                        self.alarms_from_reading(conn, points, r, effect)?;
+                    }
+                    return Ok(None);
                 }
-                return Ok(None);
-            }
+                // Evaluated when it first came.
+                Stored::Duplicate => {
+                    effect.duplicate_readings += 1;
+                    return Ok(None);
+                }
+                Stored::Conflict(stored) => Rejected {
+                    reason: "conflict",
+                    detail: format!(
+                        "sensor {} already has the value {stored} at {}, kept; this reading says {}. Two values \
+                         for one millisecond mean two sources write this tag, or a sender stamps several samples \
+                         with one time: check the gateway's mapping and time stamps",
+                        r.sensor_id,
+                        Timestamp::rfc3339_ms(r.at_ms()),
+                        r.value
+                    ),
+                    event: String::new(),
+                },
+            },
             None => Rejected {
                 reason: "unknown_sensor",
                 detail: format!("no sensor {}{}", r.sensor_id, empty_twin_hint(conn)?),
@@ -508,8 +557,8 @@ impl Batch {
             } else {
                 format!("{n} refusals for this reason in this message; the first: {first}")
             };
-            dead_letter(conn, &m.topic, &m.payload, &Rejected { reason, detail, event: String::new() }, self.received)?;
-            effect.dead_letters += 1;
+            let refused = Rejected { reason, detail, event: String::new() };
+            effect.dead_letter(conn, &m.topic, &m.payload, &refused, self.received)?;
         }
         Ok(())
     }
@@ -530,7 +579,7 @@ impl Batch {
             time: c.time,
             message: c.message,
         };
-        match alarms::apply(conn, &event, self.received, self.policy.queue)? {
+        match alarms::apply(conn, &event, None, self.received, self.policy.queue)? {
             Ok(applied) => effect.alarms.push(applied),
             // A birth clears what no death raised: nothing to say.
             Err(_) if !c.raised => {}
@@ -590,6 +639,9 @@ impl RefusalLog {
 }
 
 /// Stores a refusal with its payload (the first [`DEAD_LETTER_BYTES`] of a larger one).
+/// The same content (topic, whole payload, reason) refused again, as a retained message
+/// is at every subscribe, counts on its first row (`times_seen`, `last_seen_at`) and is
+/// open again if it had been replayed: what it carries is missing again.
 fn dead_letter(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at: Timestamp) -> rusqlite::Result<()> {
     crate::metrics::count("twinops_ingest_dead_letters_total", &[("reason", r.reason)], 1.0);
     let due = REFUSALS.lock().expect("refusal log lock").note(r.reason, topic, &r.detail, std::time::Instant::now());
@@ -603,11 +655,28 @@ fn dead_letter(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at:
         }
         _ => (payload, r.detail.clone()),
     };
+    let hash = content_hash(topic, payload, r.reason);
     conn.prepare_cached(
-        "INSERT INTO dead_letters (received_at, topic, payload, reason, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO dead_letters (received_at, last_seen_at, topic, payload, reason, detail, content_hash)
+         VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (content_hash) WHERE content_hash IS NOT NULL DO UPDATE SET
+             times_seen = times_seen + 1, last_seen_at = max(last_seen_at, excluded.last_seen_at),
+             detail = excluded.detail, replayed_at = NULL, replayed_by = NULL",
     )?
-    .execute(params![at.unix(), topic, kept, r.reason, detail])?;
+    .execute(params![at.unix(), topic, kept, r.reason, detail, &hash[..]])?;
     Ok(())
+}
+
+/// What identifies a dead letter: SHA-256 over its topic, its whole payload and the
+/// reason, each length-prefixed so that no two triples hash the same bytes.
+fn content_hash(topic: &str, payload: &[u8], reason: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [topic.as_bytes(), payload, reason.as_bytes()] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    h.finalize().into()
 }
 
 #[cfg(test)]

@@ -21,9 +21,12 @@ pub struct DeadLetter {
     pub detail: String,
     pub bytes: usize,
     pub replayed_at: Option<Timestamp>,
+    /// How often this content was refused (a retained message, redelivered), and when last.
+    pub times_seen: i64,
+    pub last_seen_at: Timestamp,
 }
 
-/// Dead letters received since a time and not replayed: how many, by reason (most
+/// Dead letters received (or received again) since a time and not replayed: how many, by reason (most
 /// first). The HMI's banner says so, because what they carried is missing from the twin.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Refused {
@@ -39,7 +42,7 @@ pub struct ReasonCount {
 
 pub fn refused_since(db: &Connection, since: Timestamp) -> rusqlite::Result<Refused> {
     let mut stmt = db.prepare_cached(
-        "SELECT reason, count(*) FROM dead_letters WHERE received_at >= ?1 AND replayed_at IS NULL
+        "SELECT reason, count(*) FROM dead_letters WHERE last_seen_at >= ?1 AND replayed_at IS NULL
          GROUP BY reason ORDER BY count(*) DESC, reason",
     )?;
     let by_reason: Vec<ReasonCount> = stmt
@@ -56,7 +59,8 @@ pub fn list(
     limit: u32,
 ) -> rusqlite::Result<Vec<DeadLetter>> {
     let mut stmt = db.prepare_cached(
-        "SELECT id, received_at, topic, reason, detail, length(payload), replayed_at FROM dead_letters
+        "SELECT id, received_at, topic, reason, detail, length(payload), replayed_at, times_seen, last_seen_at
+         FROM dead_letters
          WHERE (?1 IS NULL OR reason = ?1) AND (?2 OR replayed_at IS NULL)
          ORDER BY id LIMIT ?3",
     )?;
@@ -69,6 +73,8 @@ pub fn list(
             detail: r.get(4)?,
             bytes: r.get::<_, i64>(5)? as usize,
             replayed_at: r.get::<_, Option<i64>>(6)?.map(Timestamp::from_unix),
+            times_seen: r.get(7)?,
+            last_seen_at: Timestamp::from_unix(r.get(8)?),
         })
     })?;
     rows.collect()
@@ -104,17 +110,11 @@ pub fn replay(writer: &Writer, id: i64, by: &str, policy: IngestPolicy) -> Resul
         if let Some(at) = replayed {
             return Ok(Replay::AlreadyReplayed(Timestamp::from_unix(at)));
         }
-        let newest: i64 = conn.query_row("SELECT coalesce(max(id), 0) FROM dead_letters", [], |r| r.get(0))?;
         let message = Message::parse(topic.clone(), payload);
         let outcome = store::savepoint(conn, "replay", |conn| {
             let effect = apply_batch(conn, [&message], Timestamp::from_unix(received), policy)?.remove(0);
-            if effect.dead_letters > 0 {
-                let (reason, detail) = conn.query_row(
-                    "SELECT reason, detail FROM dead_letters WHERE id > ?1 ORDER BY id LIMIT 1",
-                    [newest],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )?;
-                return Err(Undo::Refused { reason, detail });
+            if let Some((reason, detail)) = effect.first_refusal.clone() {
+                return Err(Undo::Refused { reason: reason.to_string(), detail });
             }
             conn.prepare_cached("UPDATE dead_letters SET replayed_at = ?2, replayed_by = ?3 WHERE id = ?1")?
                 .execute(params![id, Timestamp::now().unix(), by])?;

@@ -17,7 +17,7 @@ pub use backup::{Backup, backup};
 pub use filter::Filter;
 pub use migrate::{SCHEMA_VERSION, migrate};
 pub use read::{ReadConn, Readers};
-pub use readings::{Limits, Rollups, Summary, beyond_limits, insert_readings, prune_readings};
+pub use readings::{Limits, Rollups, Stored, Summary, beyond_limits, insert_readings, prune_readings};
 pub use write::{Writer, savepoint};
 
 #[derive(Debug, thiserror::Error)]

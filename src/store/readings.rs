@@ -75,7 +75,7 @@ pub fn insert_readings(conn: &Connection, key: i64, limits: &Limits, rows: &[(i6
     let mut batch = Rollups::default();
     let mut new = 0;
     for &(ts, v) in rows {
-        new += usize::from(batch.insert(conn, key, limits, ts, v)?);
+        new += usize::from(batch.insert(conn, key, limits, ts, v)? == Stored::New);
     }
     batch.flush(conn)?;
     Ok(new)
@@ -89,9 +89,19 @@ pub struct Rollups {
     hours: HashMap<(i64, i64), Summary>,
 }
 
+/// What inserting a reading did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stored {
+    New,
+    /// The same value at the same millisecond was stored before: a harmless repeat.
+    Duplicate,
+    /// Another value is stored at this millisecond, kept; the argument is that value.
+    Conflict(f64),
+}
+
 impl Rollups {
-    /// Inserts one reading taken at `at_ms` (milliseconds since the epoch) unless already
-    /// stored; true if it was new.
+    /// Inserts one reading taken at `at_ms` (milliseconds since the epoch) unless a
+    /// reading of the sensor is stored at that millisecond already.
     pub fn insert(
         &mut self,
         conn: &Connection,
@@ -99,16 +109,19 @@ impl Rollups {
         limits: &Limits,
         at_ms: i64,
         v: f64,
-    ) -> rusqlite::Result<bool> {
+    ) -> rusqlite::Result<Stored> {
         let mut insert = conn.prepare_cached(
             "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
         )?;
         if insert.execute(params![key, at_ms, v])? == 0 {
-            return Ok(false);
+            let stored: f64 = conn
+                .prepare_cached("SELECT value FROM readings WHERE sensor_key = ?1 AND ts = ?2")?
+                .query_row(params![key, at_ms], |r| r.get(0))?;
+            return Ok(if stored == v { Stored::Duplicate } else { Stored::Conflict(stored) });
         }
         let hour = at_ms.div_euclid(3_600_000) * 3600;
         self.hours.entry((key, hour)).or_insert_with(|| Summary::empty(hour)).add(at_ms, v, limits);
-        Ok(true)
+        Ok(Stored::New)
     }
 
     /// Adds the summed readings to their rollups. Must run before the transaction ends.
