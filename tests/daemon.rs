@@ -990,3 +990,38 @@ fn a_refused_message_delivered_again_is_one_dead_letter_counted() {
     assert_eq!(rows("SELECT count(*) FROM dead_letters WHERE reason = 'unknown_sensor'"), 1);
     assert_eq!(rows("SELECT times_seen FROM dead_letters WHERE reason = 'unknown_sensor' AND replayed_at IS NULL"), 2);
 }
+
+/// Figures are shown to four significant figures wherever tools and notes quote them
+/// (`2.026`, not the float artefact `2.0260000000000002`); what is stored is unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn figures_are_shown_rounded_and_stored_exact() {
+    let p = Plant::new();
+    p.write("DELETE FROM triage_jobs");
+    let raw = 2.0260000000000002_f64;
+    // Half a minute before the plant's "now", between the seeded minutes.
+    let time = "2026-11-30T11:59:30Z";
+    p.write("DELETE FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.VIB-DE') AND ts > 1796039880000");
+    send(
+        &p,
+        &json!([
+            {"type": "reading", "sensor_id": "PUMP-001.VIB-DE", "time": time, "value": raw},
+            {"type": "alarm", "event_id": "fig-1", "asset_id": "PUMP-001", "sensor_id": "PUMP-001.VIB-DE", "code": "VIB-HI",
+             "severity": "medium", "state": "raised", "value": 4.82345678, "threshold": 4.500000000000001, "time": time},
+        ]),
+    );
+    let stored = p.text("SELECT CAST(value AS TEXT) FROM readings WHERE ts = 1796039970000");
+    assert_eq!(stored.parse::<f64>().unwrap(), raw, "stored exact");
+
+    let details = p.ok("get_asset_details", json!({"asset_id": "PUMP-001"}));
+    let sensor = details["sensors"].as_array().unwrap().iter().find(|s| s["id"] == "PUMP-001.VIB-DE").unwrap();
+    assert_eq!(sensor["latest"]["value"], json!(2.026), "{sensor}");
+    let alarms = p.ok("list_alarms", json!({"asset_id": "PUMP-001", "state": "unacknowledged"}));
+    let listed = alarms["alarms"].as_array().unwrap().iter().find(|a| a["code"] == "VIB-HI").unwrap();
+    assert_eq!((listed["value"].clone(), listed["threshold"].clone()), (json!(4.823), json!(4.5)), "{listed}");
+
+    let triage = Triage::new(rules_agent(&p), rules_agent(&p), 10);
+    let note = triage.run_next().await.unwrap().unwrap().remove(0);
+    let text = note.body.to_string();
+    assert!(text.contains("reads 2.026 "), "{text}");
+    assert!(!text.contains("2.0260000000000002") && !text.contains("4.82345678"), "{text}");
+}

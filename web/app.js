@@ -378,7 +378,7 @@ async function openAsset(id) {
       h('tbody', {}, d.sensors.map((s) => h('tr', { 'data-sensor': s.id, onclick: () => openTrend(s.id) },
         h('td', {}, s.id),
         h('td', s.stale ? { class: 'stale', title: s.stale } : {},
-          s.latest ? `${Number(s.latest.value).toFixed(2)} ${s.unit}${s.stale ? ' (stale)' : ''}` : '-'),
+          s.latest ? `${s.latest.value} ${s.unit}${s.stale ? ' (stale)' : ''}` : '-'),
         h('td', {}, limit(s.limits || {})), h('td', { class: `band-${s.band}` }, s.band || ''))))),
     h('div', { id: 'trend' }),
   );

@@ -256,7 +256,7 @@ impl Agent {
         let db = self.store.read()?;
         let mut stmt = db.prepare_cached(
             "SELECT json_object('alarm_id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code,
-                    'severity', severity, 'state', state, 'value', value, 'threshold', threshold,
+                    'severity', severity, 'state', state, 'value', shown(value), 'threshold', shown(threshold),
                     'raised_at', strftime('%Y-%m-%dT%H:%M:%SZ', raised_at, 'unixepoch'),
                     'reraise_count', reraise_count, 'message', message),
                     asset_id, sensor_id, code

@@ -4,6 +4,7 @@
 mod enums;
 mod ids;
 mod time;
+mod value;
 mod work_order;
 
 pub use enums::{
@@ -12,4 +13,5 @@ pub use enums::{
 };
 pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId, kind_name};
 pub use time::{Timestamp, approx_duration, parse_time, parse_time_ms};
+pub use value::shown;
 pub use work_order::WorkOrderDraft;

@@ -94,3 +94,11 @@ pub fn like_pattern_contains(text: &str) -> String {
     out.push('%');
     out
 }
+
+/// SQL functions of ours, on every connection: `shown(x)`, a measured value as shown
+/// ([`crate::domain::shown`]), for queries that build JSON in SQL; NULL stays NULL.
+fn add_functions(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC | FunctionFlags::SQLITE_INNOCUOUS;
+    conn.create_scalar_function("shown", 1, flags, |ctx| Ok(ctx.get::<Option<f64>>(0)?.map(crate::domain::shown)))
+}

@@ -61,6 +61,7 @@ fn open_read_connection(path: &Path) -> Result<Connection, StoreError> {
     // The tools use a few dozen distinct statements; the default cache of 16 would
     // evict and re-parse them on every run.
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    super::add_functions(&conn)?;
     Ok(conn)
 }
 

@@ -86,6 +86,7 @@ pub(super) fn open_write_connection(path: &Path) -> Result<Connection, StoreErro
          PRAGMA temp_store = MEMORY;",
     )?;
     conn.set_prepared_statement_cache_capacity(super::read::STATEMENT_CACHE);
+    super::add_functions(&conn)?;
     Ok(conn)
 }
 

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::hints::existing_asset;
 use super::{ToolContext, ToolDef, ToolError, define, parse_args};
-use crate::domain::{Access, Timestamp};
+use crate::domain::{Access, Timestamp, shown};
 
 const NAME: &str = "get_asset_details";
 const DESCRIPTION: &str = "Everything about one asset in one call: its data (kind, station, status, criticality, \
@@ -100,10 +100,10 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         }
         match last {
             Some((ts, value)) => {
-                sensor["latest"] = json!({"value": value, "at": Timestamp::from_unix(ts)});
+                sensor["latest"] = json!({"value": shown(value), "at": Timestamp::from_unix(ts)});
                 sensor["band"] = json!(band(value, limits));
                 if let Some(before) = day_ago {
-                    sensor["change_24h"] = json!(round3(value - before));
+                    sensor["change_24h"] = json!(shown(value - before));
                 }
                 if let Some(lost) = lost_at {
                     sensor["stale"] = json!(format!(
@@ -135,8 +135,8 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             Ok(json!({
                 "alarm_id": r.get::<_, i64>(0)?, "code": r.get::<_, String>(1)?, "sensor_id": r.get::<_, Option<String>>(2)?,
                 "severity": r.get::<_, String>(3)?, "state": r.get::<_, String>(4)?,
-                "raised_at": Timestamp::from_unix(r.get(5)?), "value": r.get::<_, Option<f64>>(6)?,
-                "threshold": r.get::<_, Option<f64>>(7)?, "reraise_count": r.get::<_, i64>(8)?,
+                "raised_at": Timestamp::from_unix(r.get(5)?), "value": r.get::<_, Option<f64>>(6)?.map(shown),
+                "threshold": r.get::<_, Option<f64>>(7)?.map(shown), "reraise_count": r.get::<_, i64>(8)?,
             }))
         },
     )?;
@@ -202,10 +202,6 @@ pub fn band(value: f64, [ll, l, h, hh]: [Option<f64>; 4]) -> &'static str {
     } else {
         "normal"
     }
-}
-
-fn round3(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
 }
 
 /// ISO 10816-3 evaluation zone for a vibration velocity (mm/s RMS), from the machine

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::hints::existing_asset;
 use super::{ToolContext, ToolDef, ToolError, check_page, check_range, default_page_limit, define, page, parse_args};
-use crate::domain::{Access, AlarmState, Severity, Timestamp, parse_time};
+use crate::domain::{Access, AlarmState, Severity, Timestamp, parse_time, shown};
 use crate::store::Filter;
 
 const NAME: &str = "list_alarms";
@@ -177,8 +177,8 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
                 "acked_at": ts(r.get(7)?),
                 "acked_by": r.get::<_, Option<String>>(8)?,
                 "cleared_at": ts(r.get(9)?),
-                "value": r.get::<_, Option<f64>>(10)?,
-                "threshold": r.get::<_, Option<f64>>(11)?,
+                "value": r.get::<_, Option<f64>>(10)?.map(shown),
+                "threshold": r.get::<_, Option<f64>>(11)?.map(shown),
                 "reraise_count": r.get::<_, i64>(12)?,
                 "message": r.get::<_, String>(13)?,
             }))

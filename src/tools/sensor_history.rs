@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::hints::existing_sensor;
 use super::{ToolContext, ToolDef, ToolError, check_range, define, parse_args};
-use crate::domain::{Access, Timestamp, parse_time};
+use crate::domain::{Access, Timestamp, parse_time, shown};
 use crate::store::{Limits, Summary};
 
 const NAME: &str = "get_sensor_history";
@@ -250,12 +250,12 @@ impl Accumulator {
         let denom = n * t.sum_tt - t.sum_t * t.sum_t;
         let slope = if denom.abs() > 1e-9 { (n * t.sum_tv - t.sum_t * t.sum) / denom } else { 0.0 };
         json!({
-            "min": r(self.min.0), "min_at": Timestamp::from_unix(min_at),
-            "max": r(self.max.0), "max_at": Timestamp::from_unix(max_at),
-            "mean": r(mean), "std_dev": r(var.sqrt()),
-            "first": r(first.1), "first_at": Timestamp::from_unix(first.0),
-            "last": r(last.1), "last_at": Timestamp::from_unix(last.0),
-            "trend_per_hour": r(slope), "trend_per_day": r(slope * 24.0),
+            "min": shown(self.min.0), "min_at": Timestamp::from_unix(min_at),
+            "max": shown(self.max.0), "max_at": Timestamp::from_unix(max_at),
+            "mean": shown(mean), "std_dev": shown(var.sqrt()),
+            "first": shown(first.1), "first_at": Timestamp::from_unix(first.0),
+            "last": shown(last.1), "last_at": Timestamp::from_unix(last.0),
+            "trend_per_hour": shown(slope), "trend_per_day": shown(slope * 24.0),
         })
     }
 
@@ -263,12 +263,7 @@ impl Accumulator {
         self.buckets
             .iter()
             .filter(|b| b.n > 0)
-            .map(|b| json!([Timestamp::from_unix(b.start), r(b.sum / b.n as f64), r(b.min), r(b.max)]))
+            .map(|b| json!([Timestamp::from_unix(b.start), shown(b.sum / b.n as f64), shown(b.min), shown(b.max)]))
             .collect()
     }
-}
-
-/// Rounds to 4 decimals: enough for any transmitter, fewer tokens.
-fn r(v: f64) -> f64 {
-    (v * 10_000.0).round() / 10_000.0
 }

@@ -474,8 +474,8 @@ async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<
     let db = s.store.read()?;
     let sql = format!(
         "SELECT json_object('id', a.id, 'asset_id', a.asset_id, 'sensor_id', a.sensor_id, 'code', a.code,
-                'severity', a.severity, 'state', a.state, 'message', a.message, 'value', a.value,
-                'threshold', a.threshold, 'raised_at', a.raised_at, 'cleared_at', a.cleared_at,
+                'severity', a.severity, 'state', a.state, 'message', a.message, 'value', shown(a.value),
+                'threshold', shown(a.threshold), 'raised_at', a.raised_at, 'cleared_at', a.cleared_at,
                 'acked_by', a.acked_by, 'shelved_until', a.shelved_until, 'reraise_count', a.reraise_count,
                 'note_id', n.id, 'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job))
          FROM alarms a LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
