@@ -11,6 +11,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::agent::{self, Agent};
 use crate::config::Config;
+use crate::console::{NoteConsole, NotesOutput};
 use crate::domain::{Role, Timestamp};
 use crate::ingest;
 use crate::seed::{self, SeedOptions};
@@ -225,8 +226,10 @@ impl Daemon {
     }
 }
 
-/// Runs the daemon until SIGINT or SIGTERM.
-pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+/// Runs the daemon until SIGINT or SIGTERM; `notes` says how the console shows the
+/// triage notes.
+pub async fn serve(opts: ServeOptions, notes: NotesOutput) -> anyhow::Result<()> {
+    let mut console = NoteConsole::new(notes);
     let daemon = Daemon::start(opts).await?;
     eprintln!(
         "twinops is serving: MQTT {}, database {}. Ctrl-C stops it.",
@@ -259,6 +262,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut notes = daemon.triage.subscribe();
+    let mut summaries = tokio::time::interval(NoteConsole::EVERY);
     // Handovers are written by the schedule, the HMI or the CLI: the table says which is new.
     let latest_handover = || daemon.store.read().ok().and_then(|db| crate::handover::recent(&db, 1).ok()?.pop());
     let mut handover_seen = latest_handover().map_or(0, |h| h.note_id);
@@ -267,9 +271,11 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            n = notes.recv() => if let Ok(n) = n {
-                let summary = n.body["summary"].as_str().or(n.body["text"].as_str()).unwrap_or("").to_string();
-                eprintln!("note {} for alarm {} on {} ({}): {summary}", n.note_id, n.alarm_id, n.asset_id, n.outcome.as_str());
+            n = notes.recv() => if let Some(line) = n.ok().and_then(|n| console.note(&n)) {
+                eprintln!("{line}");
+            },
+            _ = summaries.tick() => if let Some(line) = console.tick() {
+                eprintln!("{line}");
             },
             _ = handovers.tick() => if let Some(h) = latest_handover().filter(|h| h.note_id > handover_seen) {
                 handover_seen = h.note_id;

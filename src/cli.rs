@@ -92,6 +92,10 @@ enum Command {
         /// simulate, works too.
         #[arg(long, visible_alias = "from", default_value = "seed")]
         seed_from: PathBuf,
+        /// Triage notes on the console: every note, or a summary a minute; `auto` sums
+        /// them up under systemd (whose journal takes every line) and prints each otherwise.
+        #[arg(long, value_enum, default_value = "auto")]
+        notes: crate::console::NotesOutput,
     },
     /// Run the embedded MQTT broker on its own (in memory, loopback by default), for a
     /// site without a broker whose daemon must restart or crash without losing what
@@ -613,10 +617,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
         }
-        Command::Serve { demo, seed_from } => {
+        Command::Serve { demo, seed_from, notes } => {
             let config = cli.global.config()?;
             let opts = crate::app::ServeOptions { config, db: cli.global.db_path(), demo, seed_dir: seed_from };
-            runtime()?.block_on(crate::app::serve(opts))?;
+            runtime()?.block_on(crate::app::serve(opts, notes))?;
         }
         Command::Broker { listen } => {
             crate::broker::run(listen)?;

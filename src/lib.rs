@@ -22,7 +22,7 @@
 //! - [`web`]: the HMI and its API; [`accounts`]: users, sessions, tokens; [`mcp`]: the
 //!   tools for MCP hosts; [`metrics`]: Prometheus.
 //! - [`seed`] and [`sim`]: the demo plant and its simulator; [`rag`]: documentation
-//!   search; [`app`]: `serve`; [`bench`](mod@bench): the figures; [`cli`]: the command line
+//!   search; [`app`]: `serve` ([`console`]: what it prints of the notes); [`bench`](mod@bench): the figures; [`cli`]: the command line
 //!   (`main.rs` only calls it).
 
 pub mod accounts;
@@ -34,6 +34,7 @@ pub mod bench;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod domain;
 pub mod handover;
 pub mod ingest;
