@@ -1025,3 +1025,31 @@ async fn figures_are_shown_rounded_and_stored_exact() {
     assert!(text.contains("reads 2.026 "), "{text}");
     assert!(!text.contains("2.0260000000000002") && !text.contains("4.82345678"), "{text}");
 }
+
+/// An alarm event's time keeps its milliseconds in the journal (its sequence within a
+/// second), and a repeat of its id at another millisecond is a conflict.
+#[test]
+fn alarm_events_keep_their_milliseconds() {
+    let p = Plant::new();
+    let event = |id: &str, state: &str, time: &str| {
+        let mut e = alarm(id, state, 0);
+        e["time"] = json!(time);
+        e
+    };
+    send(
+        &p,
+        &json!([
+            event("ms-1", "raised", "2026-11-30T12:00:00.100Z"),
+            event("ms-2", "cleared", "2026-11-30T12:00:00.600Z")
+        ]),
+    );
+    let journal = p.text(
+        "SELECT group_concat(event_id || '@' || (at * 1000 + millis), ' ') FROM
+         (SELECT event_id, at, millis FROM alarm_events WHERE event_id LIKE 'ms-%' ORDER BY id)",
+    );
+    assert_eq!(journal, "ms-1@1796040000100 ms-2@1796040000600");
+    assert_eq!(send(&p, &event("ms-1", "raised", "2026-11-30T12:00:00.100Z")).dead_letters, 0, "an exact repeat");
+    assert_eq!(send(&p, &event("ms-1", "raised", "2026-11-30T12:00:00.700Z")).dead_letters, 1);
+    let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'conflict'");
+    assert!(detail.contains("differs in: time)"), "{detail}");
+}

@@ -167,7 +167,12 @@ pub fn prefix_of(alarm_prefix: Option<String>, kind: &str) -> String {
 /// the last one evaluated changes nothing (a late or historical value never raises a
 /// live alarm); event ids are made of point, level and time, so the same reading
 /// evaluated again could not raise twice.
-pub fn evaluate(conn: &Connection, s: &LimitSensor, time: Timestamp, value: f64) -> rusqlite::Result<Vec<AlarmEvent>> {
+pub fn evaluate(
+    conn: &Connection,
+    s: &LimitSensor,
+    (time, millis): (Timestamp, u16),
+    value: f64,
+) -> rusqlite::Result<Vec<AlarmEvent>> {
     let mut events = Vec::new();
     for (i, sp) in s.limits.iter().enumerate() {
         let Some(set_point) = *sp else { continue };
@@ -199,7 +204,7 @@ pub fn evaluate(conn: &Connection, s: &LimitSensor, time: Timestamp, value: f64)
         )?
         .execute(params![s.key, LEVEL_NAMES[i], since, active, t])?;
         if let Some(transition) = transition {
-            events.push(event(s, level, i, set_point, transition, time, value));
+            events.push(event(s, (level, i, set_point), transition, (time, millis), value));
         }
     }
     Ok(events)
@@ -207,11 +212,9 @@ pub fn evaluate(conn: &Connection, s: &LimitSensor, time: Timestamp, value: f64)
 
 fn event(
     s: &LimitSensor,
-    level: Level,
-    i: usize,
-    set_point: f64,
+    (level, i, set_point): (Level, usize, f64),
     transition: Edge,
-    time: Timestamp,
+    (time, millis): (Timestamp, u16),
     value: f64,
 ) -> AlarmEvent {
     let raised = transition == Edge::Raised;
@@ -231,7 +234,7 @@ fn event(
             s.id,
             LEVEL_NAMES[i],
             if raised { "raised" } else { "cleared" },
-            time.unix()
+            time.unix() * 1000 + i64::from(millis)
         ),
         asset_id: s.asset.clone(),
         sensor_id: Some(s.id.clone()),
@@ -241,6 +244,7 @@ fn event(
         value: Some(value),
         threshold: Some(set_point),
         time,
+        millis,
         message,
     }
 }

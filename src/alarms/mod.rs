@@ -320,9 +320,10 @@ fn scada_journal(
 ) -> rusqlite::Result<()> {
     let raw = raw.filter(|r| r.len() <= RAW_EVENT_BYTES);
     conn.prepare_cached(
-        "INSERT INTO alarm_events (alarm_id, event_id, kind, at, actor, detail, raw) VALUES (?1, ?2, ?3, ?4, 'scada', ?5, ?6)",
+        "INSERT INTO alarm_events (alarm_id, event_id, kind, at, millis, actor, detail, raw)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'scada', ?6, ?7)",
     )?
-    .execute(params![alarm_id, ev.event_id, kind, ev.time.unix(), ev.message, raw])?;
+    .execute(params![alarm_id, ev.event_id, kind, ev.time.unix(), ev.millis, ev.message, raw])?;
     Ok(())
 }
 

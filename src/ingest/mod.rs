@@ -345,7 +345,7 @@ impl Batch {
         r: &Reading,
         effect: &mut MessageEffect,
     ) -> Result<(), StoreError> {
-        for event in limits::evaluate(conn, points, r.time, r.value)? {
+        for event in limits::evaluate(conn, points, (r.time, r.millis), r.value)? {
             match alarms::apply(conn, &event, None, self.received, self.policy.queue)? {
                 Ok(applied) => effect.alarms.push(applied),
                 // The point's state says raised or cleared; a refusal here is the twin
@@ -577,6 +577,7 @@ impl Batch {
             value: None,
             threshold: None,
             time: c.time,
+            millis: 0,
             message: c.message,
         };
         match alarms::apply(conn, &event, None, self.received, self.policy.queue)? {

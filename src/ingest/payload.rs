@@ -17,7 +17,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::domain::{AssetId, SensorId, Severity, Timestamp, parse_time, parse_time_ms};
+use crate::domain::{AssetId, SensorId, Severity, Timestamp, parse_time_ms};
 
 /// Largest message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -56,8 +56,17 @@ pub struct AlarmEvent {
     pub value: Option<f64>,
     pub threshold: Option<f64>,
     pub time: Timestamp,
+    /// The milliseconds past `time`'s second (0-999), kept in the alarm journal.
+    pub millis: u16,
     /// Untrusted text from the source, at most 1,000 characters.
     pub message: String,
+}
+
+impl AlarmEvent {
+    /// When it happened, in milliseconds since the epoch.
+    pub fn at_ms(&self) -> i64 {
+        self.time.unix() * 1000 + i64::from(self.millis)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -268,7 +277,7 @@ fn span(payload: &[u8], part: &str) -> Range<usize> {
 
 fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
     let invalid = |d: String| ("invalid", d);
-    let time = |t: &str| parse_time(t).map_err(|e| invalid(format!("time: {e}")));
+    let time = |t: &str| parse_time_ms(t).map_err(|e| invalid(format!("time: {e}")));
     let finite = |name: &str, v: Option<f64>| match v {
         Some(x) if !x.is_finite() => Err(invalid(format!("{name} is not a finite number"))),
         Some(x) if x.abs() > MAX_ABS_VALUE => Err(invalid(format!(
@@ -297,7 +306,7 @@ fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
             let sensor_id = sensor_id.ok_or_else(|| missing("sensor_id", FIELDS))?;
             let t = t.ok_or_else(|| missing("time", FIELDS))?;
             let value = value.ok_or_else(|| missing("value", FIELDS))?;
-            let (at, millis) = parse_time_ms(&t.0).map_err(|e| invalid(format!("time: {e}")))?;
+            let (at, millis) = time(&t.0)?;
             Ok(Event::Reading(Reading {
                 sensor_id: SensorId::parse(&sensor_id.0).map_err(|e| invalid(format!("sensor_id: {e}")))?,
                 time: at,
@@ -335,6 +344,7 @@ fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
                 .filter(|c| (!c.is_control() || *c == '\n') && !deceives(*c))
                 .take(MAX_MESSAGE_CHARS)
                 .collect();
+            let (time, millis) = time(&t.0)?;
             Ok(Event::Alarm(AlarmEvent {
                 event_id,
                 asset_id,
@@ -344,7 +354,8 @@ fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
                 transition: state,
                 value: finite("value", value)?,
                 threshold: finite("threshold", threshold)?,
-                time: time(&t.0)?,
+                time,
+                millis,
                 message,
             }))
         }

@@ -18,7 +18,7 @@ pub fn differing_fields(conn: &Connection, ev: &AlarmEvent) -> rusqlite::Result<
     type Row = (Option<Vec<u8>>, String, i64, Option<String>, String, Option<String>, String);
     let stored: Option<Row> = conn
         .prepare_cached(
-            "SELECT e.raw, e.kind, e.at, e.detail, a.asset_id, a.sensor_id, a.code
+            "SELECT e.raw, e.kind, e.at * 1000 + e.millis, e.detail, a.asset_id, a.sensor_id, a.code
              FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id WHERE e.event_id = ?1",
         )?
         .query_row([&ev.event_id], |r| {
@@ -34,7 +34,7 @@ pub fn differing_fields(conn: &Connection, ev: &AlarmEvent) -> rusqlite::Result<
         sensor: sensor.as_deref(),
         code: &code,
         transition: if kind == "cleared" { Transition::Cleared } else { Transition::Raised },
-        time: at,
+        at_ms: at,
         message: detail.as_deref().unwrap_or_default(),
     };
     Ok(first.differing(ev))
@@ -55,7 +55,7 @@ struct Fields<'a> {
     sensor: Option<&'a str>,
     code: &'a str,
     transition: Transition,
-    time: i64,
+    at_ms: i64,
     message: &'a str,
 }
 
@@ -70,7 +70,7 @@ impl Fields<'_> {
             ("sensor_id", same_id(self.sensor, ev.sensor_id.as_ref().map(|s| s.as_str()))),
             ("code", self.code == ev.code),
             ("state", self.transition == ev.transition),
-            ("time", self.time == ev.time.unix()),
+            ("time", self.at_ms == ev.at_ms()),
             ("message", self.message == ev.message),
         ]
         .into_iter()
@@ -86,7 +86,7 @@ fn compare(ev: &AlarmEvent, first: &AlarmEvent) -> Vec<&'static str> {
         sensor: first.sensor_id.as_ref().map(|s| s.as_str()),
         code: &first.code,
         transition: first.transition,
-        time: first.time.unix(),
+        at_ms: first.at_ms(),
         message: &first.message,
     };
     let mut differ = fields.differing(ev);

@@ -291,14 +291,16 @@ const MIGRATIONS: &[&str] = &[
     // 16: a dead letter is one row per content (topic, payload and reason, by SHA-256),
     // its repeats counted on it: a retained bad message, resent by the broker at every
     // subscribe, stays one row. A SCADA alarm event keeps its bytes as received, so that
-    // a repeat of its event id is compared field by field (and stripped text is kept).
+    // a repeat of its event id is compared field by field (and stripped text is kept),
+    // and the journal its source time's milliseconds (`at` stays in seconds).
     "ALTER TABLE dead_letters ADD COLUMN content_hash BLOB;
      ALTER TABLE dead_letters ADD COLUMN times_seen INTEGER NOT NULL DEFAULT 1;
      ALTER TABLE dead_letters ADD COLUMN last_seen_at INTEGER NOT NULL DEFAULT 0;
      UPDATE dead_letters SET last_seen_at = received_at;
      CREATE UNIQUE INDEX dead_letters_content ON dead_letters(content_hash) WHERE content_hash IS NOT NULL;
      CREATE INDEX dead_letters_last_seen ON dead_letters(last_seen_at);
-     ALTER TABLE alarm_events ADD COLUMN raw BLOB;",
+     ALTER TABLE alarm_events ADD COLUMN raw BLOB;
+     ALTER TABLE alarm_events ADD COLUMN millis INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// The schema version this build writes.
