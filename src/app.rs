@@ -151,7 +151,6 @@ impl Daemon {
                 store: store.clone(),
                 agent: Arc::clone(&agent),
                 docs: agent.docs().clone(),
-                limiter: Default::default(),
                 cfg: opts.config.web.clone(),
                 broker_up,
                 mcp: opts.config.mcp.clone(),

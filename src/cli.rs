@@ -205,7 +205,7 @@ enum UserCommand {
         #[arg(long)]
         role: String,
     },
-    /// List users: role, whether disabled, live API tokens.
+    /// List users: role, whether disabled, live API tokens, login locks in force.
     #[command(after_help = "Examples:\n  twinops user list")]
     List,
     /// Change a user's role (from the next request on).
@@ -226,6 +226,10 @@ enum UserCommand {
     /// Enable a disabled user again (their unrevoked tokens work again).
     #[command(after_help = "Examples:\n  twinops user enable operator.kaur")]
     Enable { name: String },
+    /// Lift the locks failed logins put on a user, from every address (`user list`
+    /// shows them; a password reset lifts them too).
+    #[command(after_help = "Examples:\n  twinops user unlock supervisor.osei")]
+    Unlock { name: String },
 }
 
 #[derive(Subcommand)]
@@ -761,15 +765,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::User(UserCommand::List) => {
             let store = cli.global.open()?;
-            println!("{:<24} {:<11} {:<9} {:>6}  created", "name", "role", "state", "tokens");
+            println!("{:<24} {:<11} {:<9} {:>6}  {:<20}  locks", "name", "role", "state", "tokens", "created");
             for a in crate::accounts::accounts(&store)? {
                 let state = if a.disabled { "disabled" } else { "enabled" };
+                let locks: Vec<String> = a.locks.iter().map(ToString::to_string).collect();
                 println!(
-                    "{:<24} {:<11} {state:<9} {:>6}  {}",
+                    "{:<24} {:<11} {state:<9} {:>6}  {:<20}  {}",
                     a.name,
                     a.role,
                     a.live_tokens,
-                    a.created_at.to_rfc3339()
+                    a.created_at.to_rfc3339(),
+                    if locks.is_empty() { "-".to_string() } else { locks.join("; ") }
                 );
             }
         }
@@ -791,6 +797,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::User(UserCommand::Enable { name }) => {
             change_user(&cli.global, &name, Change::Enable, "is enabled")?;
+        }
+        Command::User(UserCommand::Unlock { name }) => {
+            change_user(&cli.global, &name, Change::Unlock, "may log in again from every address")?;
         }
         Command::Token(TokenCommand::Create { user, label }) => {
             let store = cli.global.open()?;

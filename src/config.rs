@@ -276,11 +276,20 @@ pub struct WebConfig {
     pub session_idle_minutes: u64,
     /// Mark the session cookie `Secure`: set when the HMI is reached over HTTPS.
     pub secure_cookies: bool,
+    /// Reverse proxies (addresses or networks, e.g. "127.0.0.1", "10.0.0.0/8") whose
+    /// `X-Forwarded-For` / `Forwarded` header names the client. From any other peer
+    /// those headers are ignored: anyone could write them.
+    pub trusted_proxies: Vec<crate::domain::IpNet>,
 }
 
 impl Default for WebConfig {
     fn default() -> Self {
-        WebConfig { listen: "127.0.0.1:8080".into(), session_idle_minutes: 30, secure_cookies: false }
+        WebConfig {
+            listen: "127.0.0.1:8080".into(),
+            session_idle_minutes: 30,
+            secure_cookies: false,
+            trusted_proxies: Vec::new(),
+        }
     }
 }
 

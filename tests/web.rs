@@ -799,3 +799,115 @@ async fn an_open_event_stream_ends_with_its_credential() {
     }
     hmi.daemon.shutdown().await;
 }
+
+impl Hmi {
+    /// A login as sent through a proxy that says the client is `client`.
+    async fn login_via(&self, name: &str, password: &str, client: &str) -> reqwest::Response {
+        self.http
+            .post(self.url("/login"))
+            .header(ORIGIN, &self.base)
+            .header("x-forwarded-for", client)
+            .form(&[("name", name), ("password", password)])
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// Five wrong passwords lock a name for the address they came from: the admin sees the
+/// lock (API and `user list`), each lock is in the audit log, and `unlock` or a
+/// password reset lifts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_sees_and_lifts_a_lockout() {
+    let p = Plant::new();
+    add_users(&p);
+    accounts::add_user(&p.store, "admin.li", Role::Admin, PASSWORD, "test").unwrap();
+    let hmi = Hmi::start(&p).await;
+    let admin = hmi.session("admin.li").await;
+    for _ in 0..5 {
+        hmi.login("supervisor.ruiz", "a wrong guess").await;
+    }
+    assert_eq!(hmi.login("supervisor.ruiz", PASSWORD).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    let users: Value = hmi.get("/api/users", &admin).await.json().await.unwrap();
+    let ruiz = users.as_array().unwrap().iter().find(|u| u["name"] == "supervisor.ruiz").unwrap();
+    assert_eq!(
+        (ruiz["locks"][0]["address"].as_str(), ruiz["locks"][0]["failures"].as_i64()),
+        (Some("127.0.0.1"), Some(5)),
+        "{ruiz}"
+    );
+    assert_eq!(
+        p.count("SELECT count(*) FROM audit_log WHERE action = 'login_locked' AND actor = 'supervisor.ruiz'"),
+        1
+    );
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--db")
+            .arg(p.db_path())
+            .args(["--config", "/nonexistent/twinops.toml"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed = cli(&["user", "list"]);
+    let line = listed.lines().find(|l| l.starts_with("supervisor.ruiz")).unwrap();
+    assert!(
+        line.contains("supervisor.ruiz locked for 127.0.0.1 until") && line.contains("(5 failed logins)"),
+        "{listed}"
+    );
+    assert!(listed.lines().find(|l| l.starts_with("viewer.ng")).unwrap().ends_with(" -"), "{listed}");
+
+    let r = hmi.post("/api/users/supervisor.ruiz/unlock", &admin, json!({})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(hmi.session("supervisor.ruiz").await.starts_with("twinops_session="), "unlocked");
+    assert_eq!(p.count("SELECT count(*) FROM audit_log WHERE action = 'user_unlocked' AND actor = 'admin.li'"), 1);
+
+    // Locked again; the CLI's unlock and a password reset lift it too.
+    for _ in 0..5 {
+        hmi.login("viewer.ng", "a wrong guess").await;
+    }
+    assert_eq!(hmi.login("viewer.ng", PASSWORD).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(cli(&["user", "unlock", "viewer.ng"]).contains("viewer.ng may log in again"));
+    assert_eq!(hmi.login("viewer.ng", PASSWORD).await.status(), StatusCode::SEE_OTHER);
+    for _ in 0..5 {
+        hmi.login("operator.kaur", "a wrong guess").await;
+    }
+    let new = "a brand new password here";
+    let r = hmi.post("/api/users/operator.kaur/password", &admin, json!({"password": new})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(hmi.login("operator.kaur", new).await.status(), StatusCode::SEE_OTHER, "a reset lifts the lock");
+    hmi.daemon.shutdown().await;
+}
+
+/// Behind a trusted proxy the client address is the one it forwards: a guesser locks
+/// only their own address out, and the supervisor elsewhere still logs in. From a peer
+/// that is not a trusted proxy, a forwarded header is ignored: spoofing one does not
+/// dodge the lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn forwarded_addresses_count_only_from_trusted_proxies() {
+    let p = Plant::new();
+    add_users(&p);
+    let mut config = common::test_config("proxy");
+    config.web.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    let proxied = Hmi::start_with(&p, config).await;
+    for _ in 0..5 {
+        proxied.login_via("supervisor.ruiz", "a wrong guess", "198.51.100.66").await;
+    }
+    let guesser = proxied.login_via("supervisor.ruiz", PASSWORD, "198.51.100.66").await;
+    assert_eq!(guesser.status(), StatusCode::TOO_MANY_REQUESTS);
+    let console = proxied.login_via("supervisor.ruiz", PASSWORD, "10.20.0.5").await;
+    assert_eq!(console.status(), StatusCode::SEE_OTHER, "the supervisor's console is not locked out");
+    let audited = p.text("SELECT address FROM audit_log WHERE action = 'login' AND actor = 'supervisor.ruiz'");
+    assert_eq!(audited, "10.20.0.5");
+    proxied.daemon.shutdown().await;
+
+    let direct = Hmi::start(&p).await;
+    for i in 0..5 {
+        direct.login_via("viewer.ng", "a wrong guess", &format!("203.0.113.{i}")).await;
+    }
+    let spoofed = direct.login_via("viewer.ng", PASSWORD, "203.0.113.99").await;
+    assert_eq!(spoofed.status(), StatusCode::TOO_MANY_REQUESTS, "a spoofed header from an untrusted peer is ignored");
+    assert_eq!(p.count("SELECT count(*) FROM audit_log WHERE action = 'login_failed' AND address LIKE '203.%'"), 0);
+    direct.daemon.shutdown().await;
+}

@@ -601,13 +601,17 @@ async function loadAccount() {
       if (password) await userAction(u.name, 'password', () => ({ password }))();
     };
     return h('tr', { 'data-user': u.name },
-      h('td', {}, u.name), h('td', {}, role), h('td', { class: 'state' }, u.disabled ? 'disabled' : 'enabled'),
+      h('td', {}, u.name), h('td', {}, role),
+      h('td', { class: 'state' }, u.disabled ? 'disabled' : 'enabled',
+        ...u.locks.map((l) => h('div', { class: 'lock' },
+          `locked ${l.address ? `for ${l.address}` : 'from every address'} until ${when(l.until)} (${l.failures} failed logins)`))),
       h('td', {}, u.live_tokens), h('td', {}, when(u.created_at)),
       h('td', {},
         u.disabled
           ? h('button', { class: 'enable', onclick: userAction(u.name, 'enable') }, 'Enable')
           : h('button', { class: 'disable', onclick: userAction(u.name, 'disable') }, 'Disable'),
-        ' ', h('button', { class: 'reset', onclick: reset }, 'Reset password')));
+        ' ', h('button', { class: 'reset', onclick: reset }, 'Reset password'),
+        u.locks.length ? [' ', h('button', { class: 'unlock', onclick: userAction(u.name, 'unlock') }, 'Unlock')] : []));
   }));
   $('#token-rows').replaceChildren(...tokens.map((t) => h('tr', { 'data-token': t.id },
     h('td', {}, t.id), h('td', {}, t.user), h('td', {}, t.label), h('td', {}, when(t.created_at)),

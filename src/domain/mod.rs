@@ -3,6 +3,7 @@
 
 mod enums;
 mod ids;
+mod net;
 mod time;
 mod value;
 mod work_order;
@@ -12,6 +13,7 @@ pub use enums::{
     WorkPriority,
 };
 pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId, kind_name};
+pub use net::IpNet;
 pub use time::{Timestamp, approx_duration, parse_time, parse_time_ms};
 pub use value::shown;
 pub use work_order::WorkOrderDraft;

@@ -301,6 +301,16 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX dead_letters_last_seen ON dead_letters(last_seen_at);
      ALTER TABLE alarm_events ADD COLUMN raw BLOB;
      ALTER TABLE alarm_events ADD COLUMN millis INTEGER NOT NULL DEFAULT 0;",
+    // 17: failed logins in the database (they were in the daemon's memory), so that an
+    // admin sees and lifts the locks they cause (`accounts::lockout`).
+    "CREATE TABLE login_failures (
+         id      INTEGER PRIMARY KEY,
+         at      INTEGER NOT NULL,
+         name    TEXT NOT NULL,                       -- the name tried
+         address TEXT NOT NULL                        -- the client's, past trusted proxies
+     ) STRICT;
+     CREATE INDEX login_failures_name ON login_failures(name, at);
+     CREATE INDEX login_failures_address ON login_failures(address, at);",
 ];
 
 /// The schema version this build writes.

@@ -111,6 +111,14 @@ pub(super) async fn enable(
     change(s, admin, name, Change::Enable).await
 }
 
+pub(super) async fn unlock(
+    State(s): State<S>,
+    Extension(admin): Extension<User>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    change(s, admin, name, Change::Unlock).await
+}
+
 /// A password change by its owner.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Extension, Form, Json, Path, Query, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
@@ -93,7 +93,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             post(admin::change_own_password),
         )
         .body::<admin::OwnPasswordRequest>(),
-        ep(M::GET, "/api/users", admin, "Users: role, disabled, live API tokens", get(admin::users)),
+        ep(M::GET, "/api/users", admin, "Users: role, disabled, live API tokens, login locks", get(admin::users)),
         ep(M::POST, "/api/users", admin, "Add a user (name, role, password)", post(admin::add_user))
             .body::<admin::NewUser>(),
         ep(M::POST, "/api/users/{name}/role", admin, "Change a user's role", post(admin::set_role))
@@ -114,6 +114,13 @@ pub fn endpoints() -> Vec<Endpoint> {
             post(admin::disable),
         ),
         ep(M::POST, "/api/users/{name}/enable", admin, "Enable a disabled user again", post(admin::enable)),
+        ep(
+            M::POST,
+            "/api/users/{name}/unlock",
+            admin,
+            "Lift the locks failed logins put on a user (from every address)",
+            post(admin::unlock),
+        ),
         ep(M::GET, "/api/tokens", admin, "API tokens (never the token itself)", get(admin::tokens)),
         ep(M::POST, "/api/tokens", admin, "Create an API token for a user; shown once", post(admin::create_token))
             .body::<admin::NewToken>(),
@@ -294,16 +301,17 @@ fn session_cookie(state: &WebState, value: &str, max_age: i64) -> HeaderValue {
 async fn login(
     State(s): State<S>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     credential: Option<Extension<Credential>>,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, ApiError> {
     let st = Arc::clone(&s);
-    let address = peer.ip().to_string();
+    let address = super::client::address(peer.ip(), &headers, &s.cfg.trusted_proxies).to_string();
     let result = tokio::task::spawn_blocking(move || {
         if let Some(Extension(Credential::Session(old))) = credential {
             accounts::end_session(&st.store, &old)?;
         }
-        anyhow::Ok(accounts::login(&st.store, &st.limiter, form.name.trim(), &form.password, &address))
+        anyhow::Ok(accounts::login(&st.store, form.name.trim(), &form.password, &address))
     })
     .await??;
     match result {

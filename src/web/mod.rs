@@ -9,6 +9,7 @@
 
 mod admin;
 mod api;
+mod client;
 mod events;
 mod openapi;
 
@@ -25,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::accounts::{self, LoginLimiter, User};
+use crate::accounts::{self, User};
 use crate::agent::Agent;
 use crate::config::WebConfig;
 use crate::domain::Role;
@@ -40,7 +41,6 @@ pub struct WebState {
     /// The chat agent (the configured models, the rules model as the floor).
     pub agent: Arc<Agent>,
     pub docs: DocIndex,
-    pub limiter: LoginLimiter,
     pub cfg: WebConfig,
     /// Whether the MQTT ingest connection is up (for the degraded banner).
     pub broker_up: watch::Receiver<bool>,

@@ -1,13 +1,13 @@
 //! People and machines that use the HMI and the API: users with argon2id password
-//! hashes and a role, session cookies, bearer tokens, login rate limits, and the
+//! hashes and a role, session cookies, bearer tokens, login locks ([`lockout`]), and the
 //! security audit log.
 //!
 //! Secrets (passwords, session and API tokens) are never stored or logged: passwords
 //! as argon2id PHC strings, tokens as their SHA-256.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+pub mod lockout;
+
+use std::time::Duration;
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
@@ -21,10 +21,6 @@ use crate::store::{Store, StoreError};
 
 /// A session lasts at most a long shift, and ends sooner when idle (`web.session_idle_minutes`).
 pub const SESSION_MAX_SECS: i64 = 14 * 3600;
-/// Failed logins allowed per account, and per address, within [`FAILURE_WINDOW`].
-pub const MAX_FAILURES_PER_ACCOUNT: usize = 5;
-pub const MAX_FAILURES_PER_ADDRESS: usize = 20;
-pub const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
 const MIN_PASSWORD_CHARS: usize = 12;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -142,6 +138,8 @@ pub struct Account {
     pub created_at: Timestamp,
     /// API tokens not revoked.
     pub live_tokens: i64,
+    /// Locks on this name in force ([`lockout`]).
+    pub locks: Vec<lockout::Lock>,
 }
 
 /// Every user, disabled ones included, by name.
@@ -152,9 +150,12 @@ pub fn accounts(store: &Store) -> Result<Vec<Account>, StoreError> {
                 (SELECT count(*) FROM api_tokens t WHERE t.user_id = u.id AND t.revoked = 0)
          FROM users u ORDER BY name",
     )?;
+    let locks = lockout::locks(&db, Timestamp::now())?;
     let rows = stmt.query_map([], |r| {
+        let name: String = r.get(0)?;
         Ok(Account {
-            name: r.get(0)?,
+            locks: locks.iter().filter(|l| l.name.as_ref() == Some(&name)).cloned().collect(),
+            name,
             role: r.get(1)?,
             disabled: r.get(2)?,
             created_at: Timestamp::from_unix(r.get(3)?),
@@ -173,6 +174,8 @@ pub enum Change {
     /// The user can no longer log in; their sessions end, their tokens stop working.
     Disable,
     Enable,
+    /// Lift the locks on the name: its failed logins no longer count.
+    Unlock,
 }
 
 /// Changes a user, journalled in the audit log as done by `by`. Refuses to leave no
@@ -192,7 +195,7 @@ pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Resul
         let demotes = match change {
             Change::Disable => true,
             Change::Role(new) => new != Role::Admin,
-            Change::Password(_) | Change::Enable => false,
+            Change::Password(_) | Change::Enable | Change::Unlock => false,
         };
         if role == Role::Admin && !disabled && demotes {
             let admins: i64 =
@@ -208,7 +211,12 @@ pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Resul
             }
             Change::Password(_) => {
                 set_password_in(c, id, hash.as_deref().expect("hashed above"), "")?;
-                ("password_set", name.clone())
+                let cleared = lockout::unlock(c, &name)?;
+                ("password_set", format!("{name}; {cleared} failed logins cleared"))
+            }
+            Change::Unlock => {
+                let cleared = lockout::unlock(c, &name)?;
+                ("user_unlocked", format!("{name}: {cleared} failed logins cleared"))
             }
             Change::Disable => {
                 c.prepare_cached("UPDATE users SET disabled = 1 WHERE id = ?1")?.execute([id])?;
@@ -275,32 +283,6 @@ pub(crate) fn audit_in(
     Ok(())
 }
 
-/// Failed logins, remembered per account and per address for [`FAILURE_WINDOW`].
-#[derive(Default)]
-pub struct LoginLimiter {
-    failures: Mutex<HashMap<String, VecDeque<Instant>>>,
-}
-
-impl LoginLimiter {
-    /// How long until `key` may try again, if it is over `max` failures.
-    fn wait(&self, key: &str, max: usize) -> Option<Duration> {
-        let mut map = self.failures.lock().expect("limiter lock");
-        let q = map.get_mut(key)?;
-        while q.front().is_some_and(|t| t.elapsed() > FAILURE_WINDOW) {
-            q.pop_front();
-        }
-        (q.len() >= max).then(|| FAILURE_WINDOW.saturating_sub(q.front().expect("non-empty").elapsed()))
-    }
-
-    fn fail(&self, key: String) {
-        self.failures.lock().expect("limiter lock").entry(key).or_default().push_back(Instant::now());
-    }
-
-    fn clear(&self, key: &str) {
-        self.failures.lock().expect("limiter lock").remove(key);
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum LoginError {
     #[error("wrong user name or password")]
@@ -312,21 +294,13 @@ pub enum LoginError {
 }
 
 /// Checks a password and, if right, starts a session. Returns the user and the new
-/// session token (the cookie value). Failures count against the account and the
-/// address; a user that does not exist costs the same hash as one that does.
-pub fn login(
-    store: &Store,
-    limiter: &LoginLimiter,
-    name: &str,
-    password: &str,
-    address: &str,
-) -> Result<(User, String), LoginError> {
-    let (account_key, address_key) = (format!("user:{name}"), format!("addr:{address}"));
-    if let Some(wait) =
-        limiter.wait(&account_key, MAX_FAILURES_PER_ACCOUNT).or(limiter.wait(&address_key, MAX_FAILURES_PER_ADDRESS))
-    {
-        audit(store, name, "login_refused", "rate limited", Some(address))?;
-        return Err(LoginError::Limited(wait));
+/// session token (the cookie value). Failures count towards the locks of [`lockout`];
+/// a user that does not exist costs the same hash as one that does.
+pub fn login(store: &Store, name: &str, password: &str, address: &str) -> Result<(User, String), LoginError> {
+    let now = Timestamp::now();
+    if let Some(lock) = lockout::lock_on(&*store.read()?, name, address, now).map_err(StoreError::from)? {
+        audit(store, name, "login_refused", &lock.to_string(), Some(address))?;
+        return Err(LoginError::Limited(Duration::from_secs((lock.until.unix() - now.unix()).max(1) as u64)));
     }
     let row: Option<(i64, String, Role, String)> = store
         .read()?
@@ -341,12 +315,17 @@ pub fn login(
     let phc = row.as_ref().map(|r| r.3.clone()).unwrap_or_else(|| DUMMY.get_or_init(|| hash_password("x")).clone());
     let ok = verify_password(password, &phc) && row.is_some();
     let Some((id, name, role, _)) = row.filter(|_| ok) else {
-        limiter.fail(account_key);
-        limiter.fail(address_key);
-        audit(store, name, "login_failed", "", Some(address))?;
+        let (tried, addr) = (name.to_string(), address.to_string());
+        store.writer().call(move |c| {
+            audit_in(c, &tried, "login_failed", "", Some(&addr))?;
+            for lock in lockout::fail(c, &tried, &addr, now)? {
+                tracing::warn!(stage = "web", %lock, "failed logins locked a login; `twinops user unlock NAME` lifts it");
+                audit_in(c, &tried, "login_locked", &lock.to_string(), Some(&addr))?;
+            }
+            Ok::<_, StoreError>(())
+        })?;
         return Err(LoginError::Wrong);
     };
-    limiter.clear(&account_key);
     let token = new_secret();
     let (hash, now) = (sha256_hex(&token), Timestamp::now().unix());
     let (actor, addr) = (name.clone(), address.to_string());
@@ -355,6 +334,7 @@ pub fn login(
             "INSERT INTO sessions (token_hash, user_id, created_at, last_seen_at, expires_at) VALUES (?1, ?2, ?3, ?3, ?4)",
         )?
         .execute(params![hash, id, now, now + SESSION_MAX_SECS])?;
+        lockout::succeeded(c, &actor, &addr)?;
         Ok::<_, StoreError>(audit_in(c, &actor, "login", "", Some(&addr))?)
     })?;
     Ok((User { id, name, role }, token))
@@ -504,17 +484,5 @@ mod tests {
         assert!(verify_password("correct horse battery", &phc));
         assert!(!verify_password("correct horse battery!", &phc));
         assert_ne!(phc, hash_password("correct horse battery"), "salted");
-    }
-
-    #[test]
-    fn the_limiter_counts_failures_in_the_window() {
-        let l = LoginLimiter::default();
-        for _ in 0..3 {
-            l.fail("user:kaur".into());
-        }
-        assert!(l.wait("user:kaur", 3).is_some());
-        assert!(l.wait("user:kaur", 4).is_none());
-        l.clear("user:kaur");
-        assert!(l.wait("user:kaur", 1).is_none());
     }
 }
