@@ -803,9 +803,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Token(TokenCommand::Create { user, label }) => {
             let store = cli.global.open()?;
-            let token = crate::accounts::create_token(&store, &user, &label, "cli")?;
+            let (id, token) = crate::accounts::create_token(&store, &user, &label, "cli")?;
             println!("{token}");
-            eprintln!("send it as `Authorization: Bearer <token>`; it is not shown again");
+            eprintln!(
+                "token {id}: send it as `Authorization: Bearer <token>`; it is not shown again (`twinops token revoke {id}` ends it)"
+            );
         }
         Command::Token(TokenCommand::List) => {
             let store = cli.global.open()?;

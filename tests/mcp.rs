@@ -96,7 +96,7 @@ async fn mcp_over_http_needs_a_bearer_token() {
 
     let p = Plant::new();
     accounts::add_user(&p.store, "operator.kaur", Role::Operator, "correct horse battery staple", "test").unwrap();
-    let token = accounts::create_token(&p.store, "operator.kaur", "mcp test", "test").unwrap();
+    let (_, token) = accounts::create_token(&p.store, "operator.kaur", "mcp test", "test").unwrap();
     let config = common::test_config("mcp");
     let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();

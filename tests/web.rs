@@ -447,7 +447,7 @@ async fn cross_site_requests_are_refused() {
     assert_eq!(r.status(), StatusCode::FORBIDDEN, "login CSRF too");
     assert_eq!(p.count(&format!("SELECT count(*) FROM alarms WHERE id = {id} AND acked_by IS NOT NULL")), 0);
 
-    let token = accounts::create_token(&p.store, "operator.kaur", "test", "test").unwrap();
+    let (_, token) = accounts::create_token(&p.store, "operator.kaur", "test", "test").unwrap();
     let r = hmi.http.post(hmi.url(&format!("/api/alarms/{id}/ack"))).bearer_auth(&token).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let r = hmi.http.get(hmi.url("/api/me")).bearer_auth("tw_not-a-token").send().await.unwrap();
@@ -687,7 +687,8 @@ async fn an_admin_manages_users_and_tokens() {
     // Tokens: created for a user, listed with their last use, revoked for good.
     let r = hmi.post("/api/tokens", &admin, json!({"user": "operator.kaur", "label": "historian"})).await;
     assert_eq!(r.status(), StatusCode::CREATED);
-    let token = r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_string();
+    let created = r.json::<Value>().await.unwrap();
+    let token = created["token"].as_str().unwrap().to_string();
     let bearer = |t: &str| hmi.http.get(hmi.url("/api/me")).bearer_auth(t.to_string()).send();
     assert_eq!(bearer(&token).await.unwrap().status(), StatusCode::OK);
     let tokens: Value = hmi.get("/api/tokens", &admin).await.json().await.unwrap();
@@ -699,6 +700,7 @@ async fn an_admin_manages_users_and_tokens() {
     assert!(listed["last_used_at"].is_string(), "its use is noted: {listed}");
     assert!(!tokens.to_string().contains(&token), "never the token itself");
     let id = listed["id"].as_i64().unwrap();
+    assert_eq!(created["id"].as_i64(), Some(id), "the new token's id, to revoke it by");
     assert_eq!(hmi.post(&format!("/api/tokens/{id}/revoke"), &admin, json!({})).await.status(), StatusCode::OK);
     assert_eq!(bearer(&token).await.unwrap().status(), StatusCode::UNAUTHORIZED);
     assert_eq!(hmi.post("/api/tokens/9999/revoke", &admin, json!({})).await.status(), StatusCode::NOT_FOUND);
@@ -709,6 +711,9 @@ async fn an_admin_manages_users_and_tokens() {
     assert_eq!(hmi.login("operator.kaur", PASSWORD).await.headers()[LOCATION], "/?login=failed");
     let users: Value = hmi.get("/api/users", &admin).await.json().await.unwrap();
     assert!(users.as_array().unwrap().iter().any(|u| u["name"] == "operator.kaur" && u["disabled"] == true));
+    let r = hmi.post("/api/tokens", &admin, json!({"user": "operator.kaur", "label": "while disabled"})).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert!(r.text().await.unwrap().contains("operator.kaur is disabled"), "not 'no user named'");
     assert_eq!(hmi.post("/api/users/operator.kaur/enable", &admin, json!({})).await.status(), StatusCode::OK);
     hmi.session("operator.kaur").await;
 
@@ -770,7 +775,7 @@ async fn an_open_event_stream_ends_with_its_credential() {
     add_users(&p);
     let hmi = Hmi::start(&p).await;
     let (kaur, viewer) = (hmi.session("operator.kaur").await, hmi.session("viewer.ng").await);
-    let token = accounts::create_token(&p.store, "supervisor.ruiz", "events", "test").unwrap();
+    let (_, token) = accounts::create_token(&p.store, "supervisor.ruiz", "events", "test").unwrap();
     // Reads a stream to its end, in a task of its own.
     let watch = |r: reqwest::Response| {
         assert_eq!(r.status(), StatusCode::OK);
@@ -910,4 +915,37 @@ async fn forwarded_addresses_count_only_from_trusted_proxies() {
     assert_eq!(spoofed.status(), StatusCode::TOO_MANY_REQUESTS, "a spoofed header from an untrusted peer is ignored");
     assert_eq!(p.count("SELECT count(*) FROM audit_log WHERE action = 'login_failed' AND address LIKE '203.%'"), 0);
     direct.daemon.shutdown().await;
+}
+
+/// A chat run is its asker's: another operator or a viewer gets 404 (its question is
+/// not shown), a supervisor and an admin see it; a triage run is everyone's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_run_is_seen_by_its_asker_and_supervisors_only() {
+    let p = Plant::new();
+    add_users(&p);
+    accounts::add_user(&p.store, "operator.bauer", Role::Operator, PASSWORD, "test").unwrap();
+    accounts::add_user(&p.store, "admin.li", Role::Admin, PASSWORD, "test").unwrap();
+    let hmi = Hmi::start(&p).await;
+    let kaur = hmi.session("operator.kaur").await;
+    let asked = hmi.post("/api/chat", &kaur, json!({"message": "How is PUMP-004? (a private question)"})).await;
+    assert!(asked.text().await.unwrap().contains("event: done"));
+    let history: Value = hmi.get("/api/chat", &kaur).await.json().await.unwrap();
+    let run = history["messages"].as_array().unwrap().iter().find_map(|m| m["run_id"].as_i64()).expect("a run id");
+    let path = format!("/api/runs/{run}");
+
+    assert_eq!(hmi.get(&path, &kaur).await.status(), StatusCode::OK, "the asker");
+    for other in ["operator.bauer", "viewer.ng"] {
+        let r = hmi.get(&path, &hmi.session(other).await).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{other}");
+        assert!(!r.text().await.unwrap().contains("private question"));
+    }
+    for boss in ["supervisor.ruiz", "admin.li"] {
+        let r = hmi.get(&path, &hmi.session(boss).await).await;
+        assert_eq!(r.status(), StatusCode::OK, "{boss}");
+    }
+    p.write("INSERT INTO agent_runs (profile, trigger, started_at) VALUES ('triage', 'alarm:1', 1796040000)");
+    let triage = p.count("SELECT max(id) FROM agent_runs WHERE profile = 'triage'");
+    let r = hmi.get(&format!("/api/runs/{triage}"), &hmi.session("viewer.ng").await).await;
+    assert_eq!(r.status(), StatusCode::OK, "a triage run is everyone's");
+    hmi.daemon.shutdown().await;
 }

@@ -40,6 +40,10 @@ pub enum AccountError {
     NoSuchUser(String),
     #[error("no API token {0}; list tokens with `twinops token list` or GET /api/tokens")]
     NoSuchToken(i64),
+    #[error(
+        "{0} is disabled: a token for them would not work; enable them first (`twinops user enable {0}`, or Enable in the Account tab)"
+    )]
+    Disabled(String),
     #[error("{0} is the only admin left, and would leave nobody able to manage users; make another user admin first")]
     LastAdmin(String),
     #[error(transparent)]
@@ -381,22 +385,27 @@ pub fn end_session(store: &Store, token: &str) -> Result<(), StoreError> {
 
 /// Creates an API token for `user`, labelled; returns it (shown once, stored hashed).
 /// `by` is who did it, for the audit log.
-pub fn create_token(store: &Store, user: &str, label: &str, by: &str) -> Result<String, AccountError> {
+/// A new API token for `user`: its id (to revoke it by) and the token, shown once.
+pub fn create_token(store: &Store, user: &str, label: &str, by: &str) -> Result<(i64, String), AccountError> {
     let token = format!("tw_{}", new_secret());
     let (hash, user, label, by) = (sha256_hex(&token), user.to_string(), label.to_string(), by.to_string());
-    store.writer().call(move |c| {
-        let id: Option<i64> = c
-            .prepare_cached("SELECT id FROM users WHERE name = ?1 AND disabled = 0")?
-            .query_row([&user], |r| r.get(0))
+    let id = store.writer().call(move |c| {
+        let found: Option<(i64, bool)> = c
+            .prepare_cached("SELECT id, disabled FROM users WHERE name = ?1")?
+            .query_row([&user], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
-        let id = id.ok_or_else(|| AccountError::NoSuchUser(user.clone()))?;
+        let id = match found {
+            None => return Err(AccountError::NoSuchUser(user)),
+            Some((_, true)) => return Err(AccountError::Disabled(user)),
+            Some((id, false)) => id,
+        };
         c.prepare_cached("INSERT INTO api_tokens (token_hash, label, user_id, created_at) VALUES (?1, ?2, ?3, ?4)")?
             .execute(params![hash, label, id, Timestamp::now().unix()])?;
         let id = c.last_insert_rowid();
         audit_in(c, &by, "token_created", &format!("{id} ({label}) for {user}"), None)?;
-        Ok::<_, AccountError>(())
+        Ok::<_, AccountError>(id)
     })?;
-    Ok(token)
+    Ok((id, token))
 }
 
 /// The user an API token belongs to, if it is valid. Notes its use (at most once a

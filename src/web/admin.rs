@@ -20,7 +20,9 @@ fn account_error(e: AccountError) -> ApiError {
     match e {
         AccountError::Invalid(_) => ApiError::bad_request(e.to_string()),
         AccountError::NoSuchUser(_) | AccountError::NoSuchToken(_) => ApiError::not_found(e.to_string()),
-        AccountError::Exists(_) | AccountError::LastAdmin(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+        AccountError::Exists(_) | AccountError::LastAdmin(_) | AccountError::Disabled(_) => {
+            ApiError::new(StatusCode::CONFLICT, e.to_string())
+        }
         AccountError::Store(e) => e.into(),
     }
 }
@@ -163,10 +165,12 @@ pub(super) async fn create_token(
     Extension(admin): Extension<User>,
     Json(req): Json<NewToken>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let token = blocking(move || accounts::create_token(&s.store, &req.user, &req.label, &admin.name)).await?;
+    let (id, token) = blocking(move || accounts::create_token(&s.store, &req.user, &req.label, &admin.name)).await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"token": token, "note": "shown once: send it as Authorization: Bearer <token>"})),
+        Json(
+            json!({"id": id, "token": token, "note": "shown once: send it as Authorization: Bearer <token>; revoke it by its id"}),
+        ),
     ))
 }
 

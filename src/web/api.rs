@@ -187,7 +187,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             M::GET,
             "/api/runs/{id}",
             viewer,
-            "An agent run with its steps (model calls, tool calls, guardrails)",
+            "An agent run with its steps (model calls, tool calls, guardrails); a chat run only for its asker, or from supervisor up",
             get(run),
         ),
         ep(M::GET, "/api/work_orders", viewer, "Work orders (query: status)", get(work_orders)),
@@ -721,19 +721,27 @@ async fn readings(
                    "limits": {"ll": ll, "l": l, "h": h, "hh": hh}, "points": points})))
 }
 
-async fn run(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, ApiError> {
+/// A run's trail. A chat run is its asker's: others see it only from supervisor up (to
+/// anyone else it does not exist); triage and handover runs are everyone's.
+async fn run(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
     let db = s.store.read()?;
     let run: Option<String> = db
         .query_row(
             "SELECT json_object('id', id, 'profile', profile, 'trigger', trigger, 'alarm_id', alarm_id, 'outcome', outcome,
                     'model', model, 'started_at', started_at, 'finished_at', finished_at, 'tokens_in', tokens_in,
                     'tokens_out', tokens_out, 'error', error, 'flags', json(flags))
-             FROM agent_runs WHERE id = ?1",
-            [id],
+             FROM agent_runs WHERE id = ?1 AND (profile != 'chat' OR trigger = 'user:' || ?2 OR ?3)",
+            params![id, user.name, user.role >= Role::Supervisor],
             |r| r.get(0),
         )
         .optional()?;
-    let run = run.ok_or_else(|| ApiError::not_found(format!("no run {id}")))?;
+    let run = run.ok_or_else(|| {
+        ApiError::not_found(format!("no run {id} of yours; runs are listed with their notes and chat answers"))
+    })?;
     let mut stmt = db.prepare_cached(
         "SELECT json_object('seq', seq, 'kind', kind, 'name', name, 'arguments', arguments, 'result', result,
                 'is_error', is_error, 'latency_ms', latency_us / 1000.0)
