@@ -215,8 +215,11 @@ pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Resul
             }
             Change::Password(_) => {
                 set_password_in(c, id, hash.as_deref().expect("hashed above"), "")?;
-                let cleared = lockout::unlock(c, &name)?;
-                ("password_set", format!("{name}; {cleared} failed logins cleared"))
+                let detail = match lockout::unlock(c, &name)? {
+                    0 => name.clone(),
+                    cleared => format!("{name}; {cleared} failed logins cleared"),
+                };
+                ("password_set", detail)
             }
             Change::Unlock => {
                 let cleared = lockout::unlock(c, &name)?;
