@@ -88,6 +88,12 @@ impl Browser {
         self.post(&format!("/element/{id}/value"), json!({"text": text})).await;
     }
 
+    async fn clear(&self, css: &str) {
+        let el = self.post("/element", json!({"using": "css selector", "value": css})).await;
+        let id = el.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
+        self.post(&format!("/element/{id}/clear"), json!({})).await;
+    }
+
     async fn screenshot(&self, path: &Path) {
         let png = base64(self.get("/screenshot").await.as_str().unwrap());
         std::fs::write(path, png).unwrap();
@@ -195,6 +201,9 @@ async fn the_hmi_in_a_real_browser() {
     // Log in.
     b.post("/url", json!({"url": format!("{base}/")})).await;
     b.until("the login form", "!document.querySelector('#login').hidden").await;
+    let chrome = "['#tabs', '#who', '#logout'].filter(s => document.querySelector(s).getClientRects().length > 0)";
+    let shown = b.js(&format!("return {chrome}.length;")).await;
+    assert_eq!(shown, 0, "the login page shows no tabs and no Log out");
     b.type_into("#login-name", "supervisor.ruiz").await;
     b.type_into("#login-password", PASSWORD).await;
     b.click("#login-submit").await;
@@ -345,6 +354,11 @@ async fn the_hmi_in_a_real_browser() {
     b.screenshot(&shots.join("approvals.png")).await;
     b.type_into("#approval-list .card .reason", "zone C: change the bearing this week").await;
     b.click("#approval-list .card .approve").await;
+    let asked =
+        b.until("the confirmation", "document.querySelector('#approval-list .card .confirm')?.textContent").await;
+    assert!(asked.as_str().unwrap().contains("It will be dispatched to maintenance for PUMP-007"), "{asked}");
+    assert_eq!(p.count("SELECT count(*) FROM work_orders WHERE status = 'pending_approval'"), 1, "not before the yes");
+    b.click("#approval-list .card .confirm-yes").await;
     b.until(
         "the dispatched work order",
         "[...document.querySelectorAll('#decided-list .card .status')].some(e => e.textContent.includes('dispatched'))",
@@ -373,12 +387,24 @@ async fn the_hmi_in_a_real_browser() {
     b.until("the admin's page", "document.querySelector('#user').textContent.includes('admin.lee')").await;
     b.click("button[data-tab=account]").await;
     b.until("the users", "document.querySelector('#user-rows tr[data-user=\"supervisor.ruiz\"]')").await;
+    // A refusal's own message, in the page.
+    b.type_into("#new-user-name", "supervisor.ruiz").await;
+    b.type_into("#new-user-password", PASSWORD).await;
+    b.click("#add-user").await;
+    let shown = "!document.querySelector('#error').hidden && document.querySelector('#error-text').textContent";
+    let error = b.until("the error in the page", shown).await;
+    assert!(error.as_str().unwrap().contains("a user named supervisor.ruiz already exists"), "{error}");
+    b.click("#error-dismiss").await;
+    b.until("the error dismissed", "document.querySelector('#error').hidden").await;
+    b.clear("#new-user-name").await;
+    b.clear("#new-user-password").await;
     b.type_into("#new-user-name", "operator.diaz").await;
     b.type_into("#new-user-password", PASSWORD).await;
     b.click("#add-user").await;
     let diaz = "document.querySelector('#user-rows tr[data-user=\"operator.diaz\"]')";
     b.until("the new user", &format!("{diaz} && {diaz}.querySelector('.state').textContent === 'enabled'")).await;
     b.click("#user-rows tr[data-user=\"operator.diaz\"] .disable").await;
+    b.click("#user-rows tr[data-user=\"operator.diaz\"] .confirm-yes").await;
     b.until("the user disabled", &format!("{diaz}.querySelector('.state').textContent === 'disabled'")).await;
     b.type_into("#new-token-user", "supervisor.ruiz").await;
     b.type_into("#new-token-label", "historian export").await;

@@ -949,3 +949,71 @@ async fn a_chat_run_is_seen_by_its_asker_and_supervisors_only() {
     assert_eq!(r.status(), StatusCode::OK, "a triage run is everyone's");
     hmi.daemon.shutdown().await;
 }
+
+/// Every error is JSON `{"error": ...}` with what to do, whatever refused the request:
+/// an unknown route, a wrong method, a path id that is not a number, unknown fields,
+/// no content type, a body over 64 KiB, a bad shelve. A browser's locked-out login
+/// gets the page back with the reason, not raw JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_error_is_json_that_says_what_to_do() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let (_, token) = accounts::create_token(&p.store, "supervisor.ruiz", "errors", "test").unwrap();
+    let send = |method: reqwest::Method, path: &str| hmi.http.request(method, hmi.url(path)).bearer_auth(&token);
+    let alarm = p.count("SELECT min(id) FROM alarms WHERE cleared_at IS NULL");
+    let cases = [
+        (send(reqwest::Method::GET, "/api/nope"), 404, "no such page or endpoint"),
+        (send(reqwest::Method::DELETE, "/api/alarms"), 405, "DELETE is not allowed on /api/alarms"),
+        (send(reqwest::Method::GET, "/api/runs/abc"), 400, "ids in paths are whole numbers"),
+        (
+            send(reqwest::Method::POST, "/api/chat").json(&json!({"message": "hi", "extra": 1})),
+            422,
+            "unknown field `extra`",
+        ),
+        (send(reqwest::Method::POST, "/api/chat").body("{\"message\": \"hi\"}"), 415, "Content-Type: application/json"),
+        (
+            send(reqwest::Method::POST, "/api/chat").json(&json!({"message": "x".repeat(70_000)})),
+            413,
+            "over the limit of 64 KiB",
+        ),
+        (
+            send(reqwest::Method::POST, &format!("/api/alarms/{alarm}/shelve"))
+                .json(&json!({"minutes": 5, "reason": " "})),
+            400,
+            "a reason is required",
+        ),
+        (
+            send(reqwest::Method::POST, &format!("/api/alarms/{alarm}/shelve"))
+                .json(&json!({"minutes": 0, "reason": "x"})),
+            400,
+            "not 0 minutes",
+        ),
+    ];
+    for (request, status, says) in cases {
+        let r = request.send().await.unwrap();
+        let what = format!("{} {}", r.status(), r.url().path());
+        assert_eq!(r.status().as_u16(), status, "{what}");
+        assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/json"), "{what}");
+        let body: Value = r.json().await.unwrap();
+        let error = body["error"].as_str().unwrap_or_else(|| panic!("{what}: {body}"));
+        assert!(error.contains(says), "{what}: {error}");
+        assert!(!error.contains("--reason"), "no CLI flags in the HMI: {error}");
+    }
+
+    for _ in 0..5 {
+        hmi.login("viewer.ng", "a wrong guess").await;
+    }
+    let page = hmi
+        .http
+        .post(hmi.url("/login"))
+        .header(ORIGIN, &hmi.base)
+        .header("accept", "text/html,application/xhtml+xml")
+        .form(&[("name", "viewer.ng"), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    assert!(page.headers()[LOCATION].to_str().unwrap().starts_with("/?login=locked&minutes="));
+    hmi.daemon.shutdown().await;
+}

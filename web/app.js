@@ -41,6 +41,21 @@ async function api(path, opts = {}) {
   return body;
 }
 
+// An action's error, in the page (never an alert box): the server's own message.
+function showError(message) {
+  $('#error-text').textContent = message;
+  $('#error').hidden = false;
+}
+
+// Asks in place, under `where`, before `run`: `text` says what will happen.
+function confirmIn(where, text, label, run, cancel = () => {}) {
+  where.querySelector(':scope > .confirm')?.remove();
+  const box = h('div', { class: 'confirm', role: 'group' }, h('p', {}, text),
+    h('button', { class: 'confirm-yes', onclick: () => { box.remove(); run(); } }, label), ' ',
+    h('button', { class: 'confirm-no', onclick: () => { box.remove(); cancel(); } }, 'Cancel'));
+  where.append(box);
+}
+
 const can = (role) => state.me && ROLES.indexOf(state.me.role) >= ROLES.indexOf(role);
 const time = (unix) => (unix ? new Date(unix * 1000).toLocaleString() : '');
 const ago = (unix) => {
@@ -97,6 +112,7 @@ async function start() {
   $('#user').textContent = `${state.me.name} (${state.me.role})`;
   for (const b of document.querySelectorAll('.tab')) b.addEventListener('click', () => show(b.dataset.tab));
   $('#doc-close').addEventListener('click', () => ($('#doc-dialog').hidden = true));
+  $('#error-dismiss').addEventListener('click', () => ($('#error').hidden = true));
   $('#chat-form').addEventListener('submit', ask);
   $('#own-password-form').addEventListener('submit', changeOwnPassword);
   $('#add-user-form').addEventListener('submit', addUser);
@@ -110,7 +126,11 @@ async function start() {
 
 function showLogin() {
   $('#login').hidden = false;
-  $('#login-failed').hidden = !location.search.includes('login=failed');
+  const q = new URLSearchParams(location.search);
+  $('#login-failed').hidden = q.get('login') !== 'failed';
+  $('#login-locked').hidden = q.get('login') !== 'locked';
+  $('#login-locked').textContent = `Too many failed logins from here: try again in ${q.get('minutes') || 15} minutes, `
+    + 'or ask an administrator to unlock the account (Account tab, or twinops user unlock NAME).';
   $('#login-name').focus();
 }
 
@@ -257,7 +277,7 @@ async function act(fn) {
   try {
     await fn();
   } catch (e) {
-    alert(e.message);
+    showError(e.message);
   }
   loadAlarms();
 }
@@ -566,12 +586,19 @@ function card(w) {
       try {
         await api(`/api/work_orders/${w.id}/${verb}`, { json: { reason: reason.value } });
       } catch (e) {
-        alert(e.message);
+        showError(e.message);
       }
       loadApprovals();
     };
-    c.append(h('div', {}, reason, ' ', h('button', { class: 'approve', onclick: decide('approve') }, 'Approve'), ' ',
-      h('button', { class: 'reject', onclick: decide('reject') }, 'Reject')));
+    const row = h('div', {}, reason, ' ');
+    const ask = (verb, what) => () => confirmIn(row, `${verb === 'approve' ? 'Approve' : 'Reject'} work order ${w.id}, `
+      + `"${w.title}"? ${what}`, `Yes, ${verb}`, decide(verb));
+    row.append(
+      h('button', { class: 'approve', onclick: ask('approve', `It will be dispatched to maintenance for ${w.asset_id} `
+        + '(published on MQTT and to the webhook); this cannot be undone.') }, 'Approve'), ' ',
+      h('button', { class: 'reject', onclick: ask('reject', 'The proposal is closed and nothing is dispatched; '
+        + 'the agent may propose again.') }, 'Reject'));
+    c.append(row);
   }
   return c;
 }
@@ -588,30 +615,35 @@ async function loadAccount() {
     try {
       await api(`/api/users/${encodeURIComponent(name)}/${path}`, { json: json ? json() : {} });
     } catch (e) {
-      alert(e.message);
+      showError(e.message);
     }
     loadAccount();
   };
   $('#user-rows').replaceChildren(...users.map((u) => {
+    const actions = h('td', {});
     const role = h('select', { 'aria-label': `role of ${u.name}`, class: 'role',
-      onchange: userAction(u.name, 'role', () => ({ role: role.value })) },
+      onchange: () => confirmIn(actions, `Make ${u.name} ${role.value} (now ${u.role})? It applies from their next request.`,
+        'Yes, change the role', userAction(u.name, 'role', () => ({ role: role.value })), () => (role.value = u.role)) },
     ROLES.map((r) => h('option', { selected: r === u.role }, r)));
+    const disable = () => confirmIn(actions, `Disable ${u.name}? They are logged out at once, cannot log in, `
+      + 'and their API tokens stop working until they are enabled again.', 'Yes, disable', userAction(u.name, 'disable'));
     const reset = async () => {
       const password = prompt(`New password for ${u.name} (12 characters or more); their sessions end:`);
       if (password) await userAction(u.name, 'password', () => ({ password }))();
     };
+    actions.append(
+      u.disabled
+        ? h('button', { class: 'enable', onclick: userAction(u.name, 'enable') }, 'Enable')
+        : h('button', { class: 'disable', onclick: disable }, 'Disable'),
+      ' ', h('button', { class: 'reset', onclick: reset }, 'Reset password'),
+      ...(u.locks.length ? [' ', h('button', { class: 'unlock', onclick: userAction(u.name, 'unlock') }, 'Unlock')] : []));
     return h('tr', { 'data-user': u.name },
       h('td', {}, u.name), h('td', {}, role),
       h('td', { class: 'state' }, u.disabled ? 'disabled' : 'enabled',
         ...u.locks.map((l) => h('div', { class: 'lock' },
           `locked ${l.address ? `for ${l.address}` : 'from every address'} until ${when(l.until)} (${l.failures} failed logins)`))),
       h('td', {}, u.live_tokens), h('td', {}, when(u.created_at)),
-      h('td', {},
-        u.disabled
-          ? h('button', { class: 'enable', onclick: userAction(u.name, 'enable') }, 'Enable')
-          : h('button', { class: 'disable', onclick: userAction(u.name, 'disable') }, 'Disable'),
-        ' ', h('button', { class: 'reset', onclick: reset }, 'Reset password'),
-        u.locks.length ? [' ', h('button', { class: 'unlock', onclick: userAction(u.name, 'unlock') }, 'Unlock')] : []));
+      actions);
   }));
   $('#token-rows').replaceChildren(...tokens.map((t) => h('tr', { 'data-token': t.id },
     h('td', {}, t.id), h('td', {}, t.user), h('td', {}, t.label), h('td', {}, when(t.created_at)),
@@ -621,7 +653,7 @@ async function loadAccount() {
       try {
         await api(`/api/tokens/${t.id}/revoke`, { json: {} });
       } catch (e) {
-        alert(e.message);
+        showError(e.message);
       }
       loadAccount();
     } }, 'Revoke')))));
@@ -646,7 +678,7 @@ async function addUser(ev) {
       password: $('#new-user-password').value } });
     ev.target.reset();
   } catch (e) {
-    alert(e.message);
+    showError(e.message);
   }
   loadAccount();
 }
@@ -661,7 +693,7 @@ async function addToken(ev) {
     shown.replaceChildren('Shown once; send it as Authorization: Bearer <token>: ', h('code', { id: 'new-token-value' }, token));
     ev.target.reset();
   } catch (e) {
-    alert(e.message);
+    showError(e.message);
   }
   loadAccount();
 }

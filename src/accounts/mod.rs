@@ -294,7 +294,7 @@ pub(crate) fn audit_in(
 pub enum LoginError {
     #[error("wrong user name or password")]
     Wrong,
-    #[error("too many failed logins; try again in {} minutes", .0.as_secs().div_ceil(60))]
+    #[error("too many failed logins; try again in {} minutes, or ask an administrator to unlock the account (`twinops user unlock NAME`, or Unlock in the Account tab)", .0.as_secs().div_ceil(60))]
     Limited(Duration),
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -434,10 +434,15 @@ pub fn shelve(
     now: Timestamp,
 ) -> Result<AlarmState, ActionError> {
     if !(60..=MAX_SHELVE_SECS).contains(&secs) {
-        return Err(ActionError::Invalid(format!("shelve for 1 minute to 24 hours, not {secs} s")));
+        return Err(ActionError::Invalid(format!(
+            "shelve for 1 to 1440 minutes (24 hours), not {} minutes",
+            secs / 60
+        )));
     }
     if reason.trim().is_empty() {
-        return Err(ActionError::Invalid("say why the alarm is shelved (--reason)".into()));
+        return Err(ActionError::Invalid(
+            "say why the alarm is shelved: a reason is required, and goes in the alarm's journal".into(),
+        ));
     }
     let (user, reason) = (user.to_string(), reason.trim().to_string());
     writer.call(move |conn| {
@@ -507,7 +512,7 @@ pub fn remove_from_service(
 ) -> Result<AlarmState, ActionError> {
     if reason.trim().is_empty() {
         return Err(ActionError::Invalid(
-            "say why the alarm is taken out of service (--reason), e.g. the permit number".into(),
+            "say why the alarm is taken out of service, e.g. the permit number: a reason is required, and goes in the alarm's journal".into(),
         ));
     }
     let (user, reason) = (user.to_string(), reason.trim().to_string());

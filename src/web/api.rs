@@ -307,6 +307,8 @@ async fn login(
 ) -> Result<Response, ApiError> {
     let st = Arc::clone(&s);
     let address = super::client::address(peer.ip(), &headers, &s.cfg.trusted_proxies).to_string();
+    // The page's form wants a page back, not JSON shown raw.
+    let browser = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"));
     let result = tokio::task::spawn_blocking(move || {
         if let Some(Extension(Credential::Session(old))) = credential {
             accounts::end_session(&st.store, &old)?;
@@ -321,6 +323,9 @@ async fn login(
             Ok(r)
         }
         Err(LoginError::Wrong) => Ok(redirect("/?login=failed")),
+        Err(LoginError::Limited(wait)) if browser => {
+            Ok(redirect(&format!("/?login=locked&minutes={}", wait.as_secs().div_ceil(60))))
+        }
         Err(e @ LoginError::Limited(_)) => Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())),
         Err(LoginError::Store(e)) => Err(e.into()),
     }

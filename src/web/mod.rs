@@ -92,6 +92,7 @@ pub fn router(state: Arc<WebState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authenticate))
         .layer(axum::middleware::from_fn(count_requests))
         .layer(axum::middleware::from_fn(refuse_cross_site))
+        .layer(axum::middleware::from_fn(json_errors))
         .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
 }
@@ -266,6 +267,50 @@ async fn refuse_cross_site(req: Request, next: Next) -> Response {
         )
         .into_response()
     }
+}
+
+/// Every error is JSON `{"error": ...}` that says what to do. axum's own rejections (a
+/// body that is not JSON, unknown fields, a path id that is not a number, a body over
+/// the limit) are plain text, and unknown routes and wrong methods have no body: they
+/// are rewritten here, their text kept. `/mcp` speaks its own protocol and is left alone.
+async fn json_errors(req: Request, next: Next) -> Response {
+    if req.uri().path().starts_with("/mcp") {
+        return next.run(req).await;
+    }
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let res = next.run(req).await;
+    let status = res.status();
+    let json = res.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || json {
+        return res;
+    }
+    let (parts, body) = res.into_parts();
+    let text = axum::body::to_bytes(body, 16 * 1024).await.map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    let text = text.unwrap_or_default();
+    const SCHEMA: &str = "the API is described at /api/openapi.json";
+    let error = match status {
+        StatusCode::NOT_FOUND if text.is_empty() => format!("no such page or endpoint; {SCHEMA}"),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            format!("{method} is not allowed on {path}; {SCHEMA}, with each path's methods")
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => "the request body is over the limit of 64 KiB; send less".to_string(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            format!("{text}: send the body as JSON with the header `Content-Type: application/json`")
+        }
+        StatusCode::UNPROCESSABLE_ENTITY => format!("{text}; {SCHEMA}, with each body's fields"),
+        StatusCode::BAD_REQUEST if text.starts_with("Invalid URL") => {
+            format!("{text}: ids in paths are whole numbers, as the lists give them; {SCHEMA}")
+        }
+        _ if text.is_empty() => format!("{}; {SCHEMA}", status.canonical_reason().unwrap_or("error")),
+        _ => format!("{text}; {SCHEMA}"),
+    };
+    let mut rewritten = ApiError::new(status, error).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            rewritten.headers_mut().insert(name, value.clone());
+        }
+    }
+    rewritten
 }
 
 /// The page loads only its own script and style; nothing from other origins, no
