@@ -165,23 +165,9 @@ impl Daemon {
         let scheduler = crate::schedule::start(&schedule, store.clone(), agent).await?;
         let mut simulator = None;
         if opts.demo {
-            // Live telemetry every 5 s and an alarm event every 10 s or so, until stopped.
-            let sim = SimOptions {
-                broker: mqtt.url.clone(),
-                topic: "scada/alarms".into(),
-                telemetry_topic: "scada/telemetry".into(),
-                seed_dir: opts.seed_dir.clone(),
-                count: 0,
-                rate: 0.1,
-                interval: 5.0,
-                duplicates: 5.0,
-                malformed: 0.0,
-                flood: false,
-                run: format!("demo-{}", Timestamp::now().unix()),
-                // With Sparkplug on, the demo's telemetry comes as an edge node.
-                sparkplug: (opts.config.sparkplug.enabled)
-                    .then(|| opts.config.sparkplug.groups.first().cloned().unwrap_or_else(|| "demo".into())),
-            };
+            let sparkplug = (opts.config.sparkplug.enabled)
+                .then(|| opts.config.sparkplug.groups.first().cloned().unwrap_or_else(|| "demo".into()));
+            let sim = SimOptions::demo(&mqtt.url, &opts.seed_dir, sparkplug);
             simulator = Some(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 if let Err(e) = sim::simulate(&sim).await {

@@ -89,6 +89,11 @@ impl Point {
         self.active
     }
 
+    /// The same point, raising only after `samples` consecutive samples beyond it.
+    pub fn with_on_delay(self, samples: usize) -> Point {
+        Point { on_delay: samples.max(1), ..self }
+    }
+
     /// Feeds one sample: `Some(true)` when the alarm raises, `Some(false)` when it clears.
     pub fn sample(&mut self, value: f64) -> Option<bool> {
         if !self.active {
