@@ -225,6 +225,9 @@ async fn the_hmi_in_a_real_browser() {
     let row = format!("document.querySelector('#alarm-rows tr[data-alarm=\"{alarm_id}\"]')");
     b.until("the new alarm in the list", &row).await;
     b.until("its triage note", &format!("{row}.textContent.includes('note')")).await;
+    // Unacknowledged: marked by more than bold text, and first.
+    let marked = b.js(&format!("return {row}.classList.contains('unacked') && {row}.querySelector('.unack') !== null && document.querySelector('#alarm-rows tr') === {row};")).await;
+    assert_eq!(marked, true, "the unacknowledged alarm is marked and first");
     b.screenshot(&shots.join("alarms.png")).await;
 
     // Its triage note, marked AI advisory, and a citation opening the document chunk.
@@ -257,7 +260,23 @@ async fn the_hmi_in_a_real_browser() {
     assert!(trace.as_str().unwrap().contains("search_docs"), "{trace}");
 
     // The supervisor takes the alarm's point out of service, with a reason, and back.
-    b.type_into("#oos-reason", "permit 4471: vibration probe replaced").await;
+    // Events that arrive while the reason is being typed leave it as it is.
+    b.type_into("#oos-reason", "permit 4471: vibration").await;
+    let other = json!({"type": "alarm", "event_id": "browser-2", "asset_id": "PUMP-001", "sensor_id": "PUMP-001.FLOW",
+                       "code": "FLOW-LO", "severity": "low", "state": "raised", "value": 140.0, "threshold": 150.0,
+                       "time": Timestamp::now().to_rfc3339(), "message": "Pump 1 flow low"});
+    twinops::sim::publish_all(&daemon.mqtt_url, "browser-pub2", "scada/alarms", vec![other.to_string().into_bytes()])
+        .await
+        .unwrap();
+    b.until(
+        "the other alarm in the list",
+        "document.querySelector('#alarm-rows tr[data-key=\"PUMP-001|PUMP-001.FLOW|FLOW-LO\"]')",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let kept = b.js("return document.querySelector('#oos-reason').value;").await;
+    assert_eq!(kept, "permit 4471: vibration", "the half-typed reason survived the live update");
+    b.type_into("#oos-reason", " probe replaced").await;
     b.click("#out-of-service").await;
     b.until("the return-to-service button", "document.querySelector('#in-service')").await;
     // Out of the list of alarms that need attention, into the one of suppressed alarms.
@@ -283,8 +302,13 @@ async fn the_hmi_in_a_real_browser() {
     let returned = "SELECT count(*) FROM alarms WHERE asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO' AND state = 'rtn_unacknowledged'";
     let waiting = p.count(returned);
     assert!(waiting > 1, "the seeded plant has repeats: {waiting}");
-    let one = p.count("SELECT max(id) FROM alarms WHERE asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO' AND state = 'rtn_unacknowledged'");
-    b.click(&format!("#alarm-rows tr[data-alarm=\"{one}\"]")).await;
+    // One row for the point, with its count, subdued as returned to normal.
+    let point = "#alarm-rows tr[data-key=\"PUMP-004|PUMP-004.PRESS-SUC|PRESS-SUC-LO\"]";
+    let summary = b.until("the point's row", &format!("document.querySelector('{point}')?.textContent")).await;
+    assert!(summary.as_str().unwrap().contains(&format!("×{waiting}")), "{summary}");
+    let rows = b.js("return document.querySelectorAll('#alarm-rows tr[data-key=\"PUMP-004|PUMP-004.PRESS-SUC|PRESS-SUC-LO\"]').length;").await;
+    assert_eq!(rows, 1, "one row per point");
+    b.click(point).await;
     let label = b
         .until(
             "the group button",
@@ -293,11 +317,7 @@ async fn the_hmi_in_a_real_browser() {
         .await;
     assert_eq!(label, format!("Acknowledge all {waiting} returned to normal on PUMP-004 PRESS-SUC-LO"));
     b.click("#ack-returned").await;
-    b.until(
-        "the point's rows gone",
-        &format!("document.querySelector('#alarm-rows tr[data-alarm=\"{one}\"]') === null"),
-    )
-    .await;
+    b.until("the point's row gone", &format!("document.querySelector('{point}') === null")).await;
     assert_eq!(p.count(returned), 0);
 
     // The chat streams its answer; the hostile parts stay text.

@@ -4,7 +4,6 @@
 'use strict';
 
 const $ = (sel) => document.querySelector(sel);
-const RANK = { critical: 0, high: 1, medium: 2, low: 3 };
 const ROLES = ['viewer', 'operator', 'supervisor', 'admin'];
 const state = { me: null, tab: 'alarms', alarm: null, alarms: [], asset: null, sensor: null, hours: 24 };
 
@@ -184,7 +183,7 @@ function listen() {
 // ---------------------------------------------------------------- alarms
 
 async function loadAlarms() {
-  const [{ alarms }, { alarms: suppressed }] = await Promise.all([api('/api/alarms?active=true'), api('/api/alarms?suppressed=true')]);
+  const [{ points, active }, { alarms: suppressed }] = await Promise.all([api('/api/alarm-points'), api('/api/alarms?suppressed=true')]);
   // Shelved and out-of-service alarms stay in view (ISA-18.2), apart from those that need attention.
   $('#suppressed').hidden = suppressed.length === 0;
   $('#suppressed-count').textContent = `(${suppressed.length})`;
@@ -199,40 +198,113 @@ async function loadAlarms() {
       ),
     ),
   );
-  alarms.sort((a, b) => RANK[a.severity] - RANK[b.severity] || b.raised_at - a.raised_at);
-  state.alarms = alarms;
-  $('#alarm-count').textContent = alarms.length ? `(${alarms.length})` : '';
-  $('#no-alarms').hidden = alarms.length > 0;
-  $('#alarm-rows').replaceChildren(
-    ...alarms.map((a) =>
-      h('tr', { 'data-alarm': a.id, class: a.id === state.alarm ? 'selected' : '', onclick: () => openAlarm(a.id) },
-        h('td', {}, h('span', { class: `sev ${a.severity}` }, a.severity)),
-        h('td', { class: 'nowrap', title: time(a.raised_at) }, ago(a.raised_at)),
-        h('td', { class: 'nowrap' }, a.asset_id),
-        h('td', { class: 'nowrap' }, a.code),
-        h('td', {}, a.message),
-        h('td', { class: `nowrap state-${a.state}` }, a.state.replaceAll('_', ' ')),
-        h('td', { class: 'quiet' }, a.note_id ? 'note' : a.triage === 'queued' || a.triage === 'running' ? 'triaging…' : ''),
-      ),
-    ),
-  );
+  // One row per alarm point, in the server's order (unacknowledged active first).
+  state.points = new Map(points.map((a) => [pointKey(a), a]));
+  $('#alarm-count').textContent = active ? `(${active})` : '';
+  $('#no-alarms').hidden = points.length > 0;
+  keyedRows($('#alarm-rows'), points, pointKey, (a) => [
+    h('td', { class: `prio ${a.severity}` },
+      a.unacknowledged > 0 ? h('span', { class: 'unack', title: 'unacknowledged' }, '◆ ') : '', a.severity),
+    h('td', { class: 'nowrap', title: `first ${time(a.first_raised_at)}, last ${time(a.last_raised_at)}` }, ago(a.last_raised_at)),
+    h('td', { class: 'nowrap' }, a.asset_id),
+    h('td', { class: 'nowrap' }, a.sensor_id || '-'),
+    h('td', { class: 'nowrap' }, a.code),
+    h('td', {}, a.message),
+    h('td', { class: `nowrap state-${a.state}` }, a.state.replaceAll('_', ' ')),
+    h('td', { class: 'count', title: 'occurrences that need attention' }, a.occurrences > 1 ? `×${a.occurrences}` : ''),
+    h('td', { class: 'quiet' }, a.note_id ? 'note' : a.triage === 'queued' || a.triage === 'running' ? 'triaging…' : ''),
+  ], (row, a) => {
+    row.className = [a.active ? '' : 'rtn', a.unacknowledged > 0 ? 'unacked' : '', pointKey(a) === state.point ? 'selected' : ''].join(' ').trim();
+    row.dataset.alarm = a.id;
+  }, (k) => openPoint(k));
   if (state.alarm) openAlarm(state.alarm, true);
 }
 
+const pointKey = (a) => `${a.asset_id}|${a.sensor_id || '-'}|${a.code}`;
+
+// Rows keyed by `key`, kept and updated in place: a row is rebuilt only when its item
+// changed, and never replaced by another element, so a click on it lands.
+function keyedRows(tbody, items, key, cells, decorate, onclick) {
+  const old = new Map([...tbody.children].map((r) => [r.dataset.key, r]));
+  tbody.replaceChildren(...items.map((it) => {
+    const k = key(it);
+    let row = old.get(k);
+    if (!row) {
+      row = h('tr', { 'data-key': k, onclick: () => onclick(k) });
+    }
+    const sig = JSON.stringify(it);
+    if (row.dataset.sig !== sig) {
+      row.replaceChildren(...cells(it));
+      row.dataset.sig = sig;
+    }
+    decorate(row, it);
+    return row;
+  }));
+}
+
+function openPoint(key) {
+  const a = state.points.get(key);
+  if (!a) return;
+  state.point = key;
+  for (const r of document.querySelectorAll('#alarm-rows tr')) r.classList.toggle('selected', r.dataset.key === key);
+  openAlarm(a.id);
+}
+
+// The open alarm, updated in place by live events: the parts are rebuilt, but not the
+// actions while the operator is typing in them (a half-written reason survives), nor
+// the note while its trace is open.
 async function openAlarm(id, quiet) {
+  const again = quiet && state.alarm === id;
   state.alarm = id;
   for (const r of document.querySelectorAll('#alarm-rows tr')) r.classList.toggle('selected', Number(r.dataset.alarm) === id);
   const { alarm: a, journal, note } = await api(`/api/alarms/${id}`);
+  const point = state.points?.get(pointKey(a));
+  const returned = point?.returned_unacknowledged || 0;
+  const query = new URLSearchParams({ asset: a.asset_id, sensor: a.sensor_id || '-', code: a.code, active: 'false', limit: '50' });
+  const { alarms: occurrences } = await api(`/api/alarms?${query}`);
   const panel = $('#alarm-detail');
   panel.hidden = false;
+  const part = (cls) => panel.querySelector(`:scope > .${cls}`);
+  const typing = (el) => el && [...el.querySelectorAll('input')].some((i) => i === document.activeElement || (i.type === 'text' && i.value));
+  const actionsSig = `${id}|${a.state}|${returned}`;
+  const oldActions = part('actions');
+  const actions = again && oldActions && (oldActions.dataset.sig === actionsSig || typing(oldActions))
+    ? oldActions : alarmActions(a, returned);
+  actions.dataset.sig = actions === oldActions ? oldActions.dataset.sig : actionsSig;
+  const oldNote = part('note-part');
+  const noteSig = `${id}|${note?.note_id ?? ''}`;
+  const notePart = again && oldNote?.dataset.sig === noteSig ? oldNote
+    : h('div', { class: 'note-part', 'data-sig': noteSig }, note ? noteView(note) : h('p', { class: 'quiet' }, 'Triage note pending.'));
+  panel.replaceChildren(
+    h('h2', {}, h('span', { class: `sev ${a.severity}` }, a.severity), ` ${a.asset_id} ${a.sensor_id ? `${a.sensor_id} ` : ''}${a.code}`),
+    h('dl', { class: 'kv' },
+      h('dt', {}, 'Message'), h('dd', {}, a.message),
+      h('dt', {}, 'Sensor'), h('dd', {}, a.sensor_id || '-'),
+      h('dt', {}, 'Value'), h('dd', {}, a.value ?? '-', a.threshold != null ? ` (limit ${a.threshold})` : ''),
+      h('dt', {}, 'Raised'), h('dd', {}, time(a.raised_at)),
+      h('dt', {}, 'State'), h('dd', {}, a.state.replaceAll('_', ' ')),
+    ),
+    actions,
+    notePart,
+    h('h3', {}, `Occurrences of this point (${occurrences.length}${occurrences.length === 50 ? '+' : ''})`),
+    h('ul', { class: 'occurrences' }, occurrences.map((o) => h('li', {},
+      h('a', { href: '#', class: o.id === id ? 'current' : '', onclick: (ev) => { ev.preventDefault(); openAlarm(o.id); } },
+        `${time(o.raised_at)} ${o.state.replaceAll('_', ' ')}${o.value != null ? `, ${o.value}` : ''}`)))),
+    h('h3', {}, 'Journal'),
+    h('ul', {}, journal.map((j) => h('li', {}, `${time(j.at)} ${j.kind} by ${j.actor}${j.detail ? `: ${j.detail}` : ''}`))),
+  );
+  if (!quiet) panel.scrollTop = 0;
+}
+
+// The buttons and inputs for what the user may do with alarm `a` in its state.
+function alarmActions(a, returned) {
+  const id = a.id;
   const actions = h('div', { class: 'actions' });
   if (can('operator')) {
     if (['unacknowledged', 'rtn_unacknowledged'].includes(a.state)) {
       actions.append(h('button', { id: 'ack', onclick: () => act(() => api(`/api/alarms/${id}/ack`, { method: 'POST' })) }, 'Acknowledge'));
     }
-    // A point that went in and out of alarm leaves a row each time; its returned ones go together.
-    const samePoint = (x) => x.asset_id === a.asset_id && x.code === a.code && (x.sensor_id || '') === (a.sensor_id || '');
-    const returned = (state.alarms || []).filter((x) => samePoint(x) && x.state === 'rtn_unacknowledged').length;
+    // A point that went in and out of alarm several times: its returned occurrences go together.
     if (a.state === 'rtn_unacknowledged' && returned > 1) {
       actions.append(h('button', { id: 'ack-returned', onclick: () => act(() => api(`/api/alarms/${id}/ack-returned`, { method: 'POST' })) },
         `Acknowledge all ${returned} returned to normal on ${a.asset_id} ${a.code}`));
@@ -256,26 +328,14 @@ async function openAlarm(id, quiet) {
         h('button', { id: 'out-of-service', onclick: () => act(() => api(`/api/alarms/${id}/out-of-service`, { json: { reason: why.value } })) }, 'Take out of service')));
     }
   }
-  panel.replaceChildren(
-    h('h2', {}, h('span', { class: `sev ${a.severity}` }, a.severity), ` ${a.asset_id} ${a.code}`),
-    h('dl', { class: 'kv' },
-      h('dt', {}, 'Message'), h('dd', {}, a.message),
-      h('dt', {}, 'Sensor'), h('dd', {}, a.sensor_id || '-'),
-      h('dt', {}, 'Value'), h('dd', {}, a.value ?? '-', a.threshold != null ? ` (limit ${a.threshold})` : ''),
-      h('dt', {}, 'Raised'), h('dd', {}, time(a.raised_at)),
-      h('dt', {}, 'State'), h('dd', {}, a.state.replaceAll('_', ' ')),
-    ),
-    actions,
-    note ? noteView(note) : h('p', { class: 'quiet' }, 'Triage note pending.'),
-    h('h3', {}, 'Journal'),
-    h('ul', {}, journal.map((j) => h('li', {}, `${time(j.at)} ${j.kind} by ${j.actor}${j.detail ? `: ${j.detail}` : ''}`))),
-  );
-  if (!quiet) panel.scrollTop = 0;
+  return actions;
 }
 
 async function act(fn) {
   try {
     await fn();
+    // Done: the actions are rebuilt for the alarm's new state, inputs and all.
+    $('#alarm-detail > .actions')?.remove();
   } catch (e) {
     showError(e.message);
   }

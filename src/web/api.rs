@@ -136,8 +136,18 @@ pub fn endpoints() -> Vec<Endpoint> {
             M::GET,
             "/api/alarms",
             viewer,
-            "Alarms by priority then age (query: active, suppressed, asset, limit)",
+            "Alarms by priority then age (query: active, suppressed, asset, sensor, code, limit); sensor and code \
+             with asset name one alarm point, whose occurrences these are",
             get(list_alarms),
+        ),
+        ep(
+            M::GET,
+            "/api/alarm-points",
+            viewer,
+            "The alarm summary: one row per alarm point (asset, sensor, condition) that needs attention, with its \
+             latest occurrence, how many occurrences need attention, and the first and last raise; active \
+             unacknowledged first, then active acknowledged, then returned to normal, each by priority then age",
+            get(alarm_points),
         ),
         ep(M::GET, "/api/alarms/{id}", viewer, "One alarm with its journal and triage note", get(alarm)),
         ep(M::POST, "/api/alarms/{id}/ack", operator, "Acknowledge an alarm", post(ack)),
@@ -470,6 +480,9 @@ struct AlarmQuery {
     /// Only alarms kept from the operators: shelved or out of service (overrides `active`).
     suppressed: Option<bool>,
     asset: Option<String>,
+    /// With `asset` and `code`: one alarm point (`-` for an alarm of the asset itself).
+    sensor: Option<String>,
+    code: Option<String>,
     limit: Option<u32>,
 }
 
@@ -496,12 +509,46 @@ async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<
                     WHEN ?1 THEN a.state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged')
                     ELSE 1 END
            AND (?2 IS NULL OR a.asset_id = ?2)
+           AND (?5 IS NULL OR a.code = ?5)
+           AND (?6 IS NULL OR coalesce(a.sensor_id, '-') = ?6)
          ORDER BY {SEVERITY_ORDER}, a.raised_at DESC, a.id DESC LIMIT ?3"
     );
     let mut stmt = db.prepare_cached(&sql)?;
     let (active, suppressed) = (q.active.unwrap_or(true), q.suppressed.unwrap_or(false));
-    let alarms = json_rows(&mut stmt, params![active, q.asset, limit, suppressed])?;
+    let alarms = json_rows(&mut stmt, params![active, q.asset, limit, suppressed, q.code, q.sensor])?;
     Ok(Json(json!({"alarms": alarms})))
+}
+
+/// The alarm summary an operator works from: one row per point, so that a point that
+/// went in and out of alarm nine times is one row saying 9, not nine rows alike.
+async fn alarm_points(State(s): State<S>) -> Result<Json<Value>, ApiError> {
+    let db = s.store.read()?;
+    let sql = format!(
+        "WITH attention AS (
+             SELECT * FROM alarms WHERE state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged')),
+         points AS (
+             SELECT max(id) AS latest, count(*) AS n, min(raised_at) AS first_raised, max(raised_at) AS last_raised,
+                    sum(state = 'unacknowledged' OR state = 'rtn_unacknowledged') AS unacked,
+                    sum(state = 'rtn_unacknowledged') AS returned
+             FROM attention GROUP BY asset_id, coalesce(sensor_id, ''), code)
+         SELECT json_object('id', a.id, 'asset_id', a.asset_id, 'sensor_id', a.sensor_id, 'code', a.code,
+                    'severity', a.severity, 'state', a.state,
+                    'active', json(CASE WHEN a.cleared_at IS NULL THEN 'true' ELSE 'false' END), 'message', a.message,
+                    'value', shown(a.value), 'threshold', shown(a.threshold), 'raised_at', a.raised_at,
+                    'occurrences', p.n, 'unacknowledged', p.unacked, 'returned_unacknowledged', p.returned,
+                    'first_raised_at', p.first_raised,
+                    'last_raised_at', p.last_raised, 'note_id', n.id,
+                    'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job))
+         FROM points p JOIN alarms a ON a.id = p.latest
+         LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
+         ORDER BY CASE WHEN a.state = 'unacknowledged' THEN 0 WHEN a.cleared_at IS NULL THEN 1 ELSE 2 END,
+                  {SEVERITY_ORDER}, a.raised_at DESC, a.id DESC
+         LIMIT 1000"
+    );
+    let mut stmt = db.prepare_cached(&sql)?;
+    let points = json_rows(&mut stmt, [])?;
+    let active = points.iter().filter(|p| p["active"] == json!(true)).count();
+    Ok(Json(json!({"points": points, "active": active})))
 }
 
 async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, ApiError> {
