@@ -475,7 +475,8 @@ async function openTrend(sensor) {
     h('strong', {}, `${d.sensor_id} (${d.unit})`),
     [24, 72, 168].map((hrs) => h('button', { class: state.hours === hrs ? 'active' : '', onclick: () => { state.hours = hrs; openTrend(sensor); } }, `${hrs} h`)),
     h('button', { id: 'zoom-reset', onclick: () => chart.reset() }, 'Reset zoom'),
-    h('span', { class: 'quiet' }, 'Wheel to zoom, drag to pan'));
+    h('span', { class: 'quiet' }, 'Wheel to zoom, drag to pan'),
+    d.stale ? h('div', { class: 'quiet', id: 'trend-stale' }, `No reading since ${when(d.until)}: the window ends there.`) : '');
   $('#trend').replaceChildren(bar, canvas);
   const chart = trendChart(canvas, d);
 }

@@ -753,11 +753,21 @@ async fn readings(
     let (key, unit, description, [ll, l, h, hh]) = sensor.ok_or_else(|| {
         ApiError::not_found(format!("no sensor {id}; sensor ids look like PUMP-007.VIB-DE (GET /api/assets/PUMP-007)"))
     })?;
-    let since = Timestamp::now().unix() - hours * 3600;
-    let mut stmt =
-        db.prepare_cached("SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 ORDER BY ts")?;
-    let all: Vec<(i64, f64)> =
-        stmt.query_map(params![key, since * 1000], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    // The window ends now, or at the last reading when the sensor has gone quiet: a
+    // stale sensor's trend shows its last hours, not an empty chart.
+    let now = Timestamp::now().unix();
+    let last: Option<i64> = db
+        .prepare_cached("SELECT ts / 1000 FROM readings WHERE sensor_key = ?1 AND ts <= ?2 ORDER BY ts DESC LIMIT 1")?
+        .query_row(params![key, (now + 1) * 1000], |r| r.get(0))
+        .optional()?;
+    let until = last.map_or(now, |last| last.min(now));
+    let since = until - hours * 3600;
+    let mut stmt = db.prepare_cached(
+        "SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY ts",
+    )?;
+    let all: Vec<(i64, f64)> = stmt
+        .query_map(params![key, since * 1000, (until + 1) * 1000], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
     let points: Vec<(i64, f64)> = if all.len() <= MAX_POINTS {
         all
     } else {
@@ -770,6 +780,7 @@ async fn readings(
             .collect()
     };
     Ok(Json(json!({"sensor_id": id, "unit": unit, "description": description, "hours": hours,
+                   "until": Timestamp::from_unix(until), "stale": until < now - 300,
                    "limits": {"ll": ll, "l": l, "h": h, "hh": hh}, "points": points})))
 }
 
