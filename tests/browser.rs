@@ -252,12 +252,25 @@ async fn the_hmi_in_a_real_browser() {
         )
         .await;
     assert!(chunk.as_str().unwrap().contains("4.5 mm/s"), "{chunk}");
+    let raw_markdown = b.js("return document.querySelector('#doc-body').textContent.includes('**');").await;
+    assert_eq!(raw_markdown, false, "the document is rendered, not shown as raw Markdown");
     b.click("#doc-close").await;
+    // Values with their unit; times 24-hour in the site's zone (Europe/London), the zone shown.
+    let detail = b.js("return document.querySelector('#alarm-detail .kv').textContent;").await;
+    let detail = detail.as_str().unwrap();
+    assert!(detail.contains("7.4 mm/s (limit 7.1 mm/s)"), "{detail}");
+    assert!(detail.contains("GMT") && !detail.contains(" AM") && !detail.contains(" PM"), "{detail}");
     b.click("#note .trace-button").await;
     let trace = b
         .until("the tool trace", "document.querySelector('.trace') && document.querySelector('.trace').textContent")
         .await;
     assert!(trace.as_str().unwrap().contains("search_docs"), "{trace}");
+    let sideways = b.js("const t = document.querySelector('.trace'); return t.scrollWidth > t.clientWidth + 1;").await;
+    assert_eq!(sideways, false, "the trace wraps: no sideways scroll");
+    let indented = b
+        .js(r#"return [...document.querySelectorAll('.trace pre')].some(p => p.textContent.includes('\n  "'));"#)
+        .await;
+    assert_eq!(indented, true, "tool arguments and results as indented JSON");
 
     // The supervisor takes the alarm's point out of service, with a reason, and back.
     // Events that arrive while the reason is being typed leave it as it is.

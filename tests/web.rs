@@ -551,7 +551,12 @@ async fn headers_openapi_and_health() {
     );
     // The seeded week ended in the past: the trend shows its last 24 hours, and says so.
     let trend: Value = hmi.get("/api/sensors/PUMP-007.VIB-DE/readings?hours=24", &operator).await.json().await.unwrap();
-    assert_eq!((trend["until"].as_str(), trend["stale"].as_bool()), (Some(common::END), Some(true)), "{}", trend["until"]);
+    assert_eq!(
+        (trend["until"].as_str(), trend["stale"].as_bool()),
+        (Some(common::END), Some(true)),
+        "{}",
+        trend["until"]
+    );
     assert!(trend["points"].as_array().unwrap().len() > 100, "the last day's readings");
     let r = hmi.get("/api/sensors/PUMP-007.NOPE/readings", &operator).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);

@@ -56,7 +56,18 @@ function confirmIn(where, text, label, run, cancel = () => {}) {
 }
 
 const can = (role) => state.me && ROLES.indexOf(state.me.role) >= ROLES.indexOf(role);
-const time = (unix) => (unix ? new Date(unix * 1000).toLocaleString() : '');
+// Times in the site's time zone, 24-hour, with the zone shown.
+function siteTime(date, { short = false } = {}) {
+  const opts = short
+    ? { month: 'short', day: '2-digit', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }
+    : { year: 'numeric', month: 'short', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23', timeZoneName: 'short' };
+  try {
+    return new Intl.DateTimeFormat('en-GB', { ...opts, timeZone: state.site?.timezone || undefined }).format(date);
+  } catch {
+    return new Intl.DateTimeFormat('en-GB', { ...opts, timeZone: 'UTC' }).format(date);
+  }
+}
+const time = (unix) => (unix ? siteTime(new Date(unix * 1000)) : '');
 const ago = (unix) => {
   const m = Math.round((Date.now() / 1000 - unix) / 60);
   return m < 60 ? `${m} min ago` : m < 48 * 60 ? `${Math.round(m / 60)} h ago` : `${Math.round(m / 1440)} d ago`;
@@ -117,8 +128,9 @@ async function start() {
   $('#add-user-form').addEventListener('submit', addUser);
   $('#add-token-form').addEventListener('submit', addToken);
   $('#handover-write').addEventListener('click', writeHandover);
+  // The site (its name, its time zone for every time shown) before the first view.
+  await refreshStatus();
   show(location.hash.slice(1) || 'alarms');
-  refreshStatus();
   setInterval(refreshStatus, 15000);
   listen();
 }
@@ -144,6 +156,10 @@ function show(tab) {
 async function refreshStatus() {
   try {
     const s = await api('/api/status');
+    if (s.site) {
+      state.site = s.site;
+      $('#top .site').textContent = s.site.name;
+    }
     const b = $('#banner');
     b.hidden = !s.degraded;
     b.replaceChildren(...s.reasons.map((r) => h('div', {}, `Degraded: ${r}`)));
@@ -259,6 +275,7 @@ async function openAlarm(id, quiet) {
   for (const r of document.querySelectorAll('#alarm-rows tr')) r.classList.toggle('selected', Number(r.dataset.alarm) === id);
   const { alarm: a, journal, note } = await api(`/api/alarms/${id}`);
   const point = state.points?.get(pointKey(a));
+  const unit = a.unit ? ` ${a.unit}` : '';
   const returned = point?.returned_unacknowledged || 0;
   const query = new URLSearchParams({ asset: a.asset_id, sensor: a.sensor_id || '-', code: a.code, active: 'false', limit: '50' });
   const { alarms: occurrences } = await api(`/api/alarms?${query}`);
@@ -280,7 +297,7 @@ async function openAlarm(id, quiet) {
     h('dl', { class: 'kv' },
       h('dt', {}, 'Message'), h('dd', {}, a.message),
       h('dt', {}, 'Sensor'), h('dd', {}, a.sensor_id || '-'),
-      h('dt', {}, 'Value'), h('dd', {}, a.value ?? '-', a.threshold != null ? ` (limit ${a.threshold})` : ''),
+      h('dt', {}, 'Value'), h('dd', {}, a.value != null ? `${a.value}${unit}` : '-', a.threshold != null ? ` (limit ${a.threshold}${unit})` : ''),
       h('dt', {}, 'Raised'), h('dd', {}, time(a.raised_at)),
       h('dt', {}, 'State'), h('dd', {}, a.state.replaceAll('_', ' ')),
     ),
@@ -289,7 +306,7 @@ async function openAlarm(id, quiet) {
     h('h3', {}, `Occurrences of this point (${occurrences.length}${occurrences.length === 50 ? '+' : ''})`),
     h('ul', { class: 'occurrences' }, occurrences.map((o) => h('li', {},
       h('a', { href: '#', class: o.id === id ? 'current' : '', onclick: (ev) => { ev.preventDefault(); openAlarm(o.id); } },
-        `${time(o.raised_at)} ${o.state.replaceAll('_', ' ')}${o.value != null ? `, ${o.value}` : ''}`)))),
+        `${time(o.raised_at)} ${o.state.replaceAll('_', ' ')}${o.value != null ? `, ${o.value}${unit}` : ''}`)))),
     h('h3', {}, 'Journal'),
     h('ul', {}, journal.map((j) => h('li', {}, `${time(j.at)} ${j.kind} by ${j.actor}${j.detail ? `: ${j.detail}` : ''}`))),
   );
@@ -374,8 +391,18 @@ function source(src) {
 async function openDoc(citation) {
   const d = await api(`/api/docs/${encodeURIComponent(citation)}`);
   $('#doc-title').textContent = `${d.heading || d.title || citation} [${citation}]`;
-  $('#doc-body').textContent = d.text || d.body || JSON.stringify(d, null, 2);
+  // The same safe Markdown subset as the notes: nothing fetched, no links followed.
+  $('#doc-body').replaceChildren(markdown(d.text || d.body || ''));
   $('#doc-dialog').hidden = false;
+}
+
+// JSON text indented for reading; anything else as it is.
+function pretty(text) {
+  try {
+    return JSON.stringify(typeof text === 'string' ? JSON.parse(text) : text, null, 2);
+  } catch {
+    return String(text);
+  }
 }
 
 async function showTrace(runId, where) {
@@ -383,8 +410,9 @@ async function showTrace(runId, where) {
   where.querySelector('.trace')?.remove();
   where.append(h('div', { class: 'trace' },
     h('p', {}, `Run ${run.id}: ${run.profile}, outcome ${run.outcome}, model ${run.model || '-'}`),
-    h('ol', {}, steps.map((s) => h('li', {}, h('span', { class: 'step' }, `${s.kind} ${s.name} ${s.is_error ? '(error) ' : ''}${s.arguments || ''}`),
-      s.kind === 'tool_call' ? h('pre', {}, (s.result || '').slice(0, 600)) : null))),
+    h('ol', {}, steps.map((s) => h('li', {}, h('span', { class: 'step' }, `${s.kind} ${s.name || ''}${s.is_error ? ' (error)' : ''}`),
+      s.arguments ? h('pre', { class: 'args' }, pretty(s.arguments)) : null,
+      s.kind === 'tool_call' && s.result ? h('pre', {}, pretty(s.result).slice(0, 2000)) : null))),
   ));
 }
 
@@ -396,7 +424,7 @@ async function loadHandover() {
   const { handovers } = await api('/api/handovers?limit=10');
   const [latest, ...earlier] = handovers;
   const by = (t) => (t?.startsWith('user:') ? ` by ${t.slice(5)}` : t === 'schedule:handover' ? ' at the shift change' : '');
-  const when = (x) => `${new Date(x.created_at).toLocaleString()} (${ago(Date.parse(x.created_at) / 1000)})${by(x.trigger)}`;
+  const when = (x) => `${siteTime(new Date(x.created_at))} (${ago(Date.parse(x.created_at) / 1000)})${by(x.trigger)}`;
   $('#handover-when').textContent = latest
     ? `Written ${when(latest)}.`
     : 'No handover yet: one is written at each shift change.';
@@ -501,25 +529,28 @@ function trendChart(canvas, d) {
     let lo = Math.min(...vals), hi = Math.max(...vals);
     if (!isFinite(lo)) { lo = 0; hi = 1; }
     if (hi - lo < 1e-9) { hi += 1; lo -= 1; }
-    const pad = (hi - lo) * 0.08; lo -= pad; hi += pad;
+    // Round ticks (1, 2 or 5 times a power of ten), and the axis from tick to tick.
+    const raw = (hi - lo) / 4, mag = 10 ** Math.floor(Math.log10(raw));
+    const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+    lo = Math.floor(lo / step) * step; hi = Math.ceil(hi / step) * step;
+    const decimals = Math.max(0, -Math.floor(Math.log10(step)));
     const x = (t) => L + ((t - view[0]) / Math.max(1, view[1] - view[0])) * (W - L - R);
     const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
     g.font = '12px sans-serif'; g.fillStyle = '#5a5a5a'; g.strokeStyle = '#d0d0cc'; g.lineWidth = 1;
-    for (let i = 0; i <= 4; i++) {
-      const v = lo + ((hi - lo) * i) / 4;
+    for (let v = lo; v <= hi + step / 2; v += step) {
       g.beginPath(); g.moveTo(L, y(v)); g.lineTo(W - R, y(v)); g.stroke();
-      g.fillText(v.toFixed(2), 4, y(v) + 4);
+      g.fillText(v.toFixed(decimals), 4, y(v) + 4);
     }
     for (let i = 0; i <= 4; i++) {
       const t = view[0] + ((view[1] - view[0]) * i) / 4;
-      const label = new Date(t * 1000).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
-      g.fillText(label, Math.min(x(t) - 30, W - R - 90), H - 8);
+      g.fillText(siteTime(new Date(t * 1000), { short: true }), Math.min(x(t) - 30, W - R - 90), H - 8);
     }
+    // Limits dashed grey with their labels: colour is for alarm priority only.
     g.setLineDash([6, 4]);
     for (const [name, v] of limits) {
-      g.strokeStyle = name.length === 2 ? '#c8102e' : '#e06c00';
+      g.strokeStyle = '#5a5a5a';
       g.beginPath(); g.moveTo(L, y(v)); g.lineTo(W - R, y(v)); g.stroke();
-      g.fillStyle = g.strokeStyle; g.fillText(`${name.toUpperCase()} ${v}`, W - R - 70, y(v) - 3);
+      g.fillStyle = '#1e1e1e'; g.fillText(`${name.toUpperCase()} ${v}`, W - R - 70, y(v) - 3);
     }
     g.setLineDash([]);
     g.strokeStyle = '#1e1e1e'; g.lineWidth = 1.5;
@@ -666,7 +697,7 @@ function card(w) {
 
 // ---------------------------------------------------------------- account
 
-const when = (rfc3339) => (rfc3339 ? new Date(rfc3339).toLocaleString() : 'never');
+const when = (rfc3339) => (rfc3339 ? siteTime(new Date(rfc3339)) : 'never');
 
 async function loadAccount() {
   $('#admin-panel').hidden = !can('admin');

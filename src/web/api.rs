@@ -421,7 +421,12 @@ async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> {
     let flood = alarms::flood_state(&db, now, false)?;
     let backlog = crate::triage::backlog(&db, now)?;
     let refused = crate::ingest::replay::refused_since(&db, now.plus_secs(-REFUSED_WINDOW_S))?;
+    // The page shows the site's name and its times in the site's zone.
+    let site: Option<(String, String, String)> = db
+        .query_row("SELECT id, name, timezone FROM sites LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
     drop(db);
+    let site = site.map(|(id, name, timezone)| json!({"id": id, "name": name, "timezone": timezone}));
     let models: Vec<Value> = s
         .agent
         .chain()
@@ -470,7 +475,7 @@ async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> {
         ));
     }
     Ok(Json(json!({"degraded": !reasons.is_empty(), "reasons": reasons, "models": models, "broker_up": broker_up,
-                   "flood": flood, "triage": backlog, "refused": refused})))
+                   "flood": flood, "triage": backlog, "refused": refused, "site": site})))
 }
 
 #[derive(Deserialize)]
@@ -556,7 +561,8 @@ async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, A
     let record: Option<String> = db
         .query_row(
             "SELECT json_object('id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code, 'severity', severity,
-                    'state', state, 'message', message, 'value', value, 'threshold', threshold, 'raised_at', raised_at,
+                    'state', state, 'message', message, 'value', shown(value), 'threshold', shown(threshold),
+                    'unit', (SELECT unit FROM sensors s WHERE s.id = alarms.sensor_id), 'raised_at', raised_at,
                     'cleared_at', cleared_at, 'acked_at', acked_at, 'acked_by', acked_by, 'shelved_until', shelved_until,
                     'reraise_count', reraise_count)
              FROM alarms WHERE id = ?1",
