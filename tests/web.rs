@@ -534,6 +534,34 @@ async fn headers_openapi_and_health() {
     let approve = &doc["paths"]["/api/work_orders/{id}/approve"]["post"];
     assert_eq!(approve["x-role"], "supervisor");
     assert!(approve["requestBody"]["content"]["application/json"]["schema"].is_object());
+    // What the server really does: typed path ids, query parameters, every status, the login form.
+    assert_eq!(approve["parameters"][0]["schema"]["type"], "integer", "row ids are whole numbers");
+    assert_eq!(
+        doc["paths"]["/api/assets/{id}"]["get"]["parameters"][0]["schema"]["type"], "string",
+        "plant ids are text"
+    );
+    let statuses: Vec<&String> = approve["responses"].as_object().unwrap().keys().collect();
+    for s in ["200", "400", "401", "403", "404", "409", "413", "415", "422"] {
+        assert!(statuses.iter().any(|k| *k == s), "{s} in {statuses:?}");
+    }
+    let query: Vec<&str> = doc["paths"]["/api/alarms"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["in"] == "query")
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        ["active", "suppressed", "asset", "sensor", "code", "limit"].iter().all(|q| query.contains(q)),
+        "{query:?}"
+    );
+    assert!(doc["paths"]["/api/users"]["post"]["responses"]["201"].is_object(), "a creation is 201");
+    let login = &doc["paths"]["/login"]["post"];
+    assert!(
+        login["requestBody"]["content"]["application/x-www-form-urlencoded"]["schema"]["properties"]["password"]
+            .is_object()
+    );
+    assert!(login["responses"]["303"].is_object() && login["responses"]["429"].is_object());
     let operator = hmi.session("operator.kaur").await;
     let gets = doc["paths"].as_object().unwrap().iter().filter(|(_, ops)| ops.get("get").is_some());
     for (path, _) in gets.filter(|(p, _)| p.starts_with("/api/") && !p.contains('{')) {

@@ -35,6 +35,8 @@ pub struct Endpoint {
     pub role: Option<Role>,
     /// The JSON request body's schema, if it takes one.
     pub body: Option<fn(&mut SchemaGenerator) -> Schema>,
+    /// The query parameters' struct, if it takes any (one parameter per property).
+    pub query: Option<fn(&mut SchemaGenerator) -> Schema>,
     /// The response's content type.
     pub produces: &'static str,
     handler: MethodRouter<S>,
@@ -51,12 +53,21 @@ fn ep(
     summary: &'static str,
     handler: MethodRouter<S>,
 ) -> Endpoint {
-    Endpoint { method, path, summary, role, body: None, produces: "application/json", handler }
+    Endpoint { method, path, summary, role, body: None, query: None, produces: "application/json", handler }
 }
+
+/// Paths whose `{id}` is a whole number (a row id); other ids are the plant's own
+/// (`PUMP-007`, `PUMP-007.VIB-DE`).
+pub const INTEGER_IDS: &[&str] = &["/api/alarms/{id}", "/api/runs/{id}", "/api/work_orders/{id}", "/api/tokens/{id}"];
 
 impl Endpoint {
     fn body<T: JsonSchema>(mut self) -> Endpoint {
         self.body = Some(schema_of::<T>);
+        self
+    }
+
+    fn query<T: JsonSchema>(mut self) -> Endpoint {
+        self.query = Some(|g| g.root_schema_for::<T>());
         self
     }
 
@@ -139,7 +150,8 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Alarms by priority then age (query: active, suppressed, asset, sensor, code, limit); sensor and code \
              with asset name one alarm point, whose occurrences these are",
             get(list_alarms),
-        ),
+        )
+        .query::<AlarmQuery>(),
         ep(
             M::GET,
             "/api/alarm-points",
@@ -191,7 +203,8 @@ pub fn endpoints() -> Vec<Endpoint> {
             get(plant),
         ),
         ep(M::GET, "/api/assets/{id}", viewer, "One asset: sensors with latest values against limits", get(asset)),
-        ep(M::GET, "/api/sensors/{id}/readings", viewer, "Readings over a window (query: hours, 1-168)", get(readings)),
+        ep(M::GET, "/api/sensors/{id}/readings", viewer, "Readings over a window (query: hours, 1-168)", get(readings))
+            .query::<WindowQuery>(),
         ep(M::GET, "/api/docs/{citation}", viewer, "A documentation chunk by citation key", get(doc)),
         ep(
             M::GET,
@@ -200,7 +213,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             "An agent run with its steps (model calls, tool calls, guardrails); a chat run only for its asker, or from supervisor up",
             get(run),
         ),
-        ep(M::GET, "/api/work_orders", viewer, "Work orders (query: status)", get(work_orders)),
+        ep(M::GET, "/api/work_orders", viewer, "Work orders (query: status)", get(work_orders)).query::<StatusQuery>(),
         ep(
             M::POST,
             "/api/work_orders/{id}/approve",
@@ -223,7 +236,8 @@ pub fn endpoints() -> Vec<Endpoint> {
             viewer,
             "Shift handovers, newest first (query: limit, 1-50, default 10)",
             get(handovers),
-        ),
+        )
+        .query::<LimitQuery>(),
         ep(
             M::POST,
             "/api/handovers",
@@ -478,16 +492,19 @@ async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> {
                    "flood": flood, "triage": backlog, "refused": refused, "site": site})))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct AlarmQuery {
     /// Only alarms that need attention (unacknowledged, acknowledged, returned to normal unacknowledged).
     active: Option<bool>,
     /// Only alarms kept from the operators: shelved or out of service (overrides `active`).
     suppressed: Option<bool>,
+    /// An asset id, e.g. PUMP-007.
     asset: Option<String>,
     /// With `asset` and `code`: one alarm point (`-` for an alarm of the asset itself).
     sensor: Option<String>,
+    /// An alarm code, e.g. VIB-HI.
     code: Option<String>,
+    /// Most alarms returned, 1 to 1000 (default 200).
     limit: Option<u32>,
 }
 
@@ -730,8 +747,9 @@ async fn doc(
     Ok(Json(tool(&s, &user, "read_doc", json!({"citation": citation}))?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct WindowQuery {
+    /// Hours back from now (or from the last reading of a quiet sensor), 1 to 168 (default 24).
     hours: Option<i64>,
 }
 
@@ -820,8 +838,9 @@ async fn run(
     Ok(Json(json!({"run": serde_json::from_str::<Value>(&run).unwrap_or(Value::Null), "steps": steps})))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct StatusQuery {
+    /// Only work orders in this status: pending_approval, approved, rejected, expired, dispatched.
     status: Option<String>,
 }
 
@@ -842,8 +861,9 @@ async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>) -> Result
     Ok(Json(json!({"work_orders": rows})))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct LimitQuery {
+    /// Most handovers returned, 1 to 50 (default 10).
     limit: Option<u32>,
 }
 

@@ -1,9 +1,63 @@
-//! `/api/openapi.json`, built from the same endpoint list as the router.
+//! `/api/openapi.json`, built from the same endpoint list as the router: every path
+//! and query parameter with its type, the JSON or form body, and every status an
+//! operation can answer with (each error as `{"error": ...}`).
 
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
-use super::api::Endpoint;
+use super::api::{Endpoint, INTEGER_IDS};
+
+/// What an error body is, whatever the status.
+fn error(description: &str) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+/// A path parameter: a row id is a whole number; the plant's ids are text.
+fn path_parameter(path: &str, name: &str) -> Value {
+    let integer = name == "id" && INTEGER_IDS.iter().any(|p| path.starts_with(p));
+    let (schema, description) = match (integer, name) {
+        (true, _) => (json!({"type": "integer", "format": "int64", "minimum": 1}), "a row id, as the lists give it"),
+        (false, "name") => (json!({"type": "string"}), "a user name, e.g. operator.kaur"),
+        (false, "citation") => (json!({"type": "string"}), "a citation key, e.g. arp-vibration.md#2"),
+        (false, _) if path.starts_with("/api/sensors/") => {
+            (json!({"type": "string"}), "a sensor id, e.g. PUMP-007.VIB-DE")
+        }
+        (false, _) => (json!({"type": "string"}), "an asset id, e.g. PUMP-007"),
+    };
+    json!({"name": name, "in": "path", "required": true, "schema": schema, "description": description})
+}
+
+/// The statuses an operation answers with, besides its success.
+fn errors(e: &Endpoint, has_params: bool) -> Vec<(&'static str, Value)> {
+    let mut out = Vec::new();
+    let post = e.method == axum::http::Method::POST;
+    if has_params || e.query.is_some() || post {
+        out.push(("400", error("A parameter or value is not valid; the message says which")));
+    }
+    if has_params || e.body.is_some() {
+        out.push((
+            "404",
+            error("No such item (in the path, or named in the body); the message says where they are listed"),
+        ));
+    }
+    if e.role.is_some() {
+        out.push(("401", error("Not logged in and no bearer token")));
+        out.push(("403", error("Below the endpoint's role, or a cross-site request")));
+    }
+    if post && e.path.starts_with("/api/") {
+        out.push(("409", error("The item's state does not allow it (e.g. already decided)")));
+        out.push(("429", error("Too soon after the last one")));
+    }
+    if e.body.is_some() || e.path == "/login" {
+        out.push(("413", error("The body is over 64 KiB")));
+        out.push(("415", error("The body's Content-Type is not the one expected")));
+        out.push(("422", error("The body does not match the schema (a missing or unknown field)")));
+    }
+    if e.path == "/login" {
+        out.push(("429", error("Too many failed logins; the message says for how long")));
+    }
+    out
+}
 
 pub fn document(endpoints: &[Endpoint]) -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();
@@ -11,12 +65,23 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
     for e in endpoints {
         let mut op = Map::new();
         op.insert("summary".into(), json!(e.summary));
-        let params: Vec<Value> = e
+        let mut params: Vec<Value> = e
             .path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .map(|name| path_parameter(e.path, name))
             .collect();
+        let has_params = !params.is_empty();
+        if let Some(query) = e.query {
+            let schema = query(&mut generator).to_value();
+            for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
+                let mut prop = prop.clone();
+                let description = prop.as_object_mut().and_then(|p| p.remove("description")).unwrap_or(json!(""));
+                params.push(
+                    json!({"name": name, "in": "query", "required": false, "schema": prop, "description": description}),
+                );
+            }
+        }
         if !params.is_empty() {
             op.insert("parameters".into(), Value::Array(params));
         }
@@ -28,10 +93,26 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
             );
         }
         let mut responses = Map::new();
-        responses.insert("200".into(), json!({"description": "OK", "content": {e.produces: {}}}));
-        if let Some(role) = e.role {
-            responses.insert("401".into(), json!({"description": "Not logged in and no bearer token"}));
-            responses.insert("403".into(), json!({"description": format!("Below the {role} role")}));
+        if e.path == "/login" {
+            let form = json!({"type": "object", "required": ["name", "password"],
+                              "properties": {"name": {"type": "string"}, "password": {"type": "string"}}});
+            op.insert(
+                "requestBody".into(),
+                json!({"required": true, "content": {"application/x-www-form-urlencoded": {"schema": form}}}),
+            );
+            responses.insert("303".into(), json!({"description": "To the page: logged in, or ?login=failed"}));
+        } else if e.path == "/logout" {
+            responses.insert("303".into(), json!({"description": "To the page, logged out"}));
+        } else {
+            let created = e.method == axum::http::Method::POST && matches!(e.path, "/api/users" | "/api/tokens");
+            let code = if created { "201" } else { "200" };
+            responses.insert(code.into(), json!({"description": "OK", "content": {e.produces: {}}}));
+        }
+        if e.path == "/readyz" {
+            responses.insert("503".into(), error("Not ready: the database or the broker does not answer"));
+        }
+        for (status, response) in errors(e, has_params) {
+            responses.insert(status.into(), response);
         }
         op.insert("responses".into(), Value::Object(responses));
         if let Some(role) = e.role {
@@ -41,7 +122,11 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
         let item = paths.entry(e.path.to_string()).or_insert_with(|| json!({}));
         item[e.method.as_str().to_ascii_lowercase()] = Value::Object(op);
     }
-    let schemas: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
+    let mut schemas: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
+    schemas.insert(
+        "Error".into(),
+        json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "string", "description": "What went wrong and what to do"}}}),
+    );
     json!({
         "openapi": "3.1.0",
         "info": {"title": "twinops HMI API", "version": env!("CARGO_PKG_VERSION"),
