@@ -526,6 +526,15 @@ fn users_and_tokens_are_managed_from_the_command_line() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("admin.lee is the only admin left"));
     assert!(twinops(&p, &["user", "disable", "operator.kaur"]).status.success());
     let list = stdout(&twinops(&p, &["user", "list"]));
+    let header = list.lines().next().unwrap();
+    for column in ["role", "state", "created"] {
+        let at = header.find(column).unwrap();
+        for line in list.lines().skip(1) {
+            let starts_here = line.get(..at).is_some_and(|before| before.ends_with(' '))
+                && line.get(at..).is_some_and(|rest| !rest.starts_with(' '));
+            assert!(starts_here, "the {column} column lines up:\n{list}");
+        }
+    }
     let kaur = list.lines().find(|l| l.starts_with("operator.kaur")).unwrap();
     assert_eq!(kaur.split_whitespace().take(4).collect::<Vec<_>>(), ["operator.kaur", "supervisor", "disabled", "0"]);
     let out = twinops_with_input(&p, &["user", "passwd", "nobody"], password);

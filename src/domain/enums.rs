@@ -35,9 +35,10 @@ macro_rules! text_enum {
             }
         }
 
+        // `pad`, so that a width (`{:<11}`) lines a table up.
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
+                f.pad(self.as_str())
             }
         }
 
