@@ -710,7 +710,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Handover { last: None } => {
             let agent = cli.global.agent(None)?;
             let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-            print_handover(&runtime()?.block_on(crate::handover::write(&agent, &format!("user:{user}")))?);
+            print_handover(&runtime()?.block_on(agent.write_handover(&format!("user:{user}")))?);
         }
         Command::Triage { alarm_id, now } => {
             let agent = cli.global.agent(now.as_deref())?;

@@ -2,211 +2,20 @@
 //! start-up. Unknown keys are refused and every error names its key. Secrets are a
 //! [`Secret`] that never prints.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+/// Owned by the agent (the model chain and its limits); assembled here.
+pub use crate::agent::config::{AgentLimits, LlmConfig, ProviderConfig, ProviderKind};
 use crate::agent::openai::ToolMode;
+/// Owned by the scheduler, which validates it; assembled here.
+pub use crate::schedule::ScheduleConfig;
 
-/// A secret value (an API key). Debug and Display print `[redacted]`.
-#[derive(Clone, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Secret {
-        Secret(s.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-impl std::fmt::Display for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    Openai,
-    Anthropic,
-    Rules,
-}
-
-/// One link of the model chain.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderConfig {
-    pub kind: ProviderKind,
-    #[serde(default)]
-    pub base_url: Option<String>,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub api_key: Option<Secret>,
-    /// Read the key from this file (trimmed); for systemd credentials and the like.
-    #[serde(default)]
-    pub api_key_file: Option<PathBuf>,
-    /// openai only: `native` tool calls or `json` mode for models without them.
-    #[serde(default = "native")]
-    pub tool_mode: ToolMode,
-    /// openai only: ask for the triage note with `response_format` JSON schema.
-    #[serde(default)]
-    pub structured_output: bool,
-}
-
-fn native() -> ToolMode {
-    ToolMode::Native
-}
-
-/// Bounds on one agent run.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AgentLimits {
-    pub max_steps: u32,
-    pub max_tool_calls: u32,
-    pub max_calls_per_tool: u32,
-    pub max_tokens: u64,
-    pub max_output_tokens: u32,
-    pub deadline_secs: u64,
-    pub model_timeout_secs: u64,
-    pub tool_timeout_ms: u64,
-    pub max_retries: u32,
-    pub max_result_chars: usize,
-    pub context_budget_chars: usize,
-    pub max_chat_chars: usize,
-    pub breaker_failures: u32,
-    pub breaker_cooldown_secs: u64,
-}
-
-impl Default for AgentLimits {
-    fn default() -> Self {
-        AgentLimits {
-            max_steps: 10,
-            max_tool_calls: 24,
-            max_calls_per_tool: 8,
-            max_tokens: 60_000,
-            max_output_tokens: 1_500,
-            deadline_secs: 120,
-            model_timeout_secs: 60,
-            tool_timeout_ms: 5_000,
-            max_retries: 3,
-            max_result_chars: 12_000,
-            context_budget_chars: 96_000,
-            max_chat_chars: 4_000,
-            breaker_failures: 3,
-            breaker_cooldown_secs: 30,
-        }
-    }
-}
-
-/// The `[llm]` part of `twinops.toml`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LlmConfig {
-    /// Providers tried in order; the `rules` model is always appended as the floor.
-    #[serde(default)]
-    pub chain: Vec<ProviderConfig>,
-    #[serde(default)]
-    pub limits: AgentLimits,
-}
-
-/// The `[mqtt]` part: the broker to subscribe to, or the embedded one.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MqttConfig {
-    /// `mqtt://host:1883` or `mqtts://host:8883`. Empty: start the embedded broker on
-    /// `embedded_listen` and connect to it.
-    pub url: String,
-    pub username: Option<String>,
-    pub password: Option<Secret>,
-    /// mqtts: the CA that signed the broker's certificate (PEM); the system's roots if unset.
-    pub ca_file: Option<PathBuf>,
-    /// mqtts: our client certificate (PEM), for brokers that require one.
-    pub client_cert_file: Option<PathBuf>,
-    /// mqtts: the client certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub client_key_file: Option<PathBuf>,
-    /// Stable, so the broker keeps our session (and unacked messages) across restarts.
-    pub client_id: String,
-    /// Topic filters for alarm events and telemetry.
-    pub topics: Vec<String>,
-    /// Where the embedded broker listens (loopback by default).
-    pub embedded_listen: String,
-    /// Our own QoS 1 publishes (notes, decisions) that may await the broker's ack. How
-    /// many the broker sends us unacknowledged is the broker's setting (MQTT 3.1.1
-    /// has no way to ask), e.g. Mosquitto's `max_inflight_messages`.
-    pub inflight: u16,
-    /// Most messages committed in one transaction. A batch is what arrived while the
-    /// previous one committed (group commit)... At most twice this many wait in
-    /// memory; past that, ingest stops reading from the broker until the writer
-    /// catches up.
-    pub batch_max: usize,
-    /// ...plus what arrives within this many milliseconds, if not 0. Unset: 1 with a
-    /// configured broker, whose window for us should be large (Mosquitto
-    /// `max_inflight_messages 1000`), so that commits grow from a few messages to ~70;
-    /// 0 with the embedded broker, whose window of 100 waiting would leave full.
-    pub batch_ms: Option<u64>,
-    /// Events stamped more than this many seconds after they arrive are dead-lettered
-    /// (`invalid`): a gateway clock that runs ahead, or local time sent as UTC. 0: no
-    /// limit.
-    pub max_time_ahead_s: u32,
-    /// Events stamped more than this many seconds before they arrive are dead-lettered
-    /// (`invalid`). 0 (the default): no limit, since a backfill after an outage is late
-    /// by design; events stamped before 2001 (a reset clock) are refused regardless.
-    pub max_time_behind_s: u32,
-    /// Notes are published on `{notes_topic}/{asset}`.
-    pub notes_topic: String,
-}
-
-impl MqttConfig {
-    /// Points ingest at the embedded broker on `listen`, with that broker's `batch_ms`
-    /// default.
-    pub fn use_embedded(&mut self, listen: SocketAddr) {
-        self.url = format!("mqtt://{listen}");
-        self.batch_ms.get_or_insert(0);
-    }
-
-    /// How long a first message waits for company before its commit: `batch_ms`, or 1
-    /// ms for a configured broker (see [`MqttConfig::use_embedded`]).
-    pub fn batch_wait(&self) -> Duration {
-        Duration::from_millis(self.batch_ms.unwrap_or(1))
-    }
-}
-
-impl Default for MqttConfig {
-    fn default() -> Self {
-        MqttConfig {
-            url: String::new(),
-            username: None,
-            password: None,
-            ca_file: None,
-            client_cert_file: None,
-            client_key_file: None,
-            client_id: "twinops".into(),
-            topics: vec!["scada/#".into()],
-            embedded_listen: "127.0.0.1:1883".into(),
-            inflight: 100,
-            batch_max: 500,
-            batch_ms: None,
-            max_time_ahead_s: crate::ingest::MAX_AHEAD_S as u32,
-            max_time_behind_s: 0,
-            notes_topic: "twinops/notes".into(),
-        }
-    }
-}
+/// Owned by ingest's MQTT transport; assembled here.
+pub use crate::ingest::mqtt::MqttConfig;
+pub use crate::support::Secret;
 
 /// The `[triage]` part.
 #[derive(Debug, Clone, Deserialize)]
@@ -233,36 +42,6 @@ impl Default for TriageConfig {
 pub struct NotifyConfig {
     /// POST each note here (Slack-compatible body). A secret: it usually holds a token.
     pub webhook_url: Option<Secret>,
-}
-
-/// The `[schedule]` part. Cron expressions have six fields, seconds first, in UTC.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ScheduleConfig {
-    /// Expire stale proposals, unshelve alarms whose shelf time is over, re-index
-    /// changed documents.
-    pub housekeeping: String,
-    /// The shift handover note (an agent run), at each shift change.
-    pub handover: String,
-    /// Readings retention.
-    pub retention: String,
-    /// Raw readings older than this are deleted (hourly rollups stay); 0 keeps all.
-    pub readings_retention_days: u32,
-    /// Markdown documents re-indexed at housekeeping when they change; none if unset
-    /// (`serve --demo` uses the seed's docs/).
-    pub docs_dir: Option<PathBuf>,
-}
-
-impl Default for ScheduleConfig {
-    fn default() -> Self {
-        ScheduleConfig {
-            housekeeping: "0 * * * * *".into(),
-            handover: "0 0 6,14,22 * * *".into(),
-            retention: "0 17 * * * *".into(),
-            readings_retention_days: 90,
-            docs_dir: None,
-        }
-    }
 }
 
 /// The `[web]` part: the HMI and the JSON API.
@@ -468,13 +247,7 @@ impl Config {
         if self.triage.workers == 0 {
             bail!("triage.workers must be at least 1");
         }
-        for (key, expr) in [
-            ("housekeeping", &self.schedule.housekeeping),
-            ("handover", &self.schedule.handover),
-            ("retention", &self.schedule.retention),
-        ] {
-            crate::schedule::check_cron(expr).with_context(|| format!("schedule.{key}"))?;
-        }
+        self.schedule.validate()?;
         if !self.web.listen.is_empty() && self.web.listen.parse::<std::net::SocketAddr>().is_err() {
             bail!("web.listen '{}' is not an address like 127.0.0.1:8080 (empty turns the HMI off)", self.web.listen);
         }
@@ -500,6 +273,9 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
     use super::*;
 
     fn env(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {

@@ -1,14 +1,12 @@
 //! The shift handover: an agent run (read-only profile) at each shift change, or on
-//! demand, stored as a `handover` note. The incoming shift reads it in the HMI's
+//! demand (`Agent::write_handover`), stored as a `handover` note. The incoming shift reads it in the HMI's
 //! Handover tab; the daemon's outbox publishes each one once on [`TOPIC`] and to the
 //! webhook, whoever wrote it (the schedule, the HMI, or `twinops handover`).
 
-use anyhow::Context;
 use rusqlite::{Connection, params};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::agent::{Agent, Outcome};
 use crate::domain::Timestamp;
 use crate::store::StoreError;
 
@@ -31,56 +29,6 @@ pub struct Handover {
     pub flags: Vec<String>,
     pub text: String,
     pub created_at: Timestamp,
-}
-
-impl Handover {
-    /// The Slack-compatible webhook body, marked AI advisory like a triage note's.
-    pub fn webhook_body(&self) -> Value {
-        json!({
-            "text": format!(
-                "*Shift handover* ({}){}\n{}\n_AI advisory (note {}, run {}); check before acting._",
-                self.created_at.to_rfc3339(),
-                crate::notify::flag_list(&self.flags),
-                crate::notify::slack_text(&self.text),
-                self.note_id,
-                self.run_id.map_or("-".to_string(), |r| r.to_string())
-            ),
-        })
-    }
-}
-
-/// Runs the handover now and stores it; `trigger` as for [`Agent::handover`]. Returns
-/// the stored note.
-pub async fn write(agent: &Agent, trigger: &str) -> anyhow::Result<Handover> {
-    let report = agent.handover(trigger).await?;
-    let text = report.answer.clone().context("the handover run produced no text")?;
-    let mut flags = report.flags.clone();
-    if report.outcome != Outcome::Final {
-        flags.push(report.outcome.as_str().to_string());
-    }
-    let flags_text = serde_json::to_string(&flags).unwrap_or_default();
-    let body = json!({"text": text, "outcome": report.outcome, "provider": report.provider}).to_string();
-    let (run_id, now) = (report.run_id, Timestamp::now());
-    let w = agent.store().writer().clone();
-    let note_id = w
-        .call_async(move |c| {
-            c.prepare_cached(
-                "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at) VALUES ('handover', NULL, ?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![run_id, body, flags_text, now.unix()])?;
-            Ok::<_, StoreError>(c.last_insert_rowid())
-        })
-        .await?;
-    Ok(Handover {
-        note_id,
-        run_id: Some(run_id),
-        trigger: Some(trigger.to_string()),
-        outcome: Some(report.outcome.as_str().to_string()),
-        provider: report.provider,
-        flags,
-        text,
-        created_at: now,
-    })
 }
 
 /// The columns [`from_row`] reads, from `notes n` joined to `agent_runs r`.

@@ -50,6 +50,7 @@ pub mod seed;
 pub mod sim;
 pub mod sparkplug;
 pub mod store;
+pub mod support;
 pub mod tools;
 pub mod triage;
 pub mod web;

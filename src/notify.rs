@@ -17,6 +17,20 @@ use crate::seed::Rng;
 use crate::store::{Store, StoreError};
 use crate::triage::{PublishedNote, notes_after};
 
+/// The Slack-compatible body of a shift handover, marked AI advisory like a note's.
+fn handover_webhook_body(h: &crate::handover::Handover) -> Value {
+    json!({
+        "text": format!(
+            "*Shift handover* ({}){}\n{}\n_AI advisory (note {}, run {}); check before acting._",
+            h.created_at.to_rfc3339(),
+            flag_list(&h.flags),
+            slack_text(&h.text),
+            h.note_id,
+            h.run_id.map_or("-".to_string(), |r| r.to_string())
+        ),
+    })
+}
+
 /// The Slack-compatible body of a note: `text` for any webhook, marked AI advisory.
 pub fn webhook_body(note: &PublishedNote) -> Value {
     let summary = note.body["summary"].as_str().or(note.body["text"].as_str()).unwrap_or("(no summary)");
@@ -333,7 +347,7 @@ fn outbox_due(db: &rusqlite::Connection) -> Result<Vec<Outgoing>, StoreError> {
     due.extend(crate::handover::unpublished(db)?.into_iter().map(|h| Outgoing {
         topic: crate::handover::TOPIC.to_string(),
         body: serde_json::to_value(&h).unwrap_or(Value::Null),
-        webhook: h.webhook_body(),
+        webhook: handover_webhook_body(&h),
         mark: Mark::Handover { note_id: h.note_id },
     }));
     Ok(due)

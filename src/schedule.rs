@@ -6,14 +6,57 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use serde::Deserialize;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
 use crate::agent::Agent;
 use crate::alarms;
 use crate::approvals::Approvals;
-use crate::config::ScheduleConfig;
 use crate::domain::Timestamp;
 use crate::store::{Store, prune_readings};
+
+/// The `[schedule]` part. Cron expressions have six fields, seconds first, in UTC.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleConfig {
+    /// Expire stale proposals, unshelve alarms whose shelf time is over, re-index
+    /// changed documents.
+    pub housekeeping: String,
+    /// The shift handover note (an agent run), at each shift change.
+    pub handover: String,
+    /// Readings retention.
+    pub retention: String,
+    /// Raw readings older than this are deleted (hourly rollups stay); 0 keeps all.
+    pub readings_retention_days: u32,
+    /// Markdown documents re-indexed at housekeeping when they change; none if unset
+    /// (`serve --demo` uses the seed's docs/).
+    pub docs_dir: Option<PathBuf>,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        ScheduleConfig {
+            housekeeping: "0 * * * * *".into(),
+            handover: "0 0 6,14,22 * * *".into(),
+            retention: "0 17 * * * *".into(),
+            readings_retention_days: 90,
+            docs_dir: None,
+        }
+    }
+}
+
+impl ScheduleConfig {
+    /// Each cron expression parses.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        for (key, expr) in
+            [("housekeeping", &self.housekeeping), ("handover", &self.handover), ("retention", &self.retention)]
+        {
+            check_cron(expr).with_context(|| format!("schedule.{key}"))?;
+        }
+        Ok(())
+    }
+}
 
 /// Readings deleted per transaction by retention.
 const RETENTION_BATCH: usize = 5_000;
@@ -85,7 +128,7 @@ pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> any
         .add(Job::new_async(cfg.handover.as_str(), move |_, _| {
             let agent = Arc::clone(&agent);
             Box::pin(async move {
-                match crate::handover::write(&agent, "schedule:handover").await {
+                match agent.write_handover("schedule:handover").await {
                     Ok(h) => tracing::info!(stage = "schedule", note = h.note_id, "shift handover written"),
                     Err(e) => tracing::warn!(stage = "schedule", error = %format!("{e:#}"), "shift handover failed"),
                 }

@@ -635,7 +635,7 @@ async fn the_rules_model_gives_the_last_handover_when_asked() {
     let a = agent(&p, vec![], limits());
     let none = a.ask("What did the last shift hand over?", "kaur", None).await.unwrap().answer.unwrap();
     assert!(none.starts_with("No shift handover has been written yet"), "{none}");
-    let h = twinops::handover::write(&a, "schedule:handover").await.unwrap();
+    let h = a.write_handover("schedule:handover").await.unwrap();
     let report = a.ask("Anything in the handover I should know?", "kaur", None).await.unwrap();
     assert_eq!(report.outcome, Outcome::Final);
     assert!(report.flags.is_empty(), "grounded in the tool result: {:?}", report.flags);

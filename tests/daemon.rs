@@ -714,7 +714,7 @@ fn the_triage_backlog_counts_what_waits_and_what_was_given_up() {
 async fn the_shift_handover_is_a_stored_note() {
     let p = Plant::new();
     let agent = rules_agent(&p);
-    let h = twinops::handover::write(&agent, "schedule:handover").await.unwrap();
+    let h = agent.write_handover("schedule:handover").await.unwrap();
     assert!(h.text.starts_with("Shift handover:") && h.text.contains("PUMP-007"), "{}", h.text);
     let db = p.store.read().unwrap();
     let stored = twinops::handover::recent(&db, 5).unwrap();
@@ -774,7 +774,7 @@ async fn a_handover_goes_out_once_on_mqtt_and_to_the_webhook() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Written as `twinops handover` or the HMI would: only stored; the outbox sends it.
-    let h = twinops::handover::write(&rules_agent(&p), "user:kaur").await.unwrap();
+    let h = rules_agent(&p).write_handover("user:kaur").await.unwrap();
     let (topic, body) = tokio::time::timeout(Duration::from_secs(10), published).await.unwrap().unwrap();
     assert_eq!(topic, "twinops/handover");
     assert_eq!((body["note_id"].as_i64(), body["kind"].as_str()), (Some(h.note_id), Some("handover")));

@@ -8,7 +8,7 @@ use super::http::{Http, error_from_response};
 use super::model::{
     BoxFuture, ErrorClass, Finish, Message, Model, ModelError, ModelReply, ModelRequest, StreamEvent, ToolCall, Usage,
 };
-use crate::config::Secret;
+use crate::support::Secret;
 
 const API_VERSION: &str = "2023-06-01";
 

@@ -74,7 +74,7 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 pub async fn error_from_response(
     provider: &str,
     response: reqwest::Response,
-    key: Option<&crate::config::Secret>,
+    key: Option<&crate::support::Secret>,
 ) -> ModelError {
     let status = response.status().as_u16();
     let after = retry_after(response.headers());

@@ -13,7 +13,9 @@
 
 pub mod anthropic;
 pub mod audit;
+pub mod config;
 pub mod guard;
+mod handover;
 pub mod http;
 pub mod model;
 pub mod note;
@@ -32,7 +34,7 @@ pub use run::{Agent, HANDOVER_PROMPT, Outcome, Profile, RunReport, TRIAGE_PROMPT
 
 use std::sync::Arc;
 
-use crate::config::{LlmConfig, ProviderKind};
+use config::{LlmConfig, ProviderKind};
 
 /// The configured providers, in order. The `rules` model is appended by [`Agent::new`].
 pub fn models_from_config(config: &LlmConfig) -> Vec<Arc<dyn Model>> {

@@ -14,7 +14,7 @@ use super::model::{
     BoxFuture, ErrorClass, Finish, Message, Model, ModelError, ModelReply, ModelRequest, StreamEvent, ToolCall, Usage,
     parse_arguments,
 };
-use crate::config::Secret;
+use crate::support::Secret;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

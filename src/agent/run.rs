@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::audit::{Audit, Step, StepKind};
+use super::config::AgentLimits;
 use super::guard::{StateClaim, as_data, citations, claims_approval, clip, redact, state_claim, ungrounded_numbers};
 use super::model::{
     Finish, GroupedAlarm, Message, Model, ModelReply, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall,
@@ -29,7 +30,6 @@ use super::note::TriageNote;
 use super::reliability::{Attempt, Chain, RetryPolicy};
 use super::rules::Rules;
 use crate::approvals::{Approvals, Proposer};
-use crate::config::AgentLimits;
 use crate::domain::{Access, Timestamp};
 use crate::rag::DocIndex;
 use crate::store::{Store, StoreError};

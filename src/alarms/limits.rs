@@ -5,8 +5,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::domain::{AlarmEvent, Transition as Edge};
 use crate::domain::{AssetId, Criticality, SensorId, Severity, Timestamp};
-use crate::ingest::{AlarmEvent, Transition as Edge};
 
 /// Set points in the order ll, l, h, hh.
 pub type Limits = [Option<f64>; 4];

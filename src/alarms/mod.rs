@@ -10,8 +10,8 @@ pub mod limits;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
+use crate::domain::{AlarmEvent, Transition};
 use crate::domain::{AlarmState, AssetId, SensorId, Severity, Timestamp};
-use crate::ingest::{AlarmEvent, Transition};
 use crate::store::{StoreError, Writer};
 
 /// ISA-18.2: a flood starts above 10 alarms in 10 minutes per operator position and

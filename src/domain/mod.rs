@@ -1,6 +1,7 @@
 //! Validated types. Raw strings stop at the edge: everything past parsing holds one of
 //! these, built by `parse`, never by hand.
 
+mod alarm_event;
 mod enums;
 mod ids;
 mod net;
@@ -8,6 +9,7 @@ mod time;
 mod value;
 mod work_order;
 
+pub use alarm_event::{AlarmEvent, Transition};
 pub use enums::{
     Access, AlarmState, AssetKind, AssetStatus, Criticality, Role, SensorKind, Severity, WorkAction, WorkOrderStatus,
     WorkPriority,

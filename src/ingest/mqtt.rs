@@ -16,6 +16,8 @@
 //! locked by another process past its busy timeout, a full disk) is not acked; ingest
 //! then reconnects, with backoff, so that the broker redelivers it.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,15 +26,16 @@ use rumqttc::{
     AsyncClient, ConnectionError, Event, EventLoop, MqttOptions, Packet, PubAck, Publish, QoS, Request, StateError,
     SubAck, Subscribe, SubscribeFilter, SubscribeReasonCode, Transport, mqttbytes::Error as MqttError,
 };
+use serde::Deserialize;
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::IngestPolicy;
 use super::payload::MAX_PACKET_BYTES;
 use super::{Message, MessageEffect, apply_batch};
 use crate::alarms::Applied;
-use crate::config::MqttConfig;
 use crate::domain::Timestamp;
 use crate::store::{StoreError, Writer};
+use crate::support::Secret;
 
 /// Builds client options from the configuration: `mqtt://host:port` or `mqtts://`.
 pub fn options(cfg: &MqttConfig, client_id: &str) -> anyhow::Result<MqttOptions> {
@@ -108,6 +111,90 @@ fn tls_config(cfg: &MqttConfig) -> anyhow::Result<rustls::ClientConfig> {
         }
         _ => builder.with_no_client_auth(),
     })
+}
+
+/// The `[mqtt]` part: the broker to subscribe to, or the embedded one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MqttConfig {
+    /// `mqtt://host:1883` or `mqtts://host:8883`. Empty: start the embedded broker on
+    /// `embedded_listen` and connect to it.
+    pub url: String,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    /// mqtts: the CA that signed the broker's certificate (PEM); the system's roots if unset.
+    pub ca_file: Option<PathBuf>,
+    /// mqtts: our client certificate (PEM), for brokers that require one.
+    pub client_cert_file: Option<PathBuf>,
+    /// mqtts: the client certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub client_key_file: Option<PathBuf>,
+    /// Stable, so the broker keeps our session (and unacked messages) across restarts.
+    pub client_id: String,
+    /// Topic filters for alarm events and telemetry.
+    pub topics: Vec<String>,
+    /// Where the embedded broker listens (loopback by default).
+    pub embedded_listen: String,
+    /// Our own QoS 1 publishes (notes, decisions) that may await the broker's ack. How
+    /// many the broker sends us unacknowledged is the broker's setting (MQTT 3.1.1
+    /// has no way to ask), e.g. Mosquitto's `max_inflight_messages`.
+    pub inflight: u16,
+    /// Most messages committed in one transaction. A batch is what arrived while the
+    /// previous one committed (group commit)... At most twice this many wait in
+    /// memory; past that, ingest stops reading from the broker until the writer
+    /// catches up.
+    pub batch_max: usize,
+    /// ...plus what arrives within this many milliseconds, if not 0. Unset: 1 with a
+    /// configured broker, whose window for us should be large (Mosquitto
+    /// `max_inflight_messages 1000`), so that commits grow from a few messages to ~70;
+    /// 0 with the embedded broker, whose window of 100 waiting would leave full.
+    pub batch_ms: Option<u64>,
+    /// Events stamped more than this many seconds after they arrive are dead-lettered
+    /// (`invalid`): a gateway clock that runs ahead, or local time sent as UTC. 0: no
+    /// limit.
+    pub max_time_ahead_s: u32,
+    /// Events stamped more than this many seconds before they arrive are dead-lettered
+    /// (`invalid`). 0 (the default): no limit, since a backfill after an outage is late
+    /// by design; events stamped before 2001 (a reset clock) are refused regardless.
+    pub max_time_behind_s: u32,
+    /// Notes are published on `{notes_topic}/{asset}`.
+    pub notes_topic: String,
+}
+
+impl MqttConfig {
+    /// Points ingest at the embedded broker on `listen`, with that broker's `batch_ms`
+    /// default.
+    pub fn use_embedded(&mut self, listen: SocketAddr) {
+        self.url = format!("mqtt://{listen}");
+        self.batch_ms.get_or_insert(0);
+    }
+
+    /// How long a first message waits for company before its commit: `batch_ms`, or 1
+    /// ms for a configured broker (see [`MqttConfig::use_embedded`]).
+    pub fn batch_wait(&self) -> Duration {
+        Duration::from_millis(self.batch_ms.unwrap_or(1))
+    }
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            url: String::new(),
+            username: None,
+            password: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
+            client_id: "twinops".into(),
+            topics: vec!["scada/#".into()],
+            embedded_listen: "127.0.0.1:1883".into(),
+            inflight: 100,
+            batch_max: 500,
+            batch_ms: None,
+            max_time_ahead_s: super::MAX_AHEAD_S as u32,
+            max_time_behind_s: 0,
+            notes_topic: "twinops/notes".into(),
+        }
+    }
 }
 
 /// A running MQTT ingest.

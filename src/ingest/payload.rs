@@ -17,6 +17,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+pub use crate::domain::{AlarmEvent, Transition};
 use crate::domain::{AssetId, SensorId, Severity, Timestamp, parse_time_ms};
 
 /// Largest message accepted, in bytes.
@@ -37,37 +38,6 @@ const MAX_MESSAGE_CHARS: usize = 1_000;
 /// The largest magnitude a value may have. Finite but absurd values (1e308 from an
 /// overflowing register) would make the rollups' sums of squares infinite.
 pub const MAX_ABS_VALUE: f64 = 1e12;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Transition {
-    Raised,
-    Cleared,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct AlarmEvent {
-    pub event_id: String,
-    pub asset_id: AssetId,
-    pub sensor_id: Option<SensorId>,
-    pub code: String,
-    pub severity: Severity,
-    pub transition: Transition,
-    pub value: Option<f64>,
-    pub threshold: Option<f64>,
-    pub time: Timestamp,
-    /// The milliseconds past `time`'s second (0-999), kept in the alarm journal.
-    pub millis: u16,
-    /// Untrusted text from the source, at most 1,000 characters.
-    pub message: String,
-}
-
-impl AlarmEvent {
-    /// When it happened, in milliseconds since the epoch.
-    pub fn at_ms(&self) -> i64 {
-        self.time.unix() * 1000 + i64::from(self.millis)
-    }
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reading {

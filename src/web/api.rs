@@ -896,7 +896,7 @@ async fn write_handover(State(s): State<S>, Extension(user): Extension<User>) ->
     // A task of its own: a page closed mid-run must not cancel the run half-way.
     let st = Arc::clone(&s);
     let written = tokio::spawn(async move {
-        let h = crate::handover::write(&st.agent, &format!("user:{}", user.name)).await?;
+        let h = st.agent.write_handover(&format!("user:{}", user.name)).await?;
         let detail = format!("note {}", h.note_id);
         tokio::task::spawn_blocking(move || accounts::audit(&st.store, &user.name, "handover_written", &detail, None))
             .await??;

@@ -1,0 +1,95 @@
+//! The `[llm]` part of `twinops.toml`: the model chain and the agent's limits, owned
+//! here; `crate::config` assembles it with the other parts and validates the file.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::openai::ToolMode;
+use crate::support::Secret;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    Openai,
+    Anthropic,
+    Rules,
+}
+
+/// One link of the model chain.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Read the key from this file (trimmed); for systemd credentials and the like.
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// openai only: `native` tool calls or `json` mode for models without them.
+    #[serde(default = "native")]
+    pub tool_mode: ToolMode,
+    /// openai only: ask for the triage note with `response_format` JSON schema.
+    #[serde(default)]
+    pub structured_output: bool,
+}
+
+fn native() -> ToolMode {
+    ToolMode::Native
+}
+
+/// Bounds on one agent run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentLimits {
+    pub max_steps: u32,
+    pub max_tool_calls: u32,
+    pub max_calls_per_tool: u32,
+    pub max_tokens: u64,
+    pub max_output_tokens: u32,
+    pub deadline_secs: u64,
+    pub model_timeout_secs: u64,
+    pub tool_timeout_ms: u64,
+    pub max_retries: u32,
+    pub max_result_chars: usize,
+    pub context_budget_chars: usize,
+    pub max_chat_chars: usize,
+    pub breaker_failures: u32,
+    pub breaker_cooldown_secs: u64,
+}
+
+impl Default for AgentLimits {
+    fn default() -> Self {
+        AgentLimits {
+            max_steps: 10,
+            max_tool_calls: 24,
+            max_calls_per_tool: 8,
+            max_tokens: 60_000,
+            max_output_tokens: 1_500,
+            deadline_secs: 120,
+            model_timeout_secs: 60,
+            tool_timeout_ms: 5_000,
+            max_retries: 3,
+            max_result_chars: 12_000,
+            context_budget_chars: 96_000,
+            max_chat_chars: 4_000,
+            breaker_failures: 3,
+            breaker_cooldown_secs: 30,
+        }
+    }
+}
+
+/// The `[llm]` part of `twinops.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Providers tried in order; the `rules` model is always appended as the floor.
+    #[serde(default)]
+    pub chain: Vec<ProviderConfig>,
+    #[serde(default)]
+    pub limits: AgentLimits,
+}
