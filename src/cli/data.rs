@@ -1,0 +1,232 @@
+//! What the twin holds: `twinops plant`, `readings`, `dead-letters` and `docs`.
+
+use super::*;
+
+#[derive(Subcommand)]
+pub(super) enum PlantCommand {
+    /// Import the plant from the files a site has: a TOML in the shape of
+    /// seed/plant.toml and CSV asset registers and tag exports, combined as you like.
+    /// One transaction: any error (each with file:line:column) and nothing is written.
+    /// A full import retires what it leaves out; --partial only adds and updates.
+    #[command(
+        after_help = "Examples:\n  twinops plant import site.toml assets.csv tags.csv --dry-run\n  twinops plant import site.toml assets.csv tags.csv\n  twinops plant import new-tags.csv --partial"
+    )]
+    Import {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print the changes (added; changed, field by field; retired) and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Add and update only; retire nothing.
+        #[arg(long)]
+        partial: bool,
+        /// Who imports, for the audit log.
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
+    /// Write the twin's plant as plant.toml, assets.csv and tags.csv into a folder, in
+    /// the shape `plant import` reads.
+    #[command(after_help = "Example:\n  twinops plant export /tmp/plant")]
+    Export { dir: PathBuf },
+}
+
+#[derive(Subcommand)]
+pub(super) enum ReadingsCommand {
+    /// Import a historian's CSV export: long (time, tag, value[, quality]) or wide
+    /// (time, then a column per tag); RFC 3339 or epoch seconds or milliseconds. Rows
+    /// already stored are counted, not written again; bad quality, unknown tags and
+    /// unreadable values are skipped and counted. Never raises live alarms.
+    #[command(
+        after_help = "Examples:\n  twinops readings import historian-2026-11.csv\n  twinops readings import local-times.csv --timezone America/Chicago"
+    )]
+    Import {
+        file: PathBuf,
+        /// The time zone of times written without an offset (IANA name, e.g.
+        /// Europe/London); default: the site's. DST changes are handled.
+        #[arg(long)]
+        timezone: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(super) enum DeadLettersCommand {
+    /// List dead letters not yet replayed, oldest first.
+    #[command(
+        after_help = "Examples:\n  twinops dead-letters list\n  twinops dead-letters list --reason unknown_sensor --all"
+    )]
+    List {
+        /// Only this reason: malformed, oversized, invalid, unknown_asset, unknown_sensor,
+        /// unmatched_clear, failed.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Include those already replayed.
+        #[arg(long)]
+        all: bool,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Apply dead letters again, by id or all of one reason; one refused again stays as it
+    /// was, with the reason printed.
+    #[command(
+        after_help = "Examples:\n  twinops dead-letters replay 17 18\n  twinops dead-letters replay --reason unknown_sensor --user operator.kaur"
+    )]
+    Replay {
+        ids: Vec<i64>,
+        /// Every dead letter of this reason not yet replayed (instead of ids).
+        #[arg(long, conflicts_with = "ids")]
+        reason: Option<String>,
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub(super) enum DocsCommand {
+    /// Chunk and index every .md file under DIR; unchanged files are skipped.
+    #[command(after_help = "Example:\n  twinops docs index seed/docs")]
+    Index { dir: PathBuf },
+    /// Search the indexed documentation (BM25), as the search_docs tool does.
+    #[command(after_help = "Example:\n  twinops docs search 'VIB-HI pump bearing vibration'")]
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 5)]
+        limit: usize,
+    },
+}
+
+pub(super) fn plant(global: &Global, cmd: PlantCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PlantCommand::Import { files, dry_run, partial, user } => {
+            let store = global.open()?;
+            let mode = if partial { crate::plant::Mode::Partial } else { crate::plant::Mode::Full };
+            let changes = crate::plant::import_files(store.writer(), &files, mode, dry_run, &user)?;
+            println!("{changes}");
+            if dry_run {
+                println!("(dry run: nothing was written)");
+            }
+        }
+        PlantCommand::Export { dir } => {
+            let store = global.open()?;
+            for path in crate::plant::export(&*store.read()?, &dir)? {
+                println!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn readings(global: &Global, cmd: ReadingsCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ReadingsCommand::Import { file, timezone } => {
+            let store = global.open()?;
+            let summary = crate::ingest::history::import(store.writer(), &*store.read()?, &file, timezone.as_deref())?;
+            print!("{summary}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn dead_letters(global: &Global, cmd: DeadLettersCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        DeadLettersCommand::List { reason, all, limit } => {
+            let store = global.open()?;
+            let letters = replay::list(&*store.read()?, reason.as_deref(), all, limit)?;
+            println!(
+                "{:>6}  {:<20} {:>5}  {:<15} {:>7}  {:<28} detail",
+                "id", "received", "seen", "reason", "bytes", "topic"
+            );
+            for d in &letters {
+                let replayed = d.replayed_at.map(|t| format!(" (replayed {})", t.to_rfc3339())).unwrap_or_default();
+                let again = match d.times_seen {
+                    1 => String::new(),
+                    _ => format!(" (last seen {})", d.last_seen_at.to_rfc3339()),
+                };
+                println!(
+                    "{:>6}  {:<20} {:>5}  {:<15} {:>7}  {:<28} {}{again}{replayed}",
+                    d.id,
+                    d.received_at.to_rfc3339(),
+                    d.times_seen,
+                    d.reason,
+                    d.bytes,
+                    d.topic,
+                    d.detail.chars().take(120).collect::<String>()
+                );
+            }
+            if letters.is_empty() {
+                println!("(none)");
+            }
+        }
+        DeadLettersCommand::Replay { ids, reason, user } => {
+            let store = global.open()?;
+            let ids = match reason {
+                Some(reason) => {
+                    replay::list(&*store.read()?, Some(&reason), false, u32::MAX)?.iter().map(|d| d.id).collect()
+                }
+                None if ids.is_empty() => {
+                    anyhow::bail!("name dead letters by id, or --reason; `twinops dead-letters list` shows them")
+                }
+                None => ids,
+            };
+            let policy = global.config()?.ingest_policy();
+            let (mut applied, mut refused) = (0, 0);
+            for id in ids {
+                match replay::replay(store.writer(), id, &user, policy.clone())? {
+                    replay::Replay::Applied(e) => {
+                        applied += 1;
+                        println!(
+                            "{id}: applied ({} alarm events, {} readings, {} already stored)",
+                            e.alarms.len(),
+                            e.readings,
+                            e.duplicate_readings
+                        );
+                    }
+                    replay::Replay::Refused { reason, detail } => {
+                        refused += 1;
+                        println!("{id}: refused again, {reason}: {detail}");
+                    }
+                    replay::Replay::AlreadyReplayed(at) => println!("{id}: already replayed at {}", at.to_rfc3339()),
+                    replay::Replay::NotFound => {
+                        refused += 1;
+                        println!("{id}: no such dead letter; `twinops dead-letters list --all` shows them");
+                    }
+                }
+            }
+            println!("{applied} applied, {refused} not");
+            if refused > 0 {
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn docs(global: &Global, cmd: DocsCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        DocsCommand::Index { dir } => {
+            let store = global.open()?;
+            let r = rag::index_dir(&store, &dir, Timestamp::now())?;
+            println!(
+                "indexed {}: {} added, {} updated, {} unchanged, {} chunks written",
+                dir.display(),
+                r.added,
+                r.updated,
+                r.unchanged,
+                r.chunks_written
+            );
+        }
+        DocsCommand::Search { query, limit } => {
+            let store = global.open()?;
+            let db = store.read()?;
+            for hit in rag::DocIndex::new().search(&db, &query, limit)? {
+                println!(
+                    "{:>7.3}  {:<32} {}\n         {}",
+                    hit.score,
+                    hit.citation.as_str(),
+                    hit.heading,
+                    hit.snippet.replace('\n', " ")
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,504 @@
+//! The command line. Each subcommand parses its arguments into library types and calls
+//! the library; errors print with their context chain and exit 1.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::accounts::Change;
+use crate::agent::{self, Agent};
+use crate::alarms;
+use crate::approvals::{Approvals, Proposer};
+use crate::config::Config;
+use crate::domain::{AssetId, Timestamp, parse_time};
+use crate::ingest::replay;
+use crate::store::Store;
+use crate::tools::{self, ToolContext};
+use crate::{bench, rag, seed};
+
+mod alarm_ops;
+mod data;
+mod people;
+
+use alarm_ops::AlarmsCommand;
+use data::{DeadLettersCommand, DocsCommand, PlantCommand, ReadingsCommand};
+use people::{TokenCommand, UserCommand};
+
+#[derive(Parser)]
+#[command(
+    name = "twinops",
+    version,
+    about = "An operations agent for pumping stations and water plants: \
+a SQLite twin of the plant, documentation search, and the read-only tools an LLM uses to triage alarms."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Global {
+    /// Folder for the database and other state.
+    #[arg(long, global = true, env = "TWINOPS_DATA_DIR", default_value = "data")]
+    data_dir: PathBuf,
+    /// SQLite database file. Default: DATA_DIR/twinops.db.
+    #[arg(long, global = true, env = "TWINOPS_DB")]
+    db: Option<PathBuf>,
+    /// Configuration file; TWINOPS_* environment variables override it.
+    #[arg(long, global = true, env = "TWINOPS_CONFIG", default_value = "twinops.toml")]
+    config: PathBuf,
+}
+
+impl Global {
+    fn db_path(&self) -> PathBuf {
+        self.db.clone().unwrap_or_else(|| self.data_dir.join("twinops.db"))
+    }
+
+    fn open(&self) -> anyhow::Result<Store> {
+        let path = self.db_path();
+        Store::open(&path).with_context(|| format!("opening {}", path.display()))
+    }
+
+    fn config(&self) -> anyhow::Result<Config> {
+        Config::load(&self.config, &|k| std::env::var(k).ok())
+    }
+
+    fn agent(&self, now: Option<&str>) -> anyhow::Result<Agent> {
+        let config = self.config()?;
+        let store = self.open()?;
+        let agent = Agent::new(store, agent::models_from_config(&config.llm), config.llm.limits);
+        Ok(match now {
+            Some(s) => {
+                let now = parse_time(s).map_err(anyhow::Error::msg).context("--now")?;
+                agent.with_clock(move || now)
+            }
+            None => agent,
+        })
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon: MQTT ingest (embedded broker unless mqtt.url is set), alarm
+    /// lifecycle, triage of every new occurrence, notes out.
+    #[command(
+        after_help = "Examples:\n  twinops serve --demo        # seed the demo plant, run the simulator, watch notes arrive\n  TWINOPS_MQTT_URL=mqtt://scada-gw:1883 twinops serve"
+    )]
+    Serve {
+        /// Seed an empty database with the demo plant and run the plant simulator.
+        #[arg(long)]
+        demo: bool,
+        /// Folder holding plant.toml and docs/ (for --demo); `--from`, as for seed and
+        /// simulate, works too.
+        #[arg(long, visible_alias = "from", default_value = "seed")]
+        seed_from: PathBuf,
+        /// Triage notes on the console: every note, or a summary a minute; `auto` sums
+        /// them up under systemd (whose journal takes every line) and prints each otherwise.
+        #[arg(long, value_enum, default_value = "auto")]
+        notes: crate::console::NotesOutput,
+    },
+    /// Run the embedded MQTT broker on its own (in memory, loopback by default), for a
+    /// site without a broker whose daemon must restart or crash without losing what
+    /// the broker holds for it. Point mqtt.url at it.
+    #[command(
+        after_help = "Example:\n  twinops broker --listen 127.0.0.1:1883 &\n  TWINOPS_MQTT_URL=mqtt://127.0.0.1:1883 twinops serve"
+    )]
+    Broker {
+        #[arg(long, default_value = "127.0.0.1:1883")]
+        listen: std::net::SocketAddr,
+    },
+    /// Publish simulated alarm events from the seed plant to an MQTT broker.
+    #[command(
+        after_help = "Example:\n  twinops simulate --broker mqtt://127.0.0.1:1883 --count 500 --rate 0 --duplicates 10 --malformed 1"
+    )]
+    Simulate(crate::sim::SimOptions),
+    /// Build the demo plant (assets, sensors, a week of readings, alarms, maintenance, docs).
+    #[command(
+        after_help = "Examples:\n  twinops seed\n  twinops seed --end 2026-11-30T12:00:00Z\n  twinops --db /tmp/big.db seed --scale 100"
+    )]
+    Seed(SeedArgs),
+    /// The plant: import a site's own files into the twin, or export it to them.
+    #[command(subcommand)]
+    Plant(PlantCommand),
+    /// Readings: backfill from a historian's export.
+    #[command(subcommand)]
+    Readings(ReadingsCommand),
+    /// Documentation: index a folder of Markdown, or search it.
+    #[command(subcommand)]
+    Docs(DocsCommand),
+    /// The agent's tools: list their definitions or call one as a model would.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+    /// Ask the agent one question, as an operator would in the chat.
+    #[command(
+        after_help = "Examples:\n  twinops ask 'Why is PUMP-007 in alarm?'\n  TWINOPS_LLM_KIND=openai TWINOPS_LLM_BASE_URL=http://localhost:11434/v1 TWINOPS_LLM_MODEL=llama3.1:8b twinops ask 'What is wrong at the East Booster Station?'"
+    )]
+    Ask {
+        question: String,
+        /// Who is asking, for the audit trail.
+        #[arg(long, env = "USER", default_value = "cli")]
+        user: String,
+        /// Evaluate as of this time (RFC 3339) instead of now.
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// Run triage on one alarm occurrence and print the note.
+    #[command(after_help = "Example:\n  twinops triage 17")]
+    Triage {
+        alarm_id: i64,
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// The shift handover: write one now and print it (a running daemon publishes it as
+    /// it does the scheduled ones), or print the latest stored with --last.
+    #[command(after_help = "Examples:\n  twinops handover\n  twinops handover --last 3")]
+    Handover {
+        /// Print the latest N stored handovers, newest first, instead of writing one.
+        #[arg(long, value_name = "N")]
+        last: Option<u32>,
+    },
+    /// Agent runs: the audit trail.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Alarms: list, acknowledge, shelve, out of service (as a local operator).
+    #[command(subcommand)]
+    Alarms(AlarmsCommand),
+    /// Messages and events ingest refused: list them, replay them once the cause is fixed.
+    #[command(subcommand)]
+    DeadLetters(DeadLettersCommand),
+    /// Serve the twin's read-only tools to an MCP host over stdio (the host spawns it).
+    #[command(
+        after_help = "Examples:\n  twinops --db /var/lib/twinops/twinops.db mcp\n  (Claude Desktop: see README, \"Connecting an MCP host\")"
+    )]
+    Mcp {
+        /// Offer propose_work_order too (it only parks a proposal for a supervisor).
+        #[arg(long)]
+        allow_propose: bool,
+    },
+    /// HMI users: add, list, change role, reset password, disable, enable.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// API tokens for machine clients (bearer tokens; shown once, stored hashed): create, list, revoke.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Copy the database to a new file, consistent and checked, while the daemon runs.
+    #[command(after_help = "Example:\n  twinops backup /var/backups/twinops/twinops-2026-12-01.db")]
+    Backup {
+        /// The backup file to write; it must not exist.
+        to: PathBuf,
+    },
+    /// Print performance figures.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Print one run's trace: every model call, tool call and guardrail decision.
+    #[command(after_help = "Example:\n  twinops runs show 1")]
+    Show { run_id: i64 },
+}
+
+#[derive(Args)]
+struct SeedArgs {
+    /// Folder holding plant.toml and docs/.
+    #[arg(long, default_value = "seed")]
+    from: PathBuf,
+    /// Copies of the plant (asset numbers offset by 100 per copy), for benchmarks.
+    #[arg(long, default_value_t = 1)]
+    scale: u32,
+    /// Time of the last reading, RFC 3339. Default: now. Pin it for reproducible data.
+    #[arg(long)]
+    end: Option<String>,
+    /// Days of 1-minute readings.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=31))]
+    days: u32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ToolFormat {
+    Openai,
+    Anthropic,
+}
+
+#[derive(Subcommand)]
+enum ToolsCommand {
+    /// Print the tool definitions as a model API receives them.
+    #[command(after_help = "Examples:\n  twinops tools list\n  twinops tools list --format anthropic")]
+    List {
+        #[arg(long, value_enum, default_value = "openai")]
+        format: ToolFormat,
+    },
+    /// Run one tool and print exactly what a model would receive, errors included.
+    #[command(
+        after_help = "Examples:\n  twinops tools call get_asset_details '{\"asset_id\":\"PUMP-007\"}'\n  twinops tools call search_docs '{\"query\":\"VIB-HI\"}'"
+    )]
+    Call {
+        name: String,
+        /// Arguments as a JSON object.
+        #[arg(default_value = "{}")]
+        args: String,
+        /// Evaluate as of this time (RFC 3339) instead of now.
+        #[arg(long)]
+        now: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// p50/p99 latency of every tool on a scaled plant, and of search_docs over a large corpus.
+    #[command(after_help = "Examples:\n  twinops bench tools\n  twinops bench tools --scale 10 --iterations 200")]
+    Tools(bench::ToolsBenchArgs),
+    /// Ingest throughput against a bare subscriber on the same broker.
+    #[command(
+        after_help = "Examples:\n  twinops bench ingest\n  twinops bench ingest --broker mqtt://127.0.0.1:1883 --batch-ms 1   # Mosquitto, set up as in the README"
+    )]
+    Ingest(bench::IngestBenchArgs),
+    /// Sparkplug B ingest (DDATA of 100 metrics) beside JSON telemetry of the same readings.
+    #[command(
+        after_help = "Examples:\n  twinops bench sparkplug\n  twinops bench sparkplug --broker mqtt://127.0.0.1:1883   # Mosquitto"
+    )]
+    Sparkplug(bench::SparkplugBenchArgs),
+    /// The agent harness's own overhead per step against an instant scripted model.
+    #[command(after_help = "Example:\n  twinops bench agent --runs 300")]
+    Agent(bench::AgentBenchArgs),
+    /// `readings import` of a historian export beside the raw insert rate of the same rows.
+    #[command(after_help = "Examples:\n  twinops bench readings\n  twinops bench readings --rows 1000000")]
+    Readings(bench::ReadingsBenchArgs),
+}
+
+pub fn main() -> ExitCode {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG")
+                .unwrap_or_else(|_| "warn,rumqttd::server::broker=off".into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colour only on a terminal: under systemd, stderr is the journal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .finish()
+        .with(crate::broker::QuietCleanDisconnects)
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_handover(h: &crate::handover::Handover) {
+    println!(
+        "-- handover note {} at {}, run {} ({} via {}){}\n{}\n",
+        h.note_id,
+        h.created_at.to_rfc3339(),
+        h.run_id.map_or("-".into(), |r| r.to_string()),
+        h.outcome.as_deref().unwrap_or("-"),
+        h.provider.as_deref().unwrap_or("-"),
+        crate::notify::flag_list(&h.flags),
+        h.text
+    );
+}
+
+fn print_summary(r: &agent::RunReport) {
+    eprintln!(
+        "\n-- run {}: {} via {}, {} model call(s), {} tool call(s), {} tokens{}; `twinops runs show {}` for the trace",
+        r.run_id,
+        r.outcome.as_str(),
+        r.provider.as_deref().unwrap_or("-"),
+        r.model_calls,
+        r.tool_calls,
+        r.usage.input_tokens + r.usage.output_tokens,
+        if r.flags.is_empty() { String::new() } else { format!(", flagged {}", r.flags.join(", ")) },
+        r.run_id
+    );
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Seed(args) => {
+            let end = match &args.end {
+                Some(s) => parse_time(s).map_err(anyhow::Error::msg).context("--end")?,
+                None => Timestamp::now(),
+            };
+            let store = cli.global.open()?;
+            let opts = seed::SeedOptions { dir: args.from, scale: args.scale, end, days: args.days };
+            let r = seed::seed(&store, &opts)?;
+            println!(
+                "seeded {}: {} assets, {} sensors, {} readings, {} alarms ({} active), {} maintenance records, \
+                 {} documents in {} chunks; readings end at {}",
+                store.path().display(),
+                r.assets,
+                r.sensors,
+                r.readings,
+                r.alarms,
+                r.active_alarms,
+                r.maintenance,
+                r.docs.added + r.docs.updated + r.docs.unchanged,
+                r.docs.chunks_written,
+                end.floor_minute().to_rfc3339()
+            );
+        }
+        Command::Tools(ToolsCommand::List { format }) => {
+            let all: Vec<_> = tools::all().iter().collect();
+            let defs = match format {
+                ToolFormat::Openai => tools::openai_format(&all),
+                ToolFormat::Anthropic => tools::anthropic_format(&all),
+            };
+            println!("{}", serde_json::to_string_pretty(&defs)?);
+        }
+        Command::Tools(ToolsCommand::Call { name, args, now }) => {
+            let args: serde_json::Value =
+                serde_json::from_str(&args).with_context(|| format!("the arguments are not JSON: {args}"))?;
+            let now = match &now {
+                Some(s) => parse_time(s).map_err(anyhow::Error::msg).context("--now")?,
+                None => Timestamp::now(),
+            };
+            let store = cli.global.open()?;
+            let db = store.read()?;
+            let approvals = Approvals::new(store.writer().clone());
+            let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+            let docs = rag::DocIndex::new();
+            let ctx = ToolContext {
+                db: &db,
+                docs: &docs,
+                approvals: &approvals,
+                now,
+                caller: Proposer::User(format!("cli:{user}")),
+            };
+            let out = tools::call(&ctx, &name, args);
+            println!("{}", out.content);
+            if out.is_error {
+                return Ok(ExitCode::from(2));
+            }
+        }
+        Command::Serve { demo, seed_from, notes } => {
+            let config = cli.global.config()?;
+            let opts = crate::app::ServeOptions { config, db: cli.global.db_path(), demo, seed_dir: seed_from };
+            runtime()?.block_on(crate::app::serve(opts, notes))?;
+        }
+        Command::Broker { listen } => {
+            crate::broker::run(listen)?;
+        }
+        Command::Simulate(opts) => {
+            let r = runtime()?.block_on(crate::sim::simulate(&opts))?;
+            println!(
+                "published {} messages on {}: {} alarm events ({} raises) on {}, {} duplicates, {} malformed; {} telemetry batches on {}",
+                r.published,
+                opts.broker,
+                r.events,
+                r.raises,
+                opts.topic,
+                r.duplicates,
+                r.malformed,
+                r.telemetry,
+                opts.telemetry_topic
+            );
+        }
+        Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,
+        Command::Bench(BenchCommand::Agent(args)) => bench::agent(&args)?,
+        Command::Bench(BenchCommand::Ingest(args)) => bench::ingest(&args)?,
+        Command::Bench(BenchCommand::Sparkplug(args)) => bench::sparkplug(&args)?,
+        Command::Bench(BenchCommand::Readings(args)) => bench::readings(&args)?,
+        Command::Ask { question, user, now } => {
+            let agent = cli.global.agent(now.as_deref())?;
+            let report = runtime()?.block_on(async {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let printer = tokio::spawn(async move {
+                    use std::io::Write;
+                    let mut streamed = false;
+                    while let Some(event) = rx.recv().await {
+                        match event {
+                            crate::agent::StreamEvent::Text { text } => {
+                                print!("{text}");
+                                streamed = true;
+                            }
+                            crate::agent::StreamEvent::Tool { name, arguments } => {
+                                eprintln!("[{name} {}]", crate::agent::clip(&arguments, 200))
+                            }
+                            // The terminal cannot take text back: say so, and print what is kept.
+                            crate::agent::StreamEvent::Retract { reason } => {
+                                println!("\n[the text above is withdrawn: {reason}]");
+                                streamed = false;
+                            }
+                        }
+                        let _ = std::io::stdout().flush();
+                    }
+                    streamed
+                });
+                let report = agent.ask(&question, &user, Some(tx)).await;
+                let streamed = printer.await.unwrap_or(false);
+                report.map(|r| (r, streamed))
+            })?;
+            let (report, streamed) = report;
+            if !streamed {
+                println!("{}", report.answer.as_deref().unwrap_or("(no answer)"));
+            }
+            print_summary(&report);
+        }
+        Command::Backup { to } => {
+            let from = cli.global.db_path();
+            let b = crate::store::backup(&from, &to)?;
+            println!(
+                "backup of {} written to {}: {:.1} MiB, schema version {}, integrity ok, in {:.1} s",
+                from.display(),
+                to.display(),
+                b.bytes as f64 / (1024.0 * 1024.0),
+                b.schema_version,
+                b.elapsed.as_secs_f64()
+            );
+        }
+        Command::Handover { last: Some(n) } => {
+            let db = cli.global.open()?.read()?;
+            let handovers = crate::handover::recent(&db, n)?;
+            if handovers.is_empty() {
+                println!("no handover yet: `twinops handover` writes one");
+            }
+            for h in handovers {
+                print_handover(&h);
+            }
+        }
+        Command::Handover { last: None } => {
+            let agent = cli.global.agent(None)?;
+            let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+            print_handover(&runtime()?.block_on(agent.write_handover(&format!("user:{user}")))?);
+        }
+        Command::Triage { alarm_id, now } => {
+            let agent = cli.global.agent(now.as_deref())?;
+            let report = runtime()?.block_on(agent.triage(alarm_id))?;
+            match &report.note {
+                Some(note) => println!("{}", serde_json::to_string_pretty(note)?),
+                None => println!("{}", report.answer.as_deref().unwrap_or("(no note)")),
+            }
+            print_summary(&report);
+        }
+        Command::Mcp { allow_propose } => {
+            let store = cli.global.open()?;
+            let allow = allow_propose || cli.global.config()?.mcp.allow_propose;
+            runtime()?.block_on(crate::mcp::serve_stdio(store, allow))?;
+        }
+        Command::Runs(RunsCommand::Show { run_id }) => {
+            let store = cli.global.open()?;
+            print!("{}", agent::audit::render_run(&store, run_id)?);
+        }
+        Command::User(cmd) => return people::user(&cli.global, cmd),
+        Command::Token(cmd) => return people::token(&cli.global, cmd),
+        Command::Alarms(cmd) => return alarm_ops::run(&cli.global, cmd),
+        Command::Plant(cmd) => return data::plant(&cli.global, cmd),
+        Command::Readings(cmd) => return data::readings(&cli.global, cmd),
+        Command::DeadLetters(cmd) => return data::dead_letters(&cli.global, cmd),
+        Command::Docs(cmd) => return data::docs(&cli.global, cmd),
+    }
+    Ok(ExitCode::SUCCESS)
+}
