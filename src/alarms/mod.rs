@@ -134,15 +134,6 @@ fn resolve(conn: &Connection, ev: &AlarmEvent) -> Result<Result<AlarmEvent, Refu
     Ok(Ok(AlarmEvent { asset_id: asset, sensor_id, ..ev.clone() }))
 }
 
-fn severity_rank(s: Severity) -> i64 {
-    match s {
-        Severity::Critical => 0,
-        Severity::High => 1,
-        Severity::Medium => 2,
-        Severity::Low => 3,
-    }
-}
-
 /// Most bytes of an event kept in its journal entry as received.
 const RAW_EVENT_BYTES: usize = 16 * 1024;
 
@@ -269,7 +260,7 @@ fn enqueue_triage(
     let routine = severity == Severity::Low
         || chattering
         || (severity <= Severity::Medium && flood_state(conn, at.plus_secs(1), false)?.flood);
-    let rank = severity_rank(severity);
+    let rank = severity.rank();
     let waiting = |asset: Option<&str>| -> rusqlite::Result<Option<i64>> {
         conn.prepare_cached("SELECT id FROM triage_jobs WHERE state = 'queued' AND asset_id IS ?1 LIMIT 1")?
             .query_row([asset], |r| r.get(0))

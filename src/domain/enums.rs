@@ -63,6 +63,19 @@ text_enum! {
 }
 
 impl Severity {
+    /// Its place when the most urgent come first: critical 0, high 1, medium 2, low 3.
+    /// The triage queue's priority.
+    pub fn rank(self) -> i64 {
+        (Severity::ALL.len() - 1 - Severity::ALL.iter().position(|s| *s == self).expect("in ALL")) as i64
+    }
+
+    /// SQL giving the severity in `column` its [`Severity::rank`], to sort by.
+    pub fn sql_rank(column: &str) -> String {
+        let whens: Vec<String> =
+            Severity::ALL.iter().map(|s| format!("WHEN '{}' THEN {}", s.as_str(), s.rank())).collect();
+        format!("CASE {column} {} END", whens.join(" "))
+    }
+
     /// Weight used when ranking assets by need of attention.
     pub fn weight(self) -> u32 {
         match self {
@@ -174,5 +187,23 @@ text_enum! {
         Supervisor => "supervisor",
         /// Also manage users.
         Admin => "admin",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Severity;
+
+    #[test]
+    fn severity_ranks_most_urgent_first_in_rust_and_sql() {
+        let ranks: Vec<i64> =
+            [Severity::Critical, Severity::High, Severity::Medium, Severity::Low].map(Severity::rank).to_vec();
+        assert_eq!(ranks, [0, 1, 2, 3]);
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        for s in Severity::ALL {
+            let sql = format!("SELECT {} FROM (SELECT ?1 AS severity)", Severity::sql_rank("severity"));
+            let rank: i64 = db.query_row(&sql, [s.as_str()], |r| r.get(0)).unwrap();
+            assert_eq!(rank, s.rank(), "{s}");
+        }
     }
 }

@@ -127,9 +127,11 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
 
     let alarms = rows_json(
         ctx,
-        "SELECT id, code, sensor_id, severity, state, raised_at, value, threshold, reraise_count
-         FROM alarms WHERE asset_id = ?1 AND cleared_at IS NULL
-         ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END, raised_at",
+        &format!(
+            "SELECT id, code, sensor_id, severity, state, raised_at, value, threshold, reraise_count
+             FROM alarms WHERE asset_id = ?1 AND cleared_at IS NULL ORDER BY {}, raised_at",
+            crate::domain::Severity::sql_rank("severity")
+        ),
         &id,
         |r| {
             Ok(json!({

@@ -118,12 +118,12 @@ impl Triage {
             else {
                 return Ok(None);
             };
-            let mut stmt = c.prepare_cached(
+            let mut stmt = c.prepare_cached(&format!(
                 "SELECT a.id, a.asset_id FROM alarms a
                  WHERE a.triage_job = ?1 AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = 'triage' AND n.alarm_id = a.id)
-                 ORDER BY a.asset_id, CASE a.severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END,
-                          a.raised_at, a.id",
-            )?;
+                 ORDER BY a.asset_id, {}, a.raised_at, a.id",
+                crate::domain::Severity::sql_rank("a.severity")
+            ))?;
             let mut groups: Vec<(String, Vec<i64>)> = Vec::new();
             for row in stmt.query_map([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))? {
                 let (alarm, asset) = row?;

@@ -21,7 +21,7 @@ use crate::accounts::{self, LoginError, User};
 use crate::agent::StreamEvent;
 use crate::alarms;
 use crate::approvals::{self, Approvals, DecisionError, Proposer};
-use crate::domain::{Role, Timestamp};
+use crate::domain::{Role, Severity, Timestamp};
 use crate::tools::{self, ToolContext};
 
 type S = Arc<WebState>;
@@ -514,9 +514,6 @@ fn json_rows(stmt: &mut rusqlite::CachedStatement<'_>, params: impl rusqlite::Pa
     rows.map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))).collect()
 }
 
-const SEVERITY_ORDER: &str =
-    "CASE a.severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END";
-
 async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<Json<Value>, ApiError> {
     let limit = q.limit.unwrap_or(200).clamp(1, 1000);
     let db = s.store.read()?;
@@ -533,7 +530,8 @@ async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<
            AND (?2 IS NULL OR a.asset_id = ?2)
            AND (?5 IS NULL OR a.code = ?5)
            AND (?6 IS NULL OR coalesce(a.sensor_id, '-') = ?6)
-         ORDER BY {SEVERITY_ORDER}, a.raised_at DESC, a.id DESC LIMIT ?3"
+         ORDER BY {}, a.raised_at DESC, a.id DESC LIMIT ?3",
+        Severity::sql_rank("a.severity")
     );
     let mut stmt = db.prepare_cached(&sql)?;
     let (active, suppressed) = (q.active.unwrap_or(true), q.suppressed.unwrap_or(false));
@@ -564,8 +562,9 @@ async fn alarm_points(State(s): State<S>) -> Result<Json<Value>, ApiError> {
          FROM points p JOIN alarms a ON a.id = p.latest
          LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
          ORDER BY CASE WHEN a.state = 'unacknowledged' THEN 0 WHEN a.cleared_at IS NULL THEN 1 ELSE 2 END,
-                  {SEVERITY_ORDER}, a.raised_at DESC, a.id DESC
-         LIMIT 1000"
+                  {}, a.raised_at DESC, a.id DESC
+         LIMIT 1000",
+        Severity::sql_rank("a.severity")
     );
     let mut stmt = db.prepare_cached(&sql)?;
     let points = json_rows(&mut stmt, [])?;
