@@ -1003,6 +1003,9 @@ async fn every_error_is_json_that_says_what_to_do() {
         (send(reqwest::Method::GET, "/api/nope"), 404, "no such page or endpoint"),
         (send(reqwest::Method::DELETE, "/api/alarms"), 405, "DELETE is not allowed on /api/alarms"),
         (send(reqwest::Method::GET, "/api/runs/abc"), 400, "ids in paths are whole numbers"),
+        // A tool's typed error decides the status: an unknown asset is 404, a bad id 400.
+        (send(reqwest::Method::GET, "/api/assets/PUMP-999"), 404, "PUMP-999"),
+        (send(reqwest::Method::GET, "/api/assets/no%20such%20thing"), 400, "asset_id"),
         (
             send(reqwest::Method::POST, "/api/chat").json(&json!({"message": "hi", "extra": 1})),
             422,

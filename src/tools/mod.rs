@@ -109,6 +109,12 @@ impl ToolDef {
         self.call_with_limit(ctx, args, MAX_RESULT_CHARS)
     }
 
+    /// The tool's own result, whole (not cut to a model's size), or its typed error: for
+    /// callers that are not a model, like the HMI's API.
+    pub fn run(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        (self.handler)(ctx, args)
+    }
+
     /// [`ToolDef::call`] with a result cut to `max_chars`.
     pub fn call_with_limit(&self, ctx: &ToolContext, args: Value, max_chars: usize) -> ToolOutput {
         match (self.handler)(ctx, args) {

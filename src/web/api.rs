@@ -710,16 +710,15 @@ fn tool(s: &WebState, user: &User, name: &str, args: Value) -> Result<Value, Api
         now: Timestamp::now(),
         caller: Proposer::User(user.name.clone()),
     };
-    let out = tools::call(&ctx, name, args);
-    if out.is_error {
-        let status = if out.content.contains("No ") || out.content.contains("no ") {
-            StatusCode::NOT_FOUND
-        } else {
-            StatusCode::BAD_REQUEST
-        };
-        return Err(ApiError::new(status, out.content));
-    }
-    Ok(serde_json::from_str(&out.content).unwrap_or(Value::String(out.content)))
+    let def =
+        tools::find(name).ok_or_else(|| anyhow::anyhow!("the HMI asked for a tool that does not exist: {name}"))?;
+    // The tool's typed error decides the status; the page gets the result whole.
+    def.run(&ctx, args).map_err(|e| match e {
+        tools::ToolError::InvalidArguments(m) => ApiError::bad_request(m),
+        tools::ToolError::NotFound(m) => ApiError::not_found(m),
+        tools::ToolError::Rejected(m) => ApiError::new(StatusCode::CONFLICT, m),
+        tools::ToolError::Internal(cause) => ApiError::from(cause),
+    })
 }
 
 async fn assets(State(s): State<S>, Extension(user): Extension<User>) -> Result<Json<Value>, ApiError> {
