@@ -10,8 +10,7 @@ pub mod limits;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::domain::{AlarmEvent, Transition};
-use crate::domain::{AlarmState, AssetId, SensorId, Severity, Timestamp};
+use crate::domain::{AlarmEvent, AlarmState, AssetId, SensorId, Severity, Timestamp, Transition, TriageMode};
 use crate::store::{StoreError, Writer};
 
 /// ISA-18.2: a flood starts above 10 alarms in 10 minutes per operator position and
@@ -279,7 +278,13 @@ fn enqueue_triage(
             "INSERT INTO triage_jobs (alarm_id, asset_id, state, priority, mode, enqueued_at)
              VALUES (?1, ?2, 'queued', ?3, ?4, ?5)",
         )?
-        .execute(params![alarm_id, asset, rank, if routine { "rules" } else { "agent" }, now.unix()])?;
+        .execute(params![
+            alarm_id,
+            asset,
+            rank,
+            if routine { TriageMode::Rules } else { TriageMode::Agent },
+            now.unix()
+        ])?;
         Ok(conn.last_insert_rowid())
     };
     let job = if let Some(job) = waiting(Some(asset_id))? {

@@ -190,6 +190,12 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// How a triage job is run: with the configured models, or by the rules model alone
+    /// (low severity, a chattering point, a flood, the overflow job, or over budget).
+    TriageMode { Agent => "agent", Rules => "rules" }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Severity;

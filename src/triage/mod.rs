@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::agent::{Agent, Outcome, RunReport};
-use crate::domain::Timestamp;
+use crate::domain::{Timestamp, TriageMode};
 use crate::store::{StoreError, Writer};
 
 /// Attempts before a job is given up as `failed`.
@@ -70,7 +70,7 @@ pub struct Triage {
 
 struct Job {
     id: i64,
-    mode: String,
+    mode: TriageMode,
     enqueued_at: i64,
     /// Occurrences still without a note, grouped by asset, most severe first.
     groups: Vec<Vec<i64>>,
@@ -112,7 +112,7 @@ impl Triage {
                      RETURNING id, mode, enqueued_at",
                 )?
                 .query_row([Timestamp::now().unix()], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, TriageMode>(1)?, r.get::<_, i64>(2)?))
                 })
                 .optional()?
             else {
@@ -146,14 +146,14 @@ impl Triage {
         crate::metrics::observe("twinops_triage_wait_seconds", &[], waited);
         let mut stored = Vec::new();
         for group in &job.groups {
-            let use_model = job.mode == "agent" && self.budget.lock().expect("budget lock").take();
+            let use_model = job.mode == TriageMode::Agent && self.budget.lock().expect("budget lock").take();
             let agent = if use_model { &self.agent } else { &self.rules };
             let started = Instant::now();
             let result = agent.triage_group(group).await;
             crate::metrics::time("twinops_triage_run_seconds", &[], started.elapsed());
             let outcome = result.as_ref().map_or("error", |r| r.outcome.as_str());
-            let mode = if use_model { "agent" } else { "rules" };
-            crate::metrics::count("twinops_triage_runs_total", &[("mode", mode), ("outcome", outcome)], 1.0);
+            let mode = if use_model { TriageMode::Agent } else { TriageMode::Rules };
+            crate::metrics::count("twinops_triage_runs_total", &[("mode", mode.as_str()), ("outcome", outcome)], 1.0);
             let report = match result {
                 Ok(r) if r.outcome != Outcome::Failed => r,
                 Ok(r) => return self.fail(&job, format!("run {} failed", r.run_id)).await.map(|_| Some(stored)),
