@@ -27,7 +27,7 @@ use super::model::{
     ToolSpec, Usage,
 };
 use super::note::TriageNote;
-use super::reliability::{Attempt, Chain, RetryPolicy};
+use super::reliability::{Attempt, Chain, RetryPolicy, Served};
 use super::rules::Rules;
 use crate::approvals::{Approvals, Proposer};
 use crate::domain::{Access, Timestamp};
@@ -378,6 +378,12 @@ impl Agent {
 }
 
 /// The mutable state of one run.
+/// What the loop does after a step that did not go through: take another, or stop.
+enum Flow {
+    Again,
+    Done(Outcome),
+}
+
 struct RunState<'a> {
     agent: &'a Agent,
     task: &'a Task,
@@ -498,6 +504,65 @@ impl<'a> RunState<'a> {
     /// A budget ran out. A triage run without a valid note yet gets the rules model's
     /// own note instead of a partial one (None: the run goes on, on the rules plan); any
     /// other run ends here, partial.
+    /// Takes a step from the budget (true when it is the last one), or says what to do
+    /// now that steps, time or tokens have run out.
+    fn take_step(&mut self, audit: &mut Audit) -> Result<bool, Flow> {
+        let budget = |run: &mut Self, what: &str, audit: &mut Audit| match run.out_of_budget(what, audit) {
+            Some(outcome) => Flow::Done(outcome),
+            None => Flow::Again,
+        };
+        let Some(left) = self.steps_left.checked_sub(1) else { return Err(budget(self, "steps", audit)) };
+        self.steps_left = left;
+        // The rules model costs no time or tokens worth counting: its plan is bounded
+        // by its steps alone, so a triage note is written even past the deadline.
+        let limits = &self.agent.limits;
+        let spent = if self.on_rules_plan() {
+            None
+        } else if Instant::now() >= self.deadline {
+            Some("deadline")
+        } else if self.usage.input_tokens + self.usage.output_tokens >= limits.max_tokens {
+            Some("tokens")
+        } else {
+            None
+        };
+        if let Some(what) = spent {
+            return Err(budget(self, what, audit));
+        }
+        if left == 0 {
+            self.last_step();
+        }
+        Ok(left == 0)
+    }
+
+    /// One model call through the chain, its attempts audited; a failure past the
+    /// deadline is the deadline budget running out, any other ends the run.
+    async fn call_model(&mut self, audit: &mut Audit) -> Result<Served, Flow> {
+        let limits = &self.agent.limits;
+        let mut attempts = Vec::new();
+        let call_timeout = Duration::from_secs(limits.model_timeout_secs);
+        // The rules model answers at once, in-process: its plan is not held to a
+        // deadline the model already spent.
+        let deadline = if self.on_rules_plan() { Instant::now() + call_timeout } else { self.deadline };
+        let served =
+            self.agent.chain.complete(&self.request, self.link_floor, deadline, call_timeout, &mut attempts).await;
+        self.model_calls += 1;
+        self.record_attempts(&attempts, audit);
+        served.map_err(|e| {
+            if Instant::now() < self.deadline {
+                self.last_error = Some(e.to_string());
+                return Flow::Done(Outcome::Failed);
+            }
+            self.last_error = Some(format!(
+                "the run's deadline of {} s (llm.limits.deadline_secs) was reached waiting for the model; its last error: {e}",
+                self.agent.limits.deadline_secs
+            ));
+            match self.out_of_budget("deadline", audit) {
+                Some(outcome) => Flow::Done(outcome),
+                None => Flow::Again,
+            }
+        })
+    }
+
     fn out_of_budget(&mut self, what: &str, audit: &mut Audit) -> Option<Outcome> {
         if self.task.profile.structured_note && self.note.is_none() && !self.on_rules_plan() {
             let why = format!("the run's {what} budget ran out before a valid note");
@@ -512,64 +577,22 @@ impl<'a> RunState<'a> {
         self.link_floor + 1 >= self.agent.chain.links().len()
     }
 
+    /// The loop: a step taken from the budget, a model call, then the tools it asked
+    /// for, or its answer checked and settled.
     async fn go(&mut self, audit: &mut Audit, stream: Option<StreamSink>) -> Outcome {
         let limits = &self.agent.limits;
         self.request.stream = stream;
         loop {
-            let Some(left) = self.steps_left.checked_sub(1) else {
-                match self.out_of_budget("steps", audit) {
-                    Some(outcome) => return outcome,
-                    None => continue,
-                }
+            let last_step = match self.take_step(audit) {
+                Ok(last) => last,
+                Err(Flow::Again) => continue,
+                Err(Flow::Done(outcome)) => return outcome,
             };
-            self.steps_left = left;
-            // The rules model costs no time or tokens worth counting: its plan is bounded
-            // by its steps alone, so a triage note is written even past the deadline.
-            let spent = if self.on_rules_plan() {
-                None
-            } else if Instant::now() >= self.deadline {
-                Some("deadline")
-            } else if self.usage.input_tokens + self.usage.output_tokens >= limits.max_tokens {
-                Some("tokens")
-            } else {
-                None
-            };
-            if let Some(what) = spent {
-                match self.out_of_budget(what, audit) {
-                    Some(outcome) => return outcome,
-                    None => continue,
-                }
-            }
-            let last_step = left == 0;
-            if last_step {
-                self.last_step();
-            }
             self.fit_context(audit);
-            let mut attempts = Vec::new();
-            let call_timeout = Duration::from_secs(limits.model_timeout_secs);
-            // The rules model answers at once, in-process: its plan is not held to a
-            // deadline the model already spent.
-            let deadline = if self.on_rules_plan() { Instant::now() + call_timeout } else { self.deadline };
-            let served =
-                self.agent.chain.complete(&self.request, self.link_floor, deadline, call_timeout, &mut attempts).await;
-            self.model_calls += 1;
-            self.record_attempts(&attempts, audit);
-            let served = match served {
-                Ok(s) => s,
-                Err(e) => {
-                    if Instant::now() >= self.deadline {
-                        self.last_error = Some(format!(
-                            "the run's deadline of {} s (llm.limits.deadline_secs) was reached waiting for the model; its last error: {e}",
-                            limits.deadline_secs
-                        ));
-                        match self.out_of_budget("deadline", audit) {
-                            Some(outcome) => return outcome,
-                            None => continue,
-                        }
-                    }
-                    self.last_error = Some(e.to_string());
-                    return Outcome::Failed;
-                }
+            let served = match self.call_model(audit).await {
+                Ok(served) => served,
+                Err(Flow::Again) => continue,
+                Err(Flow::Done(outcome)) => return outcome,
             };
             let rules = served.provider == Rules.name();
             // The floor never trusts a failed provider's turns: it runs its own plan.
