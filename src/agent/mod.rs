@@ -23,6 +23,7 @@ pub mod openai;
 pub mod reliability;
 pub mod rules;
 mod run;
+mod task;
 
 pub use guard::clip;
 pub use model::{

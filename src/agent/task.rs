@@ -1,0 +1,124 @@
+//! The tasks an agent runs: what each asks of the model, with the facts its checks use
+//! (the triage of an alarm, a chat question, the shift handover).
+
+use rusqlite::OptionalExtension;
+use serde_json::Value;
+
+use anyhow::Context;
+
+use super::guard::as_data;
+use super::model::{GroupedAlarm, StreamSink, TaskFacts};
+use super::run::{Agent, Profile, RunReport, Task};
+use crate::tools;
+
+impl Agent {
+    /// Builds the triage task for an alarm occurrence and runs it.
+    pub async fn triage(&self, alarm_id: i64) -> anyhow::Result<RunReport> {
+        self.triage_group(&[alarm_id]).await
+    }
+
+    /// Triages occurrences on one asset in one run (those raised while its job waited,
+    /// as in a flood); the first is the most severe and leads.
+    pub async fn triage_group(&self, alarm_ids: &[i64]) -> anyhow::Result<RunReport> {
+        let task = self.triage_task(alarm_ids)?;
+        Ok(self.run(task, None).await?)
+    }
+
+    pub fn triage_task(&self, alarm_ids: &[i64]) -> anyhow::Result<Task> {
+        let &[alarm_id, ref others @ ..] = alarm_ids else { anyhow::bail!("no alarm to triage") };
+        let db = self.store.read()?;
+        let mut stmt = db.prepare_cached(
+            "SELECT json_object('alarm_id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code,
+                    'severity', severity, 'state', state, 'value', shown(value), 'threshold', shown(threshold),
+                    'raised_at', strftime('%Y-%m-%dT%H:%M:%SZ', raised_at, 'unixepoch'),
+                    'reraise_count', reraise_count, 'message', message),
+                    asset_id, sensor_id, code
+             FROM alarms WHERE id = ?1",
+        )?;
+        let mut records = Vec::new();
+        let mut lead = None;
+        for &id in alarm_ids {
+            let row: Option<(String, String, Option<String>, String)> =
+                stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).optional()?;
+            let (record, asset, sensor, code) =
+                row.with_context(|| format!("no alarm {id}; list alarms with `twinops tools call list_alarms`"))?;
+            records.push(serde_json::from_str::<Value>(&record).unwrap_or(Value::Null));
+            lead.get_or_insert((asset, sensor, code));
+        }
+        let (asset, sensor, code) = lead.expect("at least one alarm");
+        let record = |r: &Value| serde_json::to_string_pretty(r).unwrap_or_default();
+        let mut user_message = format!(
+            "Triage alarm {alarm_id}. The alarm record, as the SCADA system sent it:\n{}",
+            as_data("alarm", &record(&records[0]))
+        );
+        if !others.is_empty() {
+            user_message.push_str(&format!(
+                "\n\n{} more alarms on {asset} were raised while this one waited for triage. They are triaged in this same run, and your one note is shown to the operators for each of them: lead with the alarm above and name each of the others by code in the summary, saying how it relates:\n{}",
+                others.len(),
+                as_data("alarm", &serde_json::to_string_pretty(&records[1..]).unwrap_or_default())
+            ));
+        }
+        let grouped = records[1..]
+            .iter()
+            .zip(others)
+            .map(|(r, &alarm_id)| GroupedAlarm {
+                alarm_id,
+                code: r["code"].as_str().unwrap_or_default().to_string(),
+                severity: r["severity"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect();
+        Ok(Task {
+            profile: Profile::triage(),
+            trigger: format!("alarm:{alarm_id}"),
+            facts: TaskFacts {
+                alarm_id: Some(alarm_id),
+                asset_id: Some(asset),
+                sensor_id: sensor,
+                code: Some(code),
+                grouped,
+                ..TaskFacts::default()
+            },
+            user_message,
+        })
+    }
+
+    /// The shift handover summary, as of now. `trigger` says who asked, for the audit
+    /// trail: `schedule:handover`, `user:kaur`.
+    pub async fn handover(&self, trigger: &str) -> anyhow::Result<RunReport> {
+        let now = (self.clock)();
+        let task = Task {
+            profile: Profile::handover(),
+            trigger: trigger.to_string(),
+            facts: TaskFacts::default(),
+            user_message: format!(
+                "Write the shift handover for the shift starting {}. Cover the last 8 hours.",
+                now.to_rfc3339()
+            ),
+        };
+        Ok(self.run(task, None).await?)
+    }
+
+    /// One chat turn for an operator.
+    pub async fn ask(&self, question: &str, user: &str, stream: Option<StreamSink>) -> anyhow::Result<RunReport> {
+        let task = self.chat_task(question, user)?;
+        Ok(self.run(task, stream).await?)
+    }
+
+    pub fn chat_task(&self, question: &str, user: &str) -> anyhow::Result<Task> {
+        let len = question.chars().count();
+        anyhow::ensure!(!question.trim().is_empty(), "the question is empty");
+        anyhow::ensure!(
+            len <= self.limits.max_chat_chars,
+            "the question is {len} characters; the limit is {} (llm.limits.max_chat_chars). Ask about one thing at a time.",
+            self.limits.max_chat_chars
+        );
+        let db = self.store.read()?;
+        let (mentioned, not_in_twin) = tools::mentioned_assets(&db, question)?;
+        Ok(Task {
+            profile: Profile::chat(),
+            trigger: format!("user:{user}"),
+            facts: TaskFacts { question: Some(question.to_string()), mentioned, not_in_twin, ..TaskFacts::default() },
+            user_message: format!("Operator {user} asks:\n{}", as_data("operator", question)),
+        })
+    }
+}
