@@ -68,6 +68,20 @@ function siteTime(date, { short = false } = {}) {
   }
 }
 const time = (unix) => (unix ? siteTime(new Date(unix * 1000)) : '');
+
+// The site's offset from UTC at `date`, in seconds (east positive).
+function siteOffset(date) {
+  try {
+    const parts = new Intl.DateTimeFormat('en-GB', {
+      timeZone: state.site?.timezone || 'UTC', hourCycle: 'h23',
+      year: 'numeric', month: 'numeric', day: 'numeric', hour: 'numeric', minute: 'numeric', second: 'numeric',
+    }).formatToParts(date);
+    const v = Object.fromEntries(parts.map((p) => [p.type, Number(p.value)]));
+    return (Date.UTC(v.year, v.month - 1, v.day, v.hour, v.minute, v.second) - Math.floor(date.getTime() / 1000) * 1000) / 1000;
+  } catch {
+    return 0;
+  }
+}
 const ago = (unix) => {
   const m = Math.round((Date.now() / 1000 - unix) / 60);
   return m < 60 ? `${m} min ago` : m < 48 * 60 ? `${Math.round(m / 60)} h ago` : `${Math.round(m / 1440)} d ago`;
@@ -128,11 +142,12 @@ async function start() {
   $('#add-user-form').addEventListener('submit', addUser);
   $('#add-token-form').addEventListener('submit', addToken);
   $('#handover-write').addEventListener('click', writeHandover);
-  // The site (its name, its time zone for every time shown) before the first view.
+  // Live events first, so that nothing raised while the first view loads is missed;
+  // then the site (its name, its time zone for every time shown), then the view.
+  listen();
   await refreshStatus();
   show(location.hash.slice(1) || 'alarms');
   setInterval(refreshStatus, 15000);
-  listen();
 }
 
 function showLogin() {
@@ -541,8 +556,13 @@ function trendChart(canvas, d) {
       g.beginPath(); g.moveTo(L, y(v)); g.lineTo(W - R, y(v)); g.stroke();
       g.fillText(v.toFixed(decimals), 4, y(v) + 4);
     }
-    for (let i = 0; i <= 4; i++) {
-      const t = view[0] + ((view[1] - view[0]) * i) / 4;
+    // Time ticks on round times: the smallest of 5 min ... 1 day giving at most 6, whole
+    // in the site's zone (its offset from UTC at the start of the view).
+    const span = view[1] - view[0];
+    const tick = [300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400].find((s) => span / s <= 6) || 86400;
+    const offset = siteOffset(new Date(view[0] * 1000));
+    for (let t = Math.ceil((view[0] + offset) / tick) * tick - offset; t <= view[1]; t += tick) {
+      g.beginPath(); g.moveTo(x(t), T); g.lineTo(x(t), H - B); g.stroke();
       g.fillText(siteTime(new Date(t * 1000), { short: true }), Math.min(x(t) - 30, W - R - 90), H - 8);
     }
     // Limits dashed grey with their labels: colour is for alarm priority only.
