@@ -1,5 +1,5 @@
 //! The `[llm]` part of `twinops.toml`: the model chain and the agent's limits, owned
-//! here; `crate::config` assembles it with the other parts and validates the file.
+//! here; the top-level `config` module assembles it with the other parts and validates the file.
 
 use std::path::PathBuf;
 

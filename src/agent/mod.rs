@@ -35,7 +35,7 @@ pub use run::{Agent, HANDOVER_PROMPT, Outcome, Profile, RunReport, TRIAGE_PROMPT
 
 use std::sync::Arc;
 
-use config::{LlmConfig, ProviderKind};
+use self::config::{LlmConfig, ProviderKind};
 
 /// The configured providers, in order. The `rules` model is appended by [`Agent::new`].
 pub fn models_from_config(config: &LlmConfig) -> Vec<Arc<dyn Model>> {
