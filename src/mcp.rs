@@ -21,11 +21,11 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Map, Value};
 
 use crate::agent::audit::{Audit, Step, StepKind};
-use crate::approvals::{Approvals, Proposer};
+use crate::approvals::Proposer;
 use crate::domain::{Access, Timestamp};
 use crate::rag::DocIndex;
 use crate::store::Store;
-use crate::tools::{self, ToolContext, ToolDef};
+use crate::tools::{self, ToolDef};
 
 const RESOURCE_PREFIX: &str = "twinops://docs/";
 /// Most documentation chunks listed as resources (read any by its citation key).
@@ -71,16 +71,8 @@ impl TwinMcp {
             (self.store.clone(), self.docs.clone(), caller.to_string(), args.to_string());
         let started = Instant::now();
         let out = tokio::task::spawn_blocking(move || -> anyhow::Result<tools::ToolOutput> {
-            let db = store.read()?;
-            let approvals = Approvals::new(store.writer().clone());
-            let ctx = ToolContext {
-                db: &db,
-                docs: &docs,
-                approvals: &approvals,
-                now: Timestamp::now(),
-                caller: Proposer::User(format!("mcp:{who}")),
-            };
-            Ok(def.call(&ctx, args))
+            let caller = Proposer::User(format!("mcp:{who}"));
+            Ok(tools::with_context(&store, &docs, Timestamp::now(), caller, |ctx| def.call(ctx, args))?)
         })
         .await
         .map_err(|e| internal(&e))?

@@ -11,14 +11,14 @@ use tempfile::TempDir;
 
 use twinops::agent::openai::{OpenAi, ToolMode};
 use twinops::agent::{Agent, Model};
-use twinops::approvals::{Approvals, Proposer};
+use twinops::approvals::Proposer;
 use twinops::config::AgentLimits;
 use twinops::domain::Timestamp;
 use twinops::plant::{self, Change, Mode};
 use twinops::rag::DocIndex;
 use twinops::scripted::{Reply, ScriptedServer};
 use twinops::store::Store;
-use twinops::tools::{self, ToolContext};
+use twinops::tools;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lakeside").join(name)
@@ -49,16 +49,11 @@ impl Twin {
     }
 
     fn tool(&self, name: &str, args: Value) -> (bool, String) {
-        let db = self.store.read().unwrap();
-        let (docs, approvals) = (DocIndex::new(), Approvals::new(self.store.writer().clone()));
-        let ctx = ToolContext {
-            db: &db,
-            docs: &docs,
-            approvals: &approvals,
-            now: Timestamp::now(),
-            caller: Proposer::Run(1),
-        };
-        let out = tools::call(&ctx, name, args);
+        let docs = DocIndex::new();
+        let out = tools::with_context(&self.store, &docs, Timestamp::now(), Proposer::Run(1), |ctx| {
+            tools::call(ctx, name, args)
+        })
+        .unwrap();
         (out.is_error, out.content)
     }
 

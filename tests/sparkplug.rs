@@ -58,17 +58,11 @@ impl Host {
     }
 
     fn tool(&self, name: &str, args: serde_json::Value) -> serde_json::Value {
-        let db = self.store.read().unwrap();
-        let (docs, approvals) =
-            (twinops::rag::DocIndex::new(), twinops::approvals::Approvals::new(self.store.writer().clone()));
-        let ctx = twinops::tools::ToolContext {
-            db: &db,
-            docs: &docs,
-            approvals: &approvals,
-            now: Timestamp::from_unix((T0 / 1000) as i64 + 600),
-            caller: twinops::approvals::Proposer::Run(1),
-        };
-        let out = twinops::tools::call(&ctx, name, args);
+        let (docs, now) = (twinops::rag::DocIndex::new(), Timestamp::from_unix((T0 / 1000) as i64 + 600));
+        let caller = twinops::approvals::Proposer::Run(1);
+        let out =
+            twinops::tools::with_context(&self.store, &docs, now, caller, |ctx| twinops::tools::call(ctx, name, args))
+                .unwrap();
         assert!(!out.is_error, "{}", out.content);
         serde_json::from_str(&out.content).unwrap()
     }

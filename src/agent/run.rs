@@ -27,11 +27,11 @@ use super::model::{
 use super::note::TriageNote;
 use super::reliability::{Attempt, Chain, RetryPolicy, Served};
 use super::rules::Rules;
-use crate::approvals::{Approvals, Proposer};
+use crate::approvals::Proposer;
 use crate::domain::{Access, Timestamp};
 use crate::rag::DocIndex;
 use crate::store::{Store, StoreError};
-use crate::tools::{self, ToolContext, ToolDef, ToolOutput};
+use crate::tools::{self, ToolDef, ToolOutput};
 
 pub const TRIAGE_PROMPT: &str = include_str!("../../prompts/triage.md");
 const CHAT_PROMPT: &str = include_str!("../../prompts/chat.md");
@@ -170,7 +170,6 @@ type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 pub struct Agent {
     pub(super) store: Store,
     docs: DocIndex,
-    approvals: Approvals,
     chain: Chain,
     tools: Vec<Arc<ToolDef>>,
     validators: HashMap<String, jsonschema::Validator>,
@@ -192,11 +191,9 @@ impl Agent {
         };
         let chain =
             Chain::new(models, retry, limits.breaker_failures, Duration::from_secs(limits.breaker_cooldown_secs));
-        let approvals = Approvals::new(store.writer().clone());
         let mut agent = Agent {
             store,
             docs: DocIndex::new(),
-            approvals,
             chain,
             tools: Vec::new(),
             validators: HashMap::new(),
@@ -1030,12 +1027,10 @@ impl<'a> RunState<'a> {
 
     /// Starts a tool on the blocking pool; returns its handle and when it started.
     fn spawn_tool(&self, def: Arc<ToolDef>, args: Value) -> (tokio::task::JoinHandle<ToolOutput>, Instant) {
-        let (store, docs, approvals) =
-            (self.agent.store.clone(), self.agent.docs.clone(), self.agent.approvals.clone());
+        let (store, docs) = (self.agent.store.clone(), self.agent.docs.clone());
         let (now, run_id, max_chars) = ((self.agent.clock)(), self.run_id, self.agent.limits.max_result_chars);
-        let handle = tokio::task::spawn_blocking(move || {
-            run_blocking(&store, &docs, &approvals, now, run_id, &def, args, max_chars)
-        });
+        let handle =
+            tokio::task::spawn_blocking(move || run_blocking(&store, &docs, now, run_id, &def, args, max_chars));
         (handle, Instant::now())
     }
 
@@ -1104,29 +1099,23 @@ impl<'a> RunState<'a> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_blocking(
     store: &Store,
     docs: &DocIndex,
-    approvals: &Approvals,
     now: Timestamp,
     run_id: i64,
     def: &ToolDef,
     args: Value,
     max_chars: usize,
 ) -> ToolOutput {
-    let db = match store.read() {
-        Ok(db) => db,
-        Err(e) => {
+    tools::with_context(store, docs, now, Proposer::Run(run_id), |ctx| def.call_with_limit(ctx, args, max_chars))
+        .unwrap_or_else(|e| {
             tracing::error!(stage = "agent", error = %e, "no read connection for a tool");
-            return ToolOutput {
+            ToolOutput {
                 content: format!("{} could not reach the database. Try again shortly.", def.name),
                 is_error: true,
-            };
-        }
-    };
-    let ctx = ToolContext { db: &db, docs, approvals, now, caller: Proposer::Run(run_id) };
-    def.call_with_limit(&ctx, args, max_chars)
+            }
+        })
 }
 
 fn guardrail(name: &str, subject: &str, decision: &str) -> Step {

@@ -10,14 +10,15 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::accounts::Change;
 use crate::agent::{self, Agent};
 use crate::alarms;
-use crate::approvals::{Approvals, Proposer};
+use crate::approvals::Proposer;
 use crate::config::Config;
 use crate::domain::{AssetId, Timestamp, parse_time};
 use crate::ingest::replay;
 use crate::store::Store;
-use crate::tools::{self, ToolContext};
+use crate::tools;
 use crate::{bench, rag, seed};
 
+mod agent_ops;
 mod alarm_ops;
 mod data;
 mod people;
@@ -298,207 +299,63 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn print_handover(h: &crate::handover::Handover) {
-    println!(
-        "-- handover note {} at {}, run {} ({} via {}){}\n{}\n",
-        h.note_id,
-        h.created_at.to_rfc3339(),
-        h.run_id.map_or("-".into(), |r| r.to_string()),
-        h.outcome.as_deref().unwrap_or("-"),
-        h.provider.as_deref().unwrap_or("-"),
-        crate::notify::flag_list(&h.flags),
-        h.text
-    );
-}
-
-fn print_summary(r: &agent::RunReport) {
-    eprintln!(
-        "\n-- run {}: {} via {}, {} model call(s), {} tool call(s), {} tokens{}; `twinops runs show {}` for the trace",
-        r.run_id,
-        r.outcome.as_str(),
-        r.provider.as_deref().unwrap_or("-"),
-        r.model_calls,
-        r.tool_calls,
-        r.usage.input_tokens + r.usage.output_tokens,
-        if r.flags.is_empty() { String::new() } else { format!(", flagged {}", r.flags.join(", ")) },
-        r.run_id
-    );
-}
-
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let global = &cli.global;
     match cli.command {
-        Command::Seed(args) => {
-            let end = match &args.end {
-                Some(s) => parse_time(s).map_err(anyhow::Error::msg).context("--end")?,
-                None => Timestamp::now(),
-            };
-            let store = cli.global.open()?;
-            let opts = seed::SeedOptions { dir: args.from, scale: args.scale, end, days: args.days };
-            let r = seed::seed(&store, &opts)?;
-            println!(
-                "seeded {}: {} assets, {} sensors, {} readings, {} alarms ({} active), {} maintenance records, \
-                 {} documents in {} chunks; readings end at {}",
-                store.path().display(),
-                r.assets,
-                r.sensors,
-                r.readings,
-                r.alarms,
-                r.active_alarms,
-                r.maintenance,
-                r.docs.added + r.docs.updated + r.docs.unchanged,
-                r.docs.chunks_written,
-                end.floor_minute().to_rfc3339()
-            );
-        }
-        Command::Tools(ToolsCommand::List { format }) => {
-            let all: Vec<_> = tools::all().iter().collect();
-            let defs = match format {
-                ToolFormat::Openai => tools::openai_format(&all),
-                ToolFormat::Anthropic => tools::anthropic_format(&all),
-            };
-            println!("{}", serde_json::to_string_pretty(&defs)?);
-        }
-        Command::Tools(ToolsCommand::Call { name, args, now }) => {
-            let args: serde_json::Value =
-                serde_json::from_str(&args).with_context(|| format!("the arguments are not JSON: {args}"))?;
-            let now = match &now {
-                Some(s) => parse_time(s).map_err(anyhow::Error::msg).context("--now")?,
-                None => Timestamp::now(),
-            };
-            let store = cli.global.open()?;
-            let db = store.read()?;
-            let approvals = Approvals::new(store.writer().clone());
-            let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-            let docs = rag::DocIndex::new();
-            let ctx = ToolContext {
-                db: &db,
-                docs: &docs,
-                approvals: &approvals,
-                now,
-                caller: Proposer::User(format!("cli:{user}")),
-            };
-            let out = tools::call(&ctx, &name, args);
-            println!("{}", out.content);
-            if out.is_error {
-                return Ok(ExitCode::from(2));
-            }
-        }
         Command::Serve { demo, seed_from, notes } => {
-            let config = cli.global.config()?;
-            let opts = crate::app::ServeOptions { config, db: cli.global.db_path(), demo, seed_dir: seed_from };
+            let opts =
+                crate::app::ServeOptions { config: global.config()?, db: global.db_path(), demo, seed_dir: seed_from };
             runtime()?.block_on(crate::app::serve(opts, notes))?;
         }
-        Command::Broker { listen } => {
-            crate::broker::run(listen)?;
-        }
-        Command::Simulate(opts) => {
-            let r = runtime()?.block_on(crate::sim::simulate(&opts))?;
-            println!(
-                "published {} messages on {}: {} alarm events ({} raises) on {}, {} duplicates, {} malformed; {} telemetry batches on {}",
-                r.published,
-                opts.broker,
-                r.events,
-                r.raises,
-                opts.topic,
-                r.duplicates,
-                r.malformed,
-                r.telemetry,
-                opts.telemetry_topic
-            );
-        }
-        Command::Bench(BenchCommand::Tools(args)) => bench::tools(&args)?,
-        Command::Bench(BenchCommand::Agent(args)) => bench::agent(&args)?,
-        Command::Bench(BenchCommand::Ingest(args)) => bench::ingest(&args)?,
-        Command::Bench(BenchCommand::Sparkplug(args)) => bench::sparkplug(&args)?,
-        Command::Bench(BenchCommand::Readings(args)) => bench::readings(&args)?,
-        Command::Ask { question, user, now } => {
-            let agent = cli.global.agent(now.as_deref())?;
-            let report = runtime()?.block_on(async {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let printer = tokio::spawn(async move {
-                    use std::io::Write;
-                    let mut streamed = false;
-                    while let Some(event) = rx.recv().await {
-                        match event {
-                            crate::agent::StreamEvent::Text { text } => {
-                                print!("{text}");
-                                streamed = true;
-                            }
-                            crate::agent::StreamEvent::Tool { name, arguments } => {
-                                eprintln!("[{name} {}]", crate::agent::clip(&arguments, 200))
-                            }
-                            // The terminal cannot take text back: say so, and print what is kept.
-                            crate::agent::StreamEvent::Retract { reason } => {
-                                println!("\n[the text above is withdrawn: {reason}]");
-                                streamed = false;
-                            }
-                        }
-                        let _ = std::io::stdout().flush();
-                    }
-                    streamed
-                });
-                let report = agent.ask(&question, &user, Some(tx)).await;
-                let streamed = printer.await.unwrap_or(false);
-                report.map(|r| (r, streamed))
-            })?;
-            let (report, streamed) = report;
-            if !streamed {
-                println!("{}", report.answer.as_deref().unwrap_or("(no answer)"));
-            }
-            print_summary(&report);
-        }
-        Command::Backup { to } => {
-            let from = cli.global.db_path();
-            let b = crate::store::backup(&from, &to)?;
-            println!(
-                "backup of {} written to {}: {:.1} MiB, schema version {}, integrity ok, in {:.1} s",
-                from.display(),
-                to.display(),
-                b.bytes as f64 / (1024.0 * 1024.0),
-                b.schema_version,
-                b.elapsed.as_secs_f64()
-            );
-        }
-        Command::Handover { last: Some(n) } => {
-            let db = cli.global.open()?.read()?;
-            let handovers = crate::handover::recent(&db, n)?;
-            if handovers.is_empty() {
-                println!("no handover yet: `twinops handover` writes one");
-            }
-            for h in handovers {
-                print_handover(&h);
-            }
-        }
-        Command::Handover { last: None } => {
-            let agent = cli.global.agent(None)?;
-            let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-            print_handover(&runtime()?.block_on(agent.write_handover(&format!("user:{user}")))?);
-        }
-        Command::Triage { alarm_id, now } => {
-            let agent = cli.global.agent(now.as_deref())?;
-            let report = runtime()?.block_on(agent.triage(alarm_id))?;
-            match &report.note {
-                Some(note) => println!("{}", serde_json::to_string_pretty(note)?),
-                None => println!("{}", report.answer.as_deref().unwrap_or("(no note)")),
-            }
-            print_summary(&report);
-        }
+        Command::Broker { listen } => crate::broker::run(listen)?,
+        Command::Simulate(opts) => simulate(&opts)?,
+        Command::Bench(cmd) => bench(cmd)?,
         Command::Mcp { allow_propose } => {
-            let store = cli.global.open()?;
-            let allow = allow_propose || cli.global.config()?.mcp.allow_propose;
+            let store = global.open()?;
+            let allow = allow_propose || global.config()?.mcp.allow_propose;
             runtime()?.block_on(crate::mcp::serve_stdio(store, allow))?;
         }
-        Command::Runs(RunsCommand::Show { run_id }) => {
-            let store = cli.global.open()?;
-            print!("{}", agent::audit::render_run(&store, run_id)?);
-        }
-        Command::User(cmd) => return people::user(&cli.global, cmd),
-        Command::Token(cmd) => return people::token(&cli.global, cmd),
-        Command::Alarms(cmd) => return alarm_ops::run(&cli.global, cmd),
-        Command::Plant(cmd) => return data::plant(&cli.global, cmd),
-        Command::Readings(cmd) => return data::readings(&cli.global, cmd),
-        Command::DeadLetters(cmd) => return data::dead_letters(&cli.global, cmd),
-        Command::Docs(cmd) => return data::docs(&cli.global, cmd),
+        Command::Seed(args) => data::seed(global, args)?,
+        Command::Backup { to } => data::backup(global, &to)?,
+        Command::Plant(cmd) => return data::plant(global, cmd),
+        Command::Readings(cmd) => return data::readings(global, cmd),
+        Command::DeadLetters(cmd) => return data::dead_letters(global, cmd),
+        Command::Docs(cmd) => return data::docs(global, cmd),
+        Command::Tools(cmd) => return agent_ops::tools(global, cmd),
+        Command::Ask { question, user, now } => agent_ops::ask(global, &question, &user, now.as_deref())?,
+        Command::Triage { alarm_id, now } => agent_ops::triage(global, alarm_id, now.as_deref())?,
+        Command::Handover { last } => agent_ops::handover(global, last)?,
+        Command::Runs(RunsCommand::Show { run_id }) => print!("{}", agent::audit::render_run(&global.open()?, run_id)?),
+        Command::User(cmd) => return people::user(global, cmd),
+        Command::Token(cmd) => return people::token(global, cmd),
+        Command::Alarms(cmd) => return alarm_ops::run(global, cmd),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn simulate(opts: &crate::sim::SimOptions) -> anyhow::Result<()> {
+    let r = runtime()?.block_on(crate::sim::simulate(opts))?;
+    println!(
+        "published {} messages on {}: {} alarm events ({} raises) on {}, {} duplicates, {} malformed; {} telemetry batches on {}",
+        r.published,
+        opts.broker,
+        r.events,
+        r.raises,
+        opts.topic,
+        r.duplicates,
+        r.malformed,
+        r.telemetry,
+        opts.telemetry_topic
+    );
+    Ok(())
+}
+
+fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Tools(args) => bench::tools(&args),
+        BenchCommand::Agent(args) => bench::agent(&args),
+        BenchCommand::Ingest(args) => bench::ingest(&args),
+        BenchCommand::Sparkplug(args) => bench::sparkplug(&args),
+        BenchCommand::Readings(args) => bench::readings(&args),
+    }
 }

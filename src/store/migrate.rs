@@ -418,15 +418,7 @@ mod tests {
 
         let answers = |path: &Path| {
             let store = crate::store::Store::open(path).unwrap();
-            let (db, docs) = (store.read().unwrap(), crate::rag::DocIndex::new());
-            let approvals = crate::approvals::Approvals::new(store.writer().clone());
-            let ctx = crate::tools::ToolContext {
-                db: &db,
-                docs: &docs,
-                approvals: &approvals,
-                now: end,
-                caller: crate::approvals::Proposer::Run(1),
-            };
+            let docs = crate::rag::DocIndex::new();
             [
                 ("get_asset_details", serde_json::json!({"asset_id": "pump-007"})),
                 ("list_alarms", serde_json::json!({"last_hours": 24})),
@@ -434,7 +426,13 @@ mod tests {
                 ("list_assets", serde_json::json!({"kind": "motor"})),
                 ("get_system_summary", serde_json::json!({})),
             ]
-            .map(|(name, args)| crate::tools::call(&ctx, name, args).content)
+            .map(|(name, args)| {
+                let caller = crate::approvals::Proposer::Run(1);
+                crate::tools::with_context(&store, &docs, end, caller, |ctx| {
+                    crate::tools::call(ctx, name, args).content
+                })
+                .unwrap()
+            })
         };
         let (before, after) = (answers(&new_path), answers(&old_path));
         assert!(!before[0].contains("No asset"), "{}", before[0]);

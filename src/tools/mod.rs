@@ -41,6 +41,20 @@ pub struct ToolContext<'a> {
     pub caller: Proposer,
 }
 
+/// Runs `f` with a tool context on a fresh read connection of `store`: how the agent, the
+/// HMI, MCP and the CLI all give a tool its view of the twin.
+pub fn with_context<T>(
+    store: &crate::store::Store,
+    docs: &DocIndex,
+    now: Timestamp,
+    caller: Proposer,
+    f: impl FnOnce(&ToolContext) -> T,
+) -> Result<T, crate::store::StoreError> {
+    let db = store.read()?;
+    let approvals = Approvals::new(store.writer().clone());
+    Ok(f(&ToolContext { db: &db, docs, approvals: &approvals, now, caller }))
+}
+
 /// A failed call. What the model sees is [`ToolError::for_model`]; internal causes go
 /// to the operator log only.
 #[derive(Debug, thiserror::Error)]

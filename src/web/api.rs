@@ -20,9 +20,9 @@ use super::{ApiError, Credential, SESSION_COOKIE, WebState, admin, empty, requir
 use crate::accounts::{self, LoginError, User};
 use crate::agent::StreamEvent;
 use crate::alarms;
-use crate::approvals::{self, Approvals, DecisionError, Proposer};
+use crate::approvals::{self, DecisionError, Proposer};
 use crate::domain::{Role, Severity, Timestamp};
-use crate::tools::{self, ToolContext};
+use crate::tools;
 
 type S = Arc<WebState>;
 
@@ -701,19 +701,12 @@ async fn in_service(
 
 /// Runs a read tool for the page, as the user: the same view of the twin the agent has.
 fn tool(s: &WebState, user: &User, name: &str, args: Value) -> Result<Value, ApiError> {
-    let db = s.store.read()?;
-    let approvals = Approvals::new(s.store.writer().clone());
-    let ctx = ToolContext {
-        db: &db,
-        docs: &s.docs,
-        approvals: &approvals,
-        now: Timestamp::now(),
-        caller: Proposer::User(user.name.clone()),
-    };
     let def =
         tools::find(name).ok_or_else(|| anyhow::anyhow!("the HMI asked for a tool that does not exist: {name}"))?;
+    let caller = Proposer::User(user.name.clone());
+    let result = tools::with_context(&s.store, &s.docs, Timestamp::now(), caller, |ctx| def.run(ctx, args))?;
     // The tool's typed error decides the status; the page gets the result whole.
-    def.run(&ctx, args).map_err(|e| match e {
+    result.map_err(|e| match e {
         tools::ToolError::InvalidArguments(m) => ApiError::bad_request(m),
         tools::ToolError::NotFound(m) => ApiError::not_found(m),
         tools::ToolError::Rejected(m) => ApiError::new(StatusCode::CONFLICT, m),

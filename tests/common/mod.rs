@@ -8,12 +8,12 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 use tempfile::TempDir;
-use twinops::approvals::{Approvals, Proposer};
+use twinops::approvals::Proposer;
 use twinops::domain::{Timestamp, parse_time};
 use twinops::rag::DocIndex;
 use twinops::seed::{SeedOptions, seed};
 use twinops::store::Store;
-use twinops::tools::{self, ToolContext, ToolOutput};
+use twinops::tools::{self, ToolOutput};
 
 /// The value of an environment variable that names a program or service from outside
 /// Cargo (Mosquitto, Chromium, a model server). Without it the test is skipped on a
@@ -153,7 +153,6 @@ pub struct Plant {
     pub dir: TempDir,
     pub store: Store,
     pub docs: DocIndex,
-    pub approvals: Approvals,
 }
 
 impl Plant {
@@ -162,8 +161,7 @@ impl Plant {
         let path = dir.path().join("twinops.db");
         std::fs::copy(template(), &path).unwrap();
         let store = Store::open(&path).unwrap();
-        let approvals = Approvals::new(store.writer().clone());
-        Plant { dir, store, docs: DocIndex::new(), approvals }
+        Plant { dir, store, docs: DocIndex::new() }
     }
 
     pub fn db_path(&self) -> PathBuf {
@@ -172,10 +170,8 @@ impl Plant {
 
     /// Calls a tool as the agent would, as of the end of the seeded week.
     pub fn call(&self, name: &str, args: Value) -> ToolOutput {
-        let db = self.store.read().unwrap();
-        let ctx =
-            ToolContext { db: &db, docs: &self.docs, approvals: &self.approvals, now: end(), caller: Proposer::Run(1) };
-        tools::call(&ctx, name, args)
+        tools::with_context(&self.store, &self.docs, end(), Proposer::Run(1), |ctx| tools::call(ctx, name, args))
+            .unwrap()
     }
 
     /// Calls a tool that must succeed and returns its parsed result.
