@@ -50,6 +50,66 @@ pub struct Daemon {
     pub demo_login: Option<(String, String)>,
 }
 
+/// Seeds the demo plant into an empty twin.
+fn seed_demo(store: &Store, seed_dir: &std::path::Path) -> anyhow::Result<()> {
+    let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
+    if seeded == 0 {
+        let s = SeedOptions { dir: seed_dir.to_path_buf(), scale: 1, end: Timestamp::now(), days: 7 };
+        let r = seed::seed(store, &s)?;
+        tracing::info!(stage = "app", assets = r.assets, readings = r.readings, "seeded the demo plant");
+    }
+    Ok(())
+}
+
+/// The MQTT settings to run on: `mqtt.url`'s broker, or the embedded one, started here.
+fn broker(cfg: &crate::config::MqttConfig) -> anyhow::Result<crate::config::MqttConfig> {
+    let mut mqtt = cfg.clone();
+    if mqtt.url.is_empty() {
+        let listen: SocketAddr = mqtt.embedded_listen.parse().context("mqtt.embedded_listen")?;
+        crate::broker::start(listen)?;
+        if let Some(batch_ms @ 1..) = mqtt.batch_ms {
+            tracing::warn!(
+                stage = "app",
+                batch_ms,
+                "mqtt.batch_ms is above 0 with the embedded broker, which sends at most 100 messages before our \
+                 acks: ingest waits with that window full and runs several times slower; remove mqtt.batch_ms"
+            );
+        }
+        mqtt.use_embedded(listen);
+        tracing::info!(stage = "app", %listen, "embedded MQTT broker started");
+    }
+    Ok(mqtt)
+}
+
+/// The tasks that take notes and decisions out: MQTT, the webhook if one is set, and
+/// the outbox that retries both.
+fn notifiers(
+    store: &Store,
+    mqtt: &crate::config::MqttConfig,
+    config: &crate::config::Config,
+    triage: &Triage,
+    stop: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks =
+        vec![tokio::spawn(crate::notify::mqtt_loop(store.clone(), mqtt.clone(), triage.subscribe(), stop.clone()))];
+    if let Some(url) = config.notify.webhook_url.clone() {
+        tasks.push(tokio::spawn(crate::notify::webhook_loop(store.clone(), url, triage.subscribe(), stop.clone())));
+    }
+    let webhook = config.notify.webhook_url.clone();
+    tasks.push(tokio::spawn(crate::notify::outbox_loop(store.clone(), mqtt.clone(), webhook, stop.clone())));
+    tasks
+}
+
+/// The demo's login, made on first start: a supervisor with a random password.
+fn demo_supervisor(store: &Store) -> anyhow::Result<Option<(String, String)>> {
+    if crate::accounts::user_count(store)? > 0 {
+        return Ok(None);
+    }
+    let password = crate::accounts::new_secret()[..20].to_string();
+    crate::accounts::add_user(store, "supervisor", Role::Supervisor, &password, "twinops serve --demo")?;
+    Ok(Some(("supervisor".to_string(), password)))
+}
+
 impl Daemon {
     /// Whether the twin holds a plant (an asset in service).
     pub fn has_plant(&self) -> anyhow::Result<bool> {
@@ -67,28 +127,9 @@ impl Daemon {
     /// [`Daemon::start`] on a store that is already open (`opts.db` is not used).
     pub async fn start_on(store: Store, opts: ServeOptions) -> anyhow::Result<Daemon> {
         if opts.demo {
-            let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
-            if seeded == 0 {
-                let s = SeedOptions { dir: opts.seed_dir.clone(), scale: 1, end: Timestamp::now(), days: 7 };
-                let r = seed::seed(&store, &s)?;
-                tracing::info!(stage = "app", assets = r.assets, readings = r.readings, "seeded the demo plant");
-            }
+            seed_demo(&store, &opts.seed_dir)?;
         }
-        let mut mqtt = opts.config.mqtt.clone();
-        if mqtt.url.is_empty() {
-            let listen: SocketAddr = mqtt.embedded_listen.parse().context("mqtt.embedded_listen")?;
-            crate::broker::start(listen)?;
-            if let Some(batch_ms @ 1..) = mqtt.batch_ms {
-                tracing::warn!(
-                    stage = "app",
-                    batch_ms,
-                    "mqtt.batch_ms is above 0 with the embedded broker, which sends at most 100 messages before our \
-                     acks: ingest waits with that window full and runs several times slower; remove mqtt.batch_ms"
-                );
-            }
-            mqtt.use_embedded(listen);
-            tracing::info!(stage = "app", %listen, "embedded MQTT broker started");
-        }
+        let mqtt = broker(&opts.config.mqtt)?;
 
         let llm = &opts.config.llm;
         let agent = Arc::new(Agent::new(store.clone(), agent::models_from_config(llm), llm.limits.clone()));
@@ -112,32 +153,8 @@ impl Daemon {
         let broker_up = ingest.broker_up.clone();
         let mut tasks = vec![ingest.task];
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
-        tasks.push(tokio::spawn(crate::notify::mqtt_loop(
-            store.clone(),
-            mqtt.clone(),
-            triage.subscribe(),
-            stop_rx.clone(),
-        )));
-        if let Some(url) = opts.config.notify.webhook_url.clone() {
-            tasks.push(tokio::spawn(crate::notify::webhook_loop(
-                store.clone(),
-                url,
-                triage.subscribe(),
-                stop_rx.clone(),
-            )));
-        }
-        tasks.push(tokio::spawn(crate::notify::outbox_loop(
-            store.clone(),
-            mqtt.clone(),
-            opts.config.notify.webhook_url.clone(),
-            stop_rx.clone(),
-        )));
-        let mut demo_login = None;
-        if opts.demo && crate::accounts::user_count(&store)? == 0 {
-            let password = crate::accounts::new_secret()[..20].to_string();
-            crate::accounts::add_user(&store, "supervisor", Role::Supervisor, &password, "twinops serve --demo")?;
-            demo_login = Some(("supervisor".to_string(), password));
-        }
+        tasks.extend(notifiers(&store, &mqtt, &opts.config, &triage, &stop_rx));
+        let demo_login = if opts.demo { demo_supervisor(&store)? } else { None };
         let mut web_addr = None;
         if !opts.config.web.listen.is_empty() {
             let listener = tokio::net::TcpListener::bind(&opts.config.web.listen).await.with_context(|| {
@@ -147,7 +164,7 @@ impl Daemon {
                 )
             })?;
             web_addr = Some(listener.local_addr()?);
-            let state = Arc::new(crate::web::WebState {
+            let state = crate::web::WebState {
                 store: store.clone(),
                 agent: Arc::clone(&agent),
                 docs: agent.docs().clone(),
@@ -155,8 +172,8 @@ impl Daemon {
                 broker_up,
                 mcp: opts.config.mcp.clone(),
                 queue: policy.queue,
-            });
-            tasks.push(tokio::spawn(crate::web::serve(listener, state, stop_rx.clone())));
+            };
+            tasks.push(tokio::spawn(crate::web::serve(listener, Arc::new(state), stop_rx.clone())));
         }
         let mut schedule = opts.config.schedule.clone();
         if opts.demo && schedule.docs_dir.is_none() {

@@ -358,7 +358,7 @@ fn undecided_publications(db: &rusqlite::Connection) -> Result<Vec<(i64, String,
     let mut stmt = db.prepare_cached(
         "SELECT id, asset_id, status, json_object('work_order_id', id, 'asset_id', asset_id, 'alarm_id', alarm_id,
                 'action', action, 'priority', priority, 'title', title, 'justification', justification,
-                'status', status, 'proposed_by', proposed_by, 'decided_by', decided_by, 'decided_at', decided_at,
+                'status', status, 'proposed_by', proposed_by, 'decided_by', decided_by, 'decided_at', rfc3339(decided_at),
                 'decision_reason', decision_reason)
          FROM work_orders WHERE status IN ('approved', 'rejected', 'expired') AND published IS NOT status
          ORDER BY decided_at, id LIMIT 100",

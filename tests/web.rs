@@ -670,7 +670,48 @@ async fn metrics_move_after_a_scripted_run() {
     assert!(after.contains("twinops_alarms{state=\"unacknowledged\",severity=\"high\"} "), "gauges read the twin");
     assert!(after.contains("twinops_model_breaker_open{provider=\"openai:scripted\"} 0"));
     assert!(!after.contains("metrics-1") && !after.contains("PUMP-007"), "no ids in labels");
+
+    // Every time in the API's JSON is RFC 3339, from handlers on serde types and on
+    // SQLite's json_object alike.
+    let alarm = p.count("SELECT id FROM alarms WHERE event_id = 'metrics-1'");
+    let run = p.count("SELECT max(id) FROM agent_runs");
+    let mut times = 0;
+    for path in [
+        format!("/api/alarms/{alarm}"),
+        "/api/alarms?active=false&limit=50".into(),
+        "/api/alarm-points".into(),
+        format!("/api/runs/{run}"),
+        "/api/work_orders".into(),
+        "/api/chat".into(),
+        "/api/handovers".into(),
+    ] {
+        let body: Value = hmi.get(&path, &operator).await.json().await.unwrap();
+        times += rfc3339_times(&path, &body);
+    }
+    assert!(times > 20, "the responses hold times to check ({times})");
     hmi.daemon.shutdown().await;
+}
+
+/// Checks that every field named like a time (`*_at`, `at`, `*_until`, `until`) is null
+/// or RFC 3339; returns how many were checked.
+fn rfc3339_times(path: &str, v: &Value) -> usize {
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| {
+                let named = k.ends_with("_at") || k == "at" || k.ends_with("until");
+                if named && !v.is_null() {
+                    let text = v.as_str().unwrap_or_else(|| panic!("{path}: {k} is {v}, not RFC 3339"));
+                    twinops::domain::parse_time(text).unwrap_or_else(|e| panic!("{path}: {k} = {text}: {e}"));
+                    1
+                } else {
+                    rfc3339_times(path, v)
+                }
+            })
+            .sum(),
+        Value::Array(a) => a.iter().map(|v| rfc3339_times(path, v)).sum(),
+        _ => 0,
+    }
 }
 
 /// An admin manages accounts over the API, and each change takes effect at once: a new

@@ -67,7 +67,8 @@ function siteTime(date, { short = false } = {}) {
     return new Intl.DateTimeFormat('en-GB', { ...opts, timeZone: 'UTC' }).format(date);
   }
 }
-const time = (unix) => (unix ? siteTime(new Date(unix * 1000)) : '');
+// Every time in the API's JSON is RFC 3339 (a trend's points excepted: [unix s, value]).
+const time = (rfc3339) => (rfc3339 ? siteTime(new Date(rfc3339)) : '');
 
 // The site's offset from UTC at `date`, in seconds (east positive).
 function siteOffset(date) {
@@ -82,8 +83,8 @@ function siteOffset(date) {
     return 0;
   }
 }
-const ago = (unix) => {
-  const m = Math.round((Date.now() / 1000 - unix) / 60);
+const ago = (rfc3339) => {
+  const m = Math.round((Date.now() - Date.parse(rfc3339)) / 60000);
   return m < 60 ? `${m} min ago` : m < 48 * 60 ? `${Math.round(m / 60)} h ago` : `${Math.round(m / 1440)} d ago`;
 };
 
@@ -439,14 +440,14 @@ async function loadHandover() {
   const { handovers } = await api('/api/handovers?limit=10');
   const [latest, ...earlier] = handovers;
   const by = (t) => (t?.startsWith('user:') ? ` by ${t.slice(5)}` : t === 'schedule:handover' ? ' at the shift change' : '');
-  const when = (x) => `${siteTime(new Date(x.created_at))} (${ago(Date.parse(x.created_at) / 1000)})${by(x.trigger)}`;
+  const written = (x) => `${time(x.created_at)} (${ago(x.created_at)})${by(x.trigger)}`;
   $('#handover-when').textContent = latest
-    ? `Written ${when(latest)}.`
+    ? `Written ${written(latest)}.`
     : 'No handover yet: one is written at each shift change.';
   const view = (x) => advisory({ class: 'advisory handover', 'data-note': x.note_id }, x.flags, x.run_id, markdown(x.text));
   $('#handover-latest').replaceChildren(...(latest ? [view(latest)] : []));
   $('#handover-earlier').hidden = earlier.length === 0;
-  $('#handover-list').replaceChildren(...earlier.map((x) => h('details', {}, h('summary', {}, when(x)), view(x))));
+  $('#handover-list').replaceChildren(...earlier.map((x) => h('details', {}, h('summary', {}, written(x)), view(x))));
 }
 
 async function writeHandover() {
@@ -717,7 +718,7 @@ function card(w) {
 
 // ---------------------------------------------------------------- account
 
-const when = (rfc3339) => (rfc3339 ? siteTime(new Date(rfc3339)) : 'never');
+const when = (rfc3339) => time(rfc3339) || 'never';
 
 async function loadAccount() {
   $('#admin-panel').hidden = !can('admin');

@@ -67,120 +67,153 @@ fn reply_text(text: String) -> ModelReply {
     ModelReply { text: Some(text), tool_calls: Vec::new(), finish: Finish::Stop, usage: Usage::default() }
 }
 
+/// What the tools returned so far, as the plan reads it.
+struct Seen<'a> {
+    req: &'a ModelRequest,
+    seen: Vec<(String, Value, Option<Value>)>,
+}
+
+impl Seen<'_> {
+    fn offered(&self, name: &str) -> bool {
+        self.req.tools.iter().any(|t| t.name == name)
+    }
+
+    fn done(&self, name: &str) -> bool {
+        self.seen.iter().any(|(n, _, _)| n == name)
+    }
+
+    /// The latest successful result of `name`.
+    fn result(&self, name: &str) -> Option<Value> {
+        self.seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone())
+    }
+
+    /// An id for the next call, unique in the run.
+    fn next_id(&self, calls: &[ToolCall]) -> usize {
+        self.seen.len() + calls.len()
+    }
+}
+
 fn next(req: &ModelRequest) -> ModelReply {
-    let seen = observations(&req.messages);
-    let offered = |name: &str| req.tools.iter().any(|t| t.name == name);
-    let done = |name: &str| seen.iter().any(|(n, _, _)| n == name);
-    let result =
-        |name: &str| seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone());
+    let s = Seen { req, seen: observations(&req.messages) };
     let t = &req.task;
-    let base = seen.len();
-
-    if let (Some(_), Some(asset)) = (t.alarm_id, &t.asset_id) {
-        // Triage: the four reads at once, then the procedure, then the note.
-        let mut calls = Vec::new();
-        let mut plan = vec![
-            ("get_asset_details", json!({"asset_id": asset})),
-            ("list_alarms", json!({"asset_id": asset, "last_hours": 168, "limit": 10})),
-        ];
-        if let Some(sensor) = &t.sensor_id {
-            plan.push(("get_sensor_history", json!({"sensor_id": sensor, "hours": 24})));
-        }
-        if let Some(code) = &t.code {
-            plan.push(("search_docs", json!({"query": code, "limit": 3})));
-        }
-        for (name, args) in plan {
-            if offered(name) && !done(name) {
-                calls.push(call(base + calls.len(), name, args));
-            }
-        }
-        if !calls.is_empty() {
-            return reply_calls(calls);
-        }
-        if offered("read_doc")
-            && !done("read_doc")
-            && let Some(citation) =
-                result("search_docs").and_then(|r| r["results"][0]["citation"].as_str().map(str::to_string))
-        {
-            return reply_calls(vec![call(base, "read_doc", json!({"citation": citation}))]);
-        }
-        let note = triage_note(t, &seen);
-        return reply_text(serde_json::to_string(&note).expect("note serializes"));
+    match (t.alarm_id, &t.asset_id, &t.question) {
+        (Some(_), Some(asset), _) => triage_step(&s, asset),
+        (_, _, Some(question)) => question_step(&s, question),
+        _ => handover_step(&s),
     }
+}
 
-    if let Some(question) = &t.question {
-        // A question about the handover: the latest one, as it was written.
-        if asks_for_handover(question) && offered("get_shift_handover") {
-            if !done("get_shift_handover") {
-                return reply_calls(vec![call(base, "get_shift_handover", json!({}))]);
-            }
-            return reply_text(match result("get_shift_handover") {
-                Some(h) => format!(
-                    "The latest shift handover, written {} ({}), as it was written then; check it against the plant now:\n{}",
-                    h["written_at"].as_str().unwrap_or("-"),
-                    h["written_by"].as_str().unwrap_or("-"),
-                    h["text"].as_str().unwrap_or_default()
-                ),
-                None => {
-                    "No shift handover has been written yet: the HMI's Handover tab or `twinops handover` writes one."
-                        .into()
-                }
-            });
+/// Triage: the four reads at once, then the procedure, then the note.
+fn triage_step(s: &Seen, asset: &str) -> ModelReply {
+    let t = &s.req.task;
+    let mut calls = Vec::new();
+    let mut plan = vec![
+        ("get_asset_details", json!({"asset_id": asset})),
+        ("list_alarms", json!({"asset_id": asset, "last_hours": 168, "limit": 10})),
+    ];
+    if let Some(sensor) = &t.sensor_id {
+        plan.push(("get_sensor_history", json!({"sensor_id": sensor, "hours": 24})));
+    }
+    if let Some(code) = &t.code {
+        plan.push(("search_docs", json!({"query": code, "limit": 3})));
+    }
+    for (name, args) in plan {
+        if s.offered(name) && !s.done(name) {
+            calls.push(call(s.next_id(&calls), name, args));
         }
-        // The assets the question names (directly or by a sensor id), then the docs.
-        let assets = &t.mentioned;
-        let details_of =
-            |asset: &str| seen.iter().find(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset);
-        let mut calls = Vec::new();
-        for asset in assets.iter().filter(|a| offered("get_asset_details") && details_of(a).is_none()) {
-            calls.push(call(base + calls.len(), "get_asset_details", json!({"asset_id": asset})));
+    }
+    if !calls.is_empty() {
+        return reply_calls(calls);
+    }
+    if s.offered("read_doc")
+        && !s.done("read_doc")
+        && let Some(citation) =
+            s.result("search_docs").and_then(|r| r["results"][0]["citation"].as_str().map(str::to_string))
+    {
+        return reply_calls(vec![call(s.next_id(&[]), "read_doc", json!({"citation": citation}))]);
+    }
+    let note = triage_note(t, &s.seen);
+    reply_text(serde_json::to_string(&note).expect("note serializes"))
+}
+
+/// A question: the latest handover when it asks for one; otherwise the assets it names
+/// (directly or by a sensor id), then the docs.
+fn question_step(s: &Seen, question: &str) -> ModelReply {
+    let t = &s.req.task;
+    if asks_for_handover(question) && s.offered("get_shift_handover") {
+        if !s.done("get_shift_handover") {
+            return reply_calls(vec![call(s.next_id(&[]), "get_shift_handover", json!({}))]);
         }
-        if offered("search_docs") && !done("search_docs") {
-            calls.push(call(base + calls.len(), "search_docs", json!({"query": question, "limit": 3})));
-        }
-        if !calls.is_empty() {
-            return reply_calls(calls);
-        }
-        let mut text = String::new();
-        let mut unknown: Vec<&str> = t.not_in_twin.iter().map(String::as_str).collect();
-        for asset in assets {
-            match details_of(asset).and_then(|(_, _, r)| r.as_ref()) {
-                Some(d) => text.push_str(&asset_status(d)),
-                None => unknown.push(asset.as_str()),
-            }
-        }
-        if !unknown.is_empty() {
-            text.push_str(&format!("Not in the twin: {}.\n", unknown.join(", ")));
-        }
-        let hits = result("search_docs").and_then(|r| r["results"].as_array().cloned()).unwrap_or_default();
-        if hits.is_empty() && text.is_empty() {
-            return reply_text("The offline rules model found nothing in the documentation for this question. A language model is not available; try the alarm code or equipment name.".into());
-        }
-        let mut answer = String::from(if text.is_empty() {
-            "The offline rules model cannot reason about questions; these documentation sections match best:\n"
-        } else {
-            "The offline rules model cannot reason about questions; this is what the twin says:\n"
+        return reply_text(match s.result("get_shift_handover") {
+            Some(h) => format!(
+                "The latest shift handover, written {} ({}), as it was written then; check it against the plant now:\n{}",
+                h["written_at"].as_str().unwrap_or("-"),
+                h["written_by"].as_str().unwrap_or("-"),
+                h["text"].as_str().unwrap_or_default()
+            ),
+            None => "No shift handover has been written yet: the HMI's Handover tab or `twinops handover` writes one."
+                .into(),
         });
-        answer.push_str(&text);
-        if !hits.is_empty() && !text.is_empty() {
-            answer.push_str("Documentation that matches the question:\n");
-        }
-        for h in hits {
-            answer.push_str(&format!(
-                "- {} [{}]: {}\n",
-                h["heading"].as_str().unwrap_or_default(),
-                h["citation"].as_str().unwrap_or_default(),
-                h["snippet"].as_str().unwrap_or_default()
-            ));
-        }
-        return reply_text(answer);
     }
+    let details_of =
+        |asset: &str| s.seen.iter().find(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset);
+    let mut calls = Vec::new();
+    for asset in t.mentioned.iter().filter(|a| s.offered("get_asset_details") && details_of(a).is_none()) {
+        calls.push(call(s.next_id(&calls), "get_asset_details", json!({"asset_id": asset})));
+    }
+    if s.offered("search_docs") && !s.done("search_docs") {
+        calls.push(call(s.next_id(&calls), "search_docs", json!({"query": question, "limit": 3})));
+    }
+    if !calls.is_empty() {
+        return reply_calls(calls);
+    }
+    let mut text = String::new();
+    let mut unknown: Vec<&str> = t.not_in_twin.iter().map(String::as_str).collect();
+    for asset in &t.mentioned {
+        match details_of(asset).and_then(|(_, _, r)| r.as_ref()) {
+            Some(d) => text.push_str(&asset_status(d)),
+            None => unknown.push(asset.as_str()),
+        }
+    }
+    if !unknown.is_empty() {
+        text.push_str(&format!("Not in the twin: {}.\n", unknown.join(", ")));
+    }
+    let hits = s.result("search_docs").and_then(|r| r["results"].as_array().cloned()).unwrap_or_default();
+    reply_text(documented_answer(text, &hits))
+}
 
-    // Shift handover: the summary, stated plainly.
-    if offered("get_system_summary") && !done("get_system_summary") {
-        return reply_calls(vec![call(base, "get_system_summary", json!({}))]);
+/// The answer to a question: what the twin says of the assets, then the documentation
+/// that matches.
+fn documented_answer(text: String, hits: &[Value]) -> String {
+    if hits.is_empty() && text.is_empty() {
+        return "The offline rules model found nothing in the documentation for this question. A language model is not available; try the alarm code or equipment name.".into();
     }
-    let summary = result("get_system_summary").unwrap_or(Value::Null);
+    let mut answer = String::from(if text.is_empty() {
+        "The offline rules model cannot reason about questions; these documentation sections match best:\n"
+    } else {
+        "The offline rules model cannot reason about questions; this is what the twin says:\n"
+    });
+    answer.push_str(&text);
+    if !hits.is_empty() && !text.is_empty() {
+        answer.push_str("Documentation that matches the question:\n");
+    }
+    for h in hits {
+        answer.push_str(&format!(
+            "- {} [{}]: {}\n",
+            h["heading"].as_str().unwrap_or_default(),
+            h["citation"].as_str().unwrap_or_default(),
+            h["snippet"].as_str().unwrap_or_default()
+        ));
+    }
+    answer
+}
+
+/// Shift handover: the summary, stated plainly.
+fn handover_step(s: &Seen) -> ModelReply {
+    if s.offered("get_system_summary") && !s.done("get_system_summary") {
+        return reply_calls(vec![call(s.next_id(&[]), "get_system_summary", json!({}))]);
+    }
+    let summary = s.result("get_system_summary").unwrap_or(Value::Null);
     let mut text = format!(
         "Shift handover: {} assets; {} active alarms ({} unacknowledged).",
         summary["assets"]["total"], summary["active_alarms"]["total"], summary["active_alarms"]["unacknowledged"]
@@ -204,30 +237,80 @@ fn asks_for_handover(question: &str) -> bool {
 
 /// Composes the triage note from the observations alone.
 fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> TriageNote {
-    let (code, sensor_id, alarm_id) = (t.code.as_deref(), t.sensor_id.as_deref(), t.alarm_id);
     let get = |name: &str| seen.iter().rev().find(|(n, _, r)| n == name && r.is_some()).and_then(|(_, _, r)| r.clone());
     let details = get("get_asset_details").unwrap_or(Value::Null);
-    let history = get("get_sensor_history").unwrap_or(Value::Null);
     let doc = get("read_doc").unwrap_or(Value::Null);
-    let code = code.unwrap_or("alarm");
+    let code = t.code.as_deref().unwrap_or("alarm");
     let asset = &details["asset"];
+    let alarm = details["active_alarms"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["alarm_id"].as_i64() == t.alarm_id))
+        .cloned();
+
+    let mut summary = format!(
+        "{code} on {} ({}, criticality {}).",
+        asset["id"].as_str().unwrap_or("the asset"),
+        asset["name"].as_str().unwrap_or("unknown asset"),
+        asset["criticality"].as_str().unwrap_or("?")
+    );
+    let mut evidence =
+        readings(t.sensor_id.as_deref(), &details, &get("get_sensor_history").unwrap_or(Value::Null), &mut summary);
+    // Absence of evidence is not a cleared alarm: say "no longer active" only when the
+    // asset's active alarms were read and this one is not among them.
+    match (&alarm, details.is_null()) {
+        (None, false) => summary.push_str(" The alarm is no longer active."),
+        (None, true) => summary.push_str(
+            " The asset's details could not be read, so this note cannot say whether the alarm is still active; check it in the alarm list.",
+        ),
+        (Some(_), _) => {}
+    }
+    if !t.grouped.is_empty() {
+        summary.push_str(&grouped_sentence(&t.grouped));
+    }
+
+    let procedure = Procedure::read(&doc);
+    let citation = doc["citation"].as_str().map(str::to_string);
+    let cite = |s: String| match &citation {
+        Some(c) => format!("{s} [{c}]"),
+        None => s,
+    };
+    let likely_causes: Vec<String> = procedure
+        .field("Probable causes")
+        .map(|c| {
+            c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).take(4).collect()
+        })
+        .unwrap_or_else(|| vec!["No documented causes found; see the asset details.".to_string()]);
+    let mut recommended_actions = operator_actions(procedure.text);
+    if recommended_actions.is_empty() {
+        recommended_actions.push("Check the asset locally and follow the site alarm response procedure.".into());
+    }
+    let respond = procedure.field("Time to respond");
+    if let Some(r) = &respond {
+        recommended_actions.push(format!("Time to respond: {r}"));
+    }
+    if let Some(c) = &citation {
+        evidence.push(Evidence { claim: format!("documented response for {code}"), source: c.clone() });
+    }
+    TriageNote {
+        summary: summary.trim().to_string(),
+        urgency: urgency(alarm.as_ref(), details.is_null(), respond.as_deref()),
+        likely_causes,
+        recommended_actions: recommended_actions.into_iter().map(cite).collect(),
+        proposed_work_order: None,
+        evidence,
+    }
+}
+
+/// The alarm's sensor as the tools read it: its latest value, band and limits, its
+/// zone, and the trend over the history's window, said in `summary`; returns the
+/// evidence for each figure.
+fn readings(sensor_id: Option<&str>, details: &Value, history: &Value, summary: &mut String) -> Vec<Evidence> {
     let sensor = details["sensors"]
         .as_array()
         .and_then(|s| s.iter().find(|s| s["id"].as_str() == sensor_id))
         .cloned()
         .unwrap_or(Value::Null);
-    let alarm = details["active_alarms"]
-        .as_array()
-        .and_then(|a| a.iter().find(|a| a["alarm_id"].as_i64() == alarm_id))
-        .cloned();
     let unit = sensor["unit"].as_str().unwrap_or_default();
-
-    let mut summary = format!(
-        "{code} on {} ({}",
-        asset["id"].as_str().unwrap_or("the asset"),
-        asset["name"].as_str().unwrap_or("unknown asset")
-    );
-    summary.push_str(&format!(", criticality {}).", asset["criticality"].as_str().unwrap_or("?")));
     let mut evidence = Vec::new();
     if !sensor.is_null() {
         let limits: Vec<String> = ["ll", "l", "h", "hh"]
@@ -268,66 +351,41 @@ fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> Triage
             source: "get_sensor_history".into(),
         });
     }
-    // Absence of evidence is not a cleared alarm: say "no longer active" only when the
-    // asset's active alarms were read and this one is not among them.
-    match (&alarm, details.is_null()) {
-        (None, false) => summary.push_str(" The alarm is no longer active."),
-        (None, true) => summary.push_str(
-            " The asset's details could not be read, so this note cannot say whether the alarm is still active; check it in the alarm list.",
-        ),
-        (Some(_), _) => {}
-    }
-    if !t.grouped.is_empty() {
-        summary.push_str(&grouped_sentence(&t.grouped));
+    evidence
+}
+
+/// An alarm response procedure as `read_doc` returns it.
+struct Procedure<'a> {
+    text: &'a str,
+}
+
+impl<'a> Procedure<'a> {
+    fn read(doc: &'a Value) -> Procedure<'a> {
+        Procedure { text: doc["text"].as_str().unwrap_or_default() }
     }
 
-    let text = doc["text"].as_str().unwrap_or_default();
-    // A "- **Label:** value" entry, with its wrapped continuation lines.
-    let field = |label: &str| -> Option<String> {
-        let mut lines = text.lines().skip_while(|l| !l.trim().starts_with(&format!("- **{label}:**")));
+    /// A "- **Label:** value" entry, with its wrapped continuation lines.
+    fn field(&self, label: &str) -> Option<String> {
+        let mut lines = self.text.lines().skip_while(|l| !l.trim().starts_with(&format!("- **{label}:**")));
         let first = lines.next()?.trim().trim_start_matches(&format!("- **{label}:**")).trim().to_string();
         let rest = lines.take_while(|l| {
             let t = l.trim();
             !t.is_empty() && !t.starts_with("- **") && !t.starts_with(char::is_numeric)
         });
         Some(std::iter::once(first).chain(rest.map(|l| l.trim().to_string())).collect::<Vec<_>>().join(" "))
-    };
-    let citation = doc["citation"].as_str().map(str::to_string);
-    let cite = |s: String| match &citation {
-        Some(c) => format!("{s} [{c}]"),
-        None => s,
-    };
-    let likely_causes: Vec<String> = field("Probable causes")
-        .map(|c| {
-            c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).take(4).collect()
-        })
-        .unwrap_or_else(|| vec!["No documented causes found; see the asset details.".to_string()]);
-    let mut recommended_actions = operator_actions(text);
-    if recommended_actions.is_empty() {
-        recommended_actions.push("Check the asset locally and follow the site alarm response procedure.".into());
     }
-    let respond = field("Time to respond");
-    if let Some(r) = &respond {
-        recommended_actions.push(format!("Time to respond: {r}"));
-    }
-    if let Some(c) = &citation {
-        evidence.push(Evidence { claim: format!("documented response for {code}"), source: c.clone() });
-    }
-    let severity = alarm.as_ref().and_then(|a| a["severity"].as_str().map(str::to_string)).unwrap_or_default();
-    let urgency = match (severity.as_str(), respond.as_deref()) {
+}
+
+/// From the alarm's severity and the procedure's time to respond; an alarm that is
+/// active, or whose state could not be read, is at least "soon".
+fn urgency(alarm: Option<&Value>, unread: bool, respond: Option<&str>) -> Urgency {
+    let severity = alarm.and_then(|a| a["severity"].as_str()).unwrap_or_default();
+    match (severity, respond) {
         ("critical" | "high", _) => Urgency::Immediate,
         (_, Some(r)) if r.contains("minute") => Urgency::Immediate,
         (_, Some(r)) if r.contains("hour") => Urgency::Urgent,
-        _ if alarm.is_some() || details.is_null() => Urgency::Soon,
+        _ if alarm.is_some() || unread => Urgency::Soon,
         _ => Urgency::Monitor,
-    };
-    TriageNote {
-        summary: summary.trim().to_string(),
-        urgency,
-        likely_causes,
-        recommended_actions: recommended_actions.into_iter().map(cite).collect(),
-        proposed_work_order: None,
-        evidence,
     }
 }
 

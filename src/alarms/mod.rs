@@ -6,6 +6,7 @@
 //! transaction as the change.
 
 pub mod limits;
+pub mod list;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -173,47 +174,7 @@ pub fn apply(
             scada_journal(conn, alarm_id, ev, "reraised", raw)?;
             Applied::Reraised { alarm_id }
         }
-        (Transition::Raised, None) => {
-            // A point stays out of service, across occurrences, until it is returned.
-            let out_of_service: bool = conn
-                .prepare_cached(
-                    "SELECT state = 'out_of_service' FROM alarms
-                     WHERE asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
-                     ORDER BY id DESC LIMIT 1",
-                )?
-                .query_row(params![ev.asset_id, ev.sensor_id, ev.code], |r| r.get(0))
-                .optional()?
-                .unwrap_or(false);
-            let state = if out_of_service { AlarmState::OutOfService } else { AlarmState::Unacknowledged };
-            conn.prepare_cached(
-                "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, value, threshold,
-                                     raised_at, last_raised_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
-            )?
-            .execute(params![
-                ev.event_id,
-                ev.asset_id,
-                ev.sensor_id,
-                ev.code,
-                ev.severity,
-                state,
-                ev.message,
-                ev.value,
-                ev.threshold,
-                t
-            ])?;
-            let alarm_id = conn.last_insert_rowid();
-            scada_journal(conn, alarm_id, ev, "raised", raw)?;
-            if out_of_service {
-                crate::metrics::count("twinops_alarms_suppressed_total", &[], 1.0);
-                return Ok(Ok(Applied::OutOfService { alarm_id }));
-            }
-            crate::metrics::count("twinops_alarms_raised_total", &[("severity", ev.severity.as_str())], 1.0);
-            let code = crate::metrics::bounded("twinops_alarms_raised_by_code_total", "code", &ev.code, 500);
-            crate::metrics::count("twinops_alarms_raised_by_code_total", &[("code", &code)], 1.0);
-            let job_id = enqueue_triage(conn, alarm_id, ev.asset_id.as_str(), ev.severity, ev.time, received, policy)?;
-            Applied::Raised { alarm_id, job_id }
-        }
+        (Transition::Raised, None) => return raise(conn, ev, raw, received, policy).map(Ok),
         (Transition::Cleared, Some((alarm_id, state))) => {
             let next = match state {
                 AlarmState::Unacknowledged => AlarmState::RtnUnacknowledged,
@@ -230,6 +191,56 @@ pub fn apply(
         }
     };
     Ok(Ok(applied))
+}
+
+/// A new occurrence: out of service if its point is, otherwise annunciated and given
+/// its triage job.
+fn raise(
+    conn: &Connection,
+    ev: &AlarmEvent,
+    raw: Option<&[u8]>,
+    received: Timestamp,
+    policy: QueuePolicy,
+) -> Result<Applied, StoreError> {
+    // A point stays out of service, across occurrences, until it is returned.
+    let out_of_service: bool = conn
+        .prepare_cached(
+            "SELECT state = 'out_of_service' FROM alarms
+             WHERE asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
+             ORDER BY id DESC LIMIT 1",
+        )?
+        .query_row(params![ev.asset_id, ev.sensor_id, ev.code], |r| r.get(0))
+        .optional()?
+        .unwrap_or(false);
+    let state = if out_of_service { AlarmState::OutOfService } else { AlarmState::Unacknowledged };
+    conn.prepare_cached(
+        "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, value, threshold,
+                             raised_at, last_raised_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+    )?
+    .execute(params![
+        ev.event_id,
+        ev.asset_id,
+        ev.sensor_id,
+        ev.code,
+        ev.severity,
+        state,
+        ev.message,
+        ev.value,
+        ev.threshold,
+        ev.time.unix()
+    ])?;
+    let alarm_id = conn.last_insert_rowid();
+    scada_journal(conn, alarm_id, ev, "raised", raw)?;
+    if out_of_service {
+        crate::metrics::count("twinops_alarms_suppressed_total", &[], 1.0);
+        return Ok(Applied::OutOfService { alarm_id });
+    }
+    crate::metrics::count("twinops_alarms_raised_total", &[("severity", ev.severity.as_str())], 1.0);
+    let code = crate::metrics::bounded("twinops_alarms_raised_by_code_total", "code", &ev.code, 500);
+    crate::metrics::count("twinops_alarms_raised_by_code_total", &[("code", &code)], 1.0);
+    let job_id = enqueue_triage(conn, alarm_id, ev.asset_id.as_str(), ev.severity, ev.time, received, policy)?;
+    Ok(Applied::Raised { alarm_id, job_id })
 }
 
 /// Gives a new occurrence its triage job, in the same transaction. Every occurrence

@@ -1,6 +1,7 @@
 //! `twinops alarms`: list alarms and act on them as an operator does in the HMI.
 
 use super::*;
+use crate::alarms::list::{AlarmFilter, Scope};
 
 #[derive(Subcommand)]
 pub(super) enum AlarmsCommand {
@@ -77,30 +78,25 @@ pub(super) fn run(global: &Global, cmd: AlarmsCommand) -> anyhow::Result<ExitCod
         AlarmsCommand::List { active, asset, limit } => {
             let store = global.open()?;
             let asset = asset.map(|a| AssetId::parse(&a)).transpose()?;
-            let db = store.read()?;
-            let mut stmt = db.prepare(
-                "SELECT id, asset_id, coalesce(sensor_id, '-'), code, severity, state, raised_at, cleared_at, reraise_count
-                 FROM alarms WHERE (?1 = 0 OR cleared_at IS NULL) AND (?2 IS NULL OR asset_id = ?2)
-                 ORDER BY raised_at DESC, id DESC LIMIT ?3",
-            )?;
-            let mut rows = stmt.query(rusqlite::params![active, asset, limit])?;
+            let scope = if active { Scope::Active } else { Scope::Any };
+            let filter = AlarmFilter { asset, scope, ..Default::default() };
+            let rows = alarms::list::list(&*store.read()?, &filter, limit.into(), 0)?;
             println!(
                 "{:>6}  {:<9} {:<22} {:<15} {:<8} {:<19} {:<20} {:<20} {:>4}",
                 "id", "asset", "sensor", "code", "severity", "state", "raised", "cleared", "reps"
             );
-            while let Some(r) = rows.next()? {
-                let cleared: Option<i64> = r.get(7)?;
+            for a in rows {
                 println!(
                     "{:>6}  {:<9} {:<22} {:<15} {:<8} {:<19} {:<20} {:<20} {:>4}",
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                    Timestamp::from_unix(r.get(6)?).to_rfc3339(),
-                    cleared.map_or("-".to_string(), |c| Timestamp::from_unix(c).to_rfc3339()),
-                    r.get::<_, i64>(8)?
+                    a.id,
+                    a.asset_id,
+                    a.sensor_id.as_deref().unwrap_or("-"),
+                    a.code,
+                    a.severity,
+                    a.state,
+                    a.raised_at.to_rfc3339(),
+                    a.cleared_at.map_or("-".to_string(), |c| c.to_rfc3339()),
+                    a.reraise_count
                 );
             }
         }

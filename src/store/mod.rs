@@ -100,5 +100,9 @@ pub fn like_pattern_contains(text: &str) -> String {
 fn add_functions(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     use rusqlite::functions::FunctionFlags;
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC | FunctionFlags::SQLITE_INNOCUOUS;
-    conn.create_scalar_function("shown", 1, flags, |ctx| Ok(ctx.get::<Option<f64>>(0)?.map(crate::domain::shown)))
+    conn.create_scalar_function("shown", 1, flags, |ctx| Ok(ctx.get::<Option<f64>>(0)?.map(crate::domain::shown)))?;
+    // Unix seconds as JSON carries every time: RFC 3339, as `Timestamp` serializes.
+    conn.create_scalar_function("rfc3339", 1, flags, |ctx| {
+        Ok(ctx.get::<Option<i64>>(0)?.map(|t| crate::domain::Timestamp::from_unix(t).to_rfc3339()))
+    })
 }

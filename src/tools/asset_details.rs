@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::hints::existing_asset;
 use super::{ToolContext, ToolDef, ToolError, define, parse_args};
+use crate::alarms::list::{AlarmFilter, Order, Scope};
 use crate::domain::{Access, Timestamp, shown};
 
 const NAME: &str = "get_asset_details";
@@ -34,8 +35,59 @@ const STALE_SECS: i64 = 15 * 60;
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let id = existing_asset(ctx.db, "asset_id", &args.asset_id)?;
-    let now = ctx.now.unix();
-    let (asset, machine_class) = ctx
+    let (asset, machine_class) = asset_row(ctx, &id)?;
+    let sensors = sensors(ctx, &id, machine_class.as_deref())?;
+    let active =
+        AlarmFilter { asset: Some(id.clone()), scope: Scope::Active, order: Order::Priority, ..Default::default() };
+    let alarms: Vec<Value> = crate::alarms::list::list(ctx.db, &active, 100, 0)?
+        .into_iter()
+        .map(|a| {
+            json!({
+                "alarm_id": a.id, "code": a.code, "sensor_id": a.sensor_id, "severity": a.severity, "state": a.state,
+                "raised_at": a.raised_at, "value": a.value, "threshold": a.threshold, "reraise_count": a.reraise_count,
+            })
+        })
+        .collect();
+    let work_orders = rows_json(
+        ctx,
+        "SELECT id, status, action, priority, title, proposed_at
+         FROM work_orders WHERE asset_id = ?1 AND status IN ('pending_approval', 'approved', 'dispatched')
+         ORDER BY proposed_at DESC LIMIT 10",
+        &id,
+        |r| {
+            Ok(json!({
+                "work_order_id": r.get::<_, i64>(0)?, "status": r.get::<_, String>(1)?, "action": r.get::<_, String>(2)?,
+                "priority": r.get::<_, String>(3)?, "title": r.get::<_, String>(4)?,
+                "proposed_at": Timestamp::from_unix(r.get(5)?),
+            }))
+        },
+    )?;
+    let maintenance = rows_json(
+        ctx,
+        "SELECT performed_on, kind, summary, technician FROM maintenance_records
+         WHERE asset_id = ?1 ORDER BY performed_on DESC LIMIT 5",
+        &id,
+        |r| {
+            Ok(json!({
+                "date": r.get::<_, String>(0)?, "kind": r.get::<_, String>(1)?,
+                "summary": r.get::<_, String>(2)?, "technician": r.get::<_, String>(3)?,
+            }))
+        },
+    )?;
+
+    Ok(json!({
+        "as_of": ctx.now,
+        "asset": asset,
+        "sensors": sensors,
+        "active_alarms": alarms,
+        "open_work_orders": work_orders,
+        "recent_maintenance": maintenance,
+    }))
+}
+
+/// The asset's own row as JSON, and its ISO 10816-3 machine class.
+fn asset_row(ctx: &ToolContext, id: &crate::domain::AssetId) -> Result<(Value, Option<String>), ToolError> {
+    Ok(ctx
         .db
         .prepare_cached(
             "SELECT a.id, a.name, a.kind, a.station_id, s.name, a.status, a.criticality, a.manufacturer, a.model,
@@ -43,7 +95,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
                 (SELECT group_concat(m.id, ', ') FROM assets m WHERE m.drives = a.id)
          FROM assets a JOIN stations s ON s.id = a.station_id WHERE a.id = ?1",
         )?
-        .query_row([&id], |r| {
+        .query_row([id], |r| {
             let machine_class: Option<String> = r.get(9)?;
             Ok((
                 json!({
@@ -65,8 +117,17 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
                 }),
                 machine_class,
             ))
-        })?;
+        })?)
+}
 
+/// Every sensor of the asset with its latest value, band, day's change, staleness and,
+/// for vibration, the ISO 10816-3 zone.
+fn sensors(
+    ctx: &ToolContext,
+    id: &crate::domain::AssetId,
+    machine_class: Option<&str>,
+) -> Result<Vec<Value>, ToolError> {
+    let now = ctx.now.unix();
     let mut latest = ctx.db.prepare_cached(
         "SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts < (?2 + 1) * 1000 ORDER BY ts DESC LIMIT 1",
     )?;
@@ -78,7 +139,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     // measuring range (low, high)
     type SensorRow = (i64, String, String, String, String, [Option<f64>; 4], Option<i64>, [Option<f64>; 2]);
     let rows: Vec<SensorRow> = stmt
-        .query_map([&id], |r| {
+        .query_map([id], |r| {
             let limits = [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?];
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, limits, r.get(9)?, [r.get(10)?, r.get(11)?]))
         })?
@@ -115,7 +176,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
                     sensor["stale"] = json!(format!("no reading for {} minutes", (now - ts) / 60));
                 }
                 if kind == "vibration"
-                    && let Some((zone, meaning)) = machine_class.as_deref().and_then(|c| iso_10816_zone(c, value))
+                    && let Some((zone, meaning)) = machine_class.and_then(|c| iso_10816_zone(c, value))
                 {
                     sensor["iso_10816_zone"] = json!(format!("{zone} ({meaning})"));
                 }
@@ -125,58 +186,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         sensors.push(sensor);
     }
 
-    let alarms = rows_json(
-        ctx,
-        &format!(
-            "SELECT id, code, sensor_id, severity, state, raised_at, value, threshold, reraise_count
-             FROM alarms WHERE asset_id = ?1 AND cleared_at IS NULL ORDER BY {}, raised_at",
-            crate::domain::Severity::sql_rank("severity")
-        ),
-        &id,
-        |r| {
-            Ok(json!({
-                "alarm_id": r.get::<_, i64>(0)?, "code": r.get::<_, String>(1)?, "sensor_id": r.get::<_, Option<String>>(2)?,
-                "severity": r.get::<_, String>(3)?, "state": r.get::<_, String>(4)?,
-                "raised_at": Timestamp::from_unix(r.get(5)?), "value": r.get::<_, Option<f64>>(6)?.map(shown),
-                "threshold": r.get::<_, Option<f64>>(7)?.map(shown), "reraise_count": r.get::<_, i64>(8)?,
-            }))
-        },
-    )?;
-    let work_orders = rows_json(
-        ctx,
-        "SELECT id, status, action, priority, title, proposed_at
-         FROM work_orders WHERE asset_id = ?1 AND status IN ('pending_approval', 'approved', 'dispatched')
-         ORDER BY proposed_at DESC LIMIT 10",
-        &id,
-        |r| {
-            Ok(json!({
-                "work_order_id": r.get::<_, i64>(0)?, "status": r.get::<_, String>(1)?, "action": r.get::<_, String>(2)?,
-                "priority": r.get::<_, String>(3)?, "title": r.get::<_, String>(4)?,
-                "proposed_at": Timestamp::from_unix(r.get(5)?),
-            }))
-        },
-    )?;
-    let maintenance = rows_json(
-        ctx,
-        "SELECT performed_on, kind, summary, technician FROM maintenance_records
-         WHERE asset_id = ?1 ORDER BY performed_on DESC LIMIT 5",
-        &id,
-        |r| {
-            Ok(json!({
-                "date": r.get::<_, String>(0)?, "kind": r.get::<_, String>(1)?,
-                "summary": r.get::<_, String>(2)?, "technician": r.get::<_, String>(3)?,
-            }))
-        },
-    )?;
-
-    Ok(json!({
-        "as_of": ctx.now,
-        "asset": asset,
-        "sensors": sensors,
-        "active_alarms": alarms,
-        "open_work_orders": work_orders,
-        "recent_maintenance": maintenance,
-    }))
+    Ok(sensors)
 }
 
 fn rows_json(

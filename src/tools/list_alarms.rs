@@ -1,15 +1,13 @@
 //! `list_alarms`: alarm occurrences by asset, severity, state and time window.
 
-use rusqlite::params_from_iter;
-use rusqlite::types::Value as Sql;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::hints::existing_asset;
 use super::{ToolContext, ToolDef, ToolError, check_page, check_range, default_page_limit, define, page, parse_args};
-use crate::domain::{Access, AlarmState, Severity, Timestamp, parse_time, shown};
-use crate::store::Filter;
+use crate::alarms::{self, list::AlarmFilter, list::AlarmRow, list::Scope};
+use crate::domain::{Access, AlarmState, Severity, Timestamp, parse_time};
 
 const NAME: &str = "list_alarms";
 const DESCRIPTION: &str = "List alarm occurrences, newest first, filtered by asset, minimum severity, state and the \
@@ -83,20 +81,34 @@ pub fn def() -> ToolDef {
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     check_page(args.limit, args.offset)?;
-    let asset = args.asset_id.as_deref().map(|a| existing_asset(ctx.db, "asset_id", a)).transpose()?;
-    let severities: Vec<Sql> = match args.min_severity {
-        Some(min) => Severity::ALL.iter().filter(|s| **s >= min).map(|s| Sql::from(s.as_str().to_string())).collect(),
-        None => Vec::new(),
+    let filter = AlarmFilter {
+        asset: args.asset_id.as_deref().map(|a| existing_asset(ctx.db, "asset_id", a)).transpose()?,
+        min_severity: args.min_severity,
+        scope: match args.state {
+            StateFilter::Any => Scope::Any,
+            StateFilter::Active => Scope::Active,
+            StateFilter::Unacknowledged => Scope::State(AlarmState::Unacknowledged),
+            StateFilter::Acknowledged => Scope::State(AlarmState::Acknowledged),
+            StateFilter::RtnUnacknowledged => Scope::State(AlarmState::RtnUnacknowledged),
+            StateFilter::Cleared => Scope::State(AlarmState::Cleared),
+            StateFilter::Shelved => Scope::State(AlarmState::Shelved),
+            StateFilter::OutOfService => Scope::State(AlarmState::OutOfService),
+        },
+        ..window(ctx, &args)?
     };
-    let state = match args.state {
-        StateFilter::Any | StateFilter::Active => None,
-        StateFilter::Unacknowledged => Some(AlarmState::Unacknowledged),
-        StateFilter::Acknowledged => Some(AlarmState::Acknowledged),
-        StateFilter::RtnUnacknowledged => Some(AlarmState::RtnUnacknowledged),
-        StateFilter::Cleared => Some(AlarmState::Cleared),
-        StateFilter::Shelved => Some(AlarmState::Shelved),
-        StateFilter::OutOfService => Some(AlarmState::OutOfService),
-    };
+    let total = alarms::list::count(ctx.db, &filter)?;
+    let rows = alarms::list::list(ctx.db, &filter, args.limit, args.offset)?;
+    let mut out = page(total, args.offset, "alarms", rows.iter().map(for_model).collect());
+    out["as_of"] = json!(ctx.now);
+    if total == 0 {
+        out["hint"] =
+            json!("No alarm matches these filters. Widen the window (last_hours up to 720) or drop a filter.");
+    }
+    Ok(out)
+}
+
+/// The window the arguments give (last_hours, or since and until), as a filter.
+fn window(ctx: &ToolContext, args: &Args) -> Result<AlarmFilter, ToolError> {
     let time = |field: &str, v: &Option<String>| -> Result<Option<Timestamp>, ToolError> {
         v.as_deref()
             .map(|s| parse_time(s).map_err(|e| ToolError::InvalidArguments(format!("{field}: {e}"))))
@@ -120,75 +132,25 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             u.to_rfc3339()
         )));
     }
-    let mut filter = Filter::new();
-    if let Some(asset) = &asset {
-        filter.and("asset_id = ?", [Sql::from(asset.as_str().to_string())]);
-    }
-    match severities.len() {
-        0 | 4 => {}
-        1 => {
-            filter.and("severity = ?", severities);
-        }
-        2 => {
-            filter.and("severity IN (?, ?)", severities);
-        }
-        _ => {
-            filter.and("severity IN (?, ?, ?)", severities);
-        }
-    }
-    if matches!(args.state, StateFilter::Active) {
-        filter.and("cleared_at IS NULL", []);
-    }
-    if let Some(state) = state {
-        filter.and("state = ?", [Sql::from(state.as_str().to_string())]);
-    }
-    if let Some(since) = since {
-        filter.and("raised_at >= ?", [Sql::from(since.unix())]);
-    }
-    if let Some(until) = until {
-        filter.and("raised_at < ?", [Sql::from(until.unix())]);
-    }
-    let where_clause = filter.where_clause();
-    let total: i64 = ctx
-        .db
-        .prepare_cached(&["SELECT count(*) FROM alarms", &where_clause].concat())?
-        .query_row(params_from_iter(filter.params_with([])), |r| r.get(0))?;
-    let mut stmt = ctx.db.prepare_cached(
-        &[
-            "SELECT id, asset_id, sensor_id, code, severity, state, raised_at, acked_at, acked_by, cleared_at,
-                value, threshold, reraise_count, message
-         FROM alarms",
-            &where_clause,
-            " ORDER BY raised_at DESC, id DESC LIMIT ? OFFSET ?",
-        ]
-        .concat(),
-    )?;
-    let ts = |v: Option<i64>| v.map(Timestamp::from_unix);
-    let alarms: Vec<Value> = stmt
-        .query_map(params_from_iter(filter.params_with([Sql::from(args.limit), Sql::from(args.offset)])), |r| {
-            Ok(json!({
-                "alarm_id": r.get::<_, i64>(0)?,
-                "asset_id": r.get::<_, String>(1)?,
-                "sensor_id": r.get::<_, Option<String>>(2)?,
-                "code": r.get::<_, String>(3)?,
-                "severity": r.get::<_, String>(4)?,
-                "state": r.get::<_, String>(5)?,
-                "raised_at": Timestamp::from_unix(r.get(6)?),
-                "acked_at": ts(r.get(7)?),
-                "acked_by": r.get::<_, Option<String>>(8)?,
-                "cleared_at": ts(r.get(9)?),
-                "value": r.get::<_, Option<f64>>(10)?.map(shown),
-                "threshold": r.get::<_, Option<f64>>(11)?.map(shown),
-                "reraise_count": r.get::<_, i64>(12)?,
-                "message": r.get::<_, String>(13)?,
-            }))
-        })?
-        .collect::<Result<_, _>>()?;
-    let mut out = page(total, args.offset, "alarms", alarms);
-    out["as_of"] = json!(ctx.now);
-    if total == 0 {
-        out["hint"] =
-            json!("No alarm matches these filters. Widen the window (last_hours up to 720) or drop a filter.");
-    }
-    Ok(out)
+    Ok(AlarmFilter { since, until, ..Default::default() })
+}
+
+/// A row as the model reads it: `alarm_id`, the id every other tool takes.
+fn for_model(a: &AlarmRow) -> Value {
+    json!({
+        "alarm_id": a.id,
+        "asset_id": a.asset_id,
+        "sensor_id": a.sensor_id,
+        "code": a.code,
+        "severity": a.severity,
+        "state": a.state,
+        "raised_at": a.raised_at,
+        "acked_at": a.acked_at,
+        "acked_by": a.acked_by,
+        "cleared_at": a.cleared_at,
+        "value": a.value,
+        "threshold": a.threshold,
+        "reraise_count": a.reraise_count,
+        "message": a.message,
+    })
 }

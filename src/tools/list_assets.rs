@@ -58,39 +58,14 @@ pub fn def() -> ToolDef {
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     check_page(args.limit, args.offset)?;
-    let station = match args.station_id.as_deref().map(str::trim) {
-        None => None,
-        Some(given) => {
-            let known: Option<String> = ctx
-                .db
-                .prepare_cached("SELECT id FROM stations WHERE id = ?1 COLLATE NOCASE")?
-                .query_row([given], |r| r.get(0))
-                .optional()?;
-            Some(known.ok_or_else(|| unknown_station(ctx, given))?)
-        }
-    };
-    let kind = args.kind.as_deref().map(crate::domain::kind_name);
-    if let Some(kind) = &kind {
-        let known: Option<i64> = ctx
-            .db
-            .prepare_cached("SELECT 1 FROM assets WHERE kind = ?1 AND retired_at IS NULL LIMIT 1")?
-            .query_row([kind], |r| r.get(0))
-            .optional()?;
-        if known.is_none() {
-            let list: Vec<String> = kinds(ctx)?.iter().map(|(k, n)| format!("{k} ({n})")).collect();
-            return Err(ToolError::NotFound(format!(
-                "No asset of kind '{kind}'. Kinds in the twin: {}. Omit kind to list all assets.",
-                list.join(", ")
-            )));
-        }
-    }
+    let station = args.station_id.as_deref().map(|s| known_station(ctx, s.trim())).transpose()?;
+    let kind = args.kind.as_deref().map(|k| known_kind(ctx, k)).transpose()?;
     let text = match args.text.as_deref().map(str::trim) {
         Some("") => return Err(ToolError::InvalidArguments("text must not be empty; omit it to list all".into())),
         Some(t) if t.chars().count() > 100 => {
             return Err(ToolError::InvalidArguments("text must be at most 100 characters".into()));
         }
-        Some(t) => Some(t.to_string()),
-        None => None,
+        t => t.map(str::to_string),
     };
     let filter_is_in_service_only = station.is_none() && kind.is_none() && args.status.is_none();
     let mut filter = Filter::new();
@@ -106,43 +81,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     }
     // The count stops past `cap`: beyond it the model needs a narrower list, not a number.
     let cap = COUNT_CAP.max(args.offset + args.limit);
-    let count = |filter: &Filter, from: &str| -> rusqlite::Result<i64> {
-        ctx.db
-            .prepare_cached(
-                &["SELECT count(*) FROM (SELECT 1 FROM ", from, &filter.where_clause(), " LIMIT ?)"].concat(),
-            )?
-            .query_row(params_from_iter(filter.params_with([Sql::from(cap + 1)])), |r| r.get(0))
-    };
-    // Text of 3 characters or more is looked up in the trigram index; the page then
-    // comes from its matches when they are few, or from a walk in id order, which meets
-    // enough matches soon, when they are many.
-    let mut from = "assets a";
-    let total = match &text {
-        Some(t) if t.chars().count() >= 3 => {
-            let phrase = Sql::from(format!("\"{}\"", t.replace('"', "\"\"")));
-            let mut indexed = filter.clone();
-            indexed.and("t.assets_text MATCH ?", [phrase.clone()]);
-            // The index holds only assets in service: text alone is counted in it.
-            let total = if filter_is_in_service_only {
-                let mut alone = Filter::new();
-                alone.and("t.assets_text MATCH ?", [phrase]);
-                count(&alone, "assets_text t")?
-            } else {
-                count(&indexed, BY_TEXT)?
-            };
-            if total <= cap {
-                (filter, from) = (indexed, BY_TEXT);
-            } else {
-                like_text(&mut filter, t);
-            }
-            total
-        }
-        Some(t) => {
-            like_text(&mut filter, t);
-            count(&filter, from)?
-        }
-        None => count(&filter, from)?,
-    };
+    let (filter, from, total) = matching(ctx, filter, text.as_deref(), filter_is_in_service_only, cap)?;
     let where_clause = filter.where_clause();
     let mut stmt = ctx.db.prepare_cached(
         &[
@@ -168,6 +107,60 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             }))
         })?
         .collect::<Result<_, _>>()?;
+    Ok(paged(assets, total, cap, &args))
+}
+
+/// Where the page comes from and how many assets match (counted up to `cap + 1`).
+/// Text of 3 characters or more is looked up in the trigram index; the page then comes
+/// from its matches when they are few, or from a walk in id order, which meets enough
+/// matches soon, when they are many.
+fn matching(
+    ctx: &ToolContext,
+    mut filter: Filter,
+    text: Option<&str>,
+    filter_is_in_service_only: bool,
+    cap: i64,
+) -> Result<(Filter, &'static str, i64), ToolError> {
+    let count = |filter: &Filter, from: &str| -> rusqlite::Result<i64> {
+        ctx.db
+            .prepare_cached(
+                &["SELECT count(*) FROM (SELECT 1 FROM ", from, &filter.where_clause(), " LIMIT ?)"].concat(),
+            )?
+            .query_row(params_from_iter(filter.params_with([Sql::from(cap + 1)])), |r| r.get(0))
+    };
+    let mut from = "assets a";
+    let total = match text {
+        Some(t) if t.chars().count() >= 3 => {
+            let phrase = Sql::from(format!("\"{}\"", t.replace('"', "\"\"")));
+            let mut indexed = filter.clone();
+            indexed.and("t.assets_text MATCH ?", [phrase.clone()]);
+            // The index holds only assets in service: text alone is counted in it.
+            let total = if filter_is_in_service_only {
+                let mut alone = Filter::new();
+                alone.and("t.assets_text MATCH ?", [phrase]);
+                count(&alone, "assets_text t")?
+            } else {
+                count(&indexed, BY_TEXT)?
+            };
+            if total <= cap {
+                (filter, from) = (indexed, BY_TEXT);
+            } else {
+                like_text(&mut filter, t);
+            }
+            total
+        }
+        Some(t) => {
+            like_text(&mut filter, t);
+            count(&filter, from)?
+        }
+        None => count(&filter, from)?,
+    };
+    Ok((filter, from, total))
+}
+
+/// The page, with a hint when the count was capped, nothing matched, or the offset is
+/// past the end.
+fn paged(assets: Vec<Value>, total: i64, cap: i64, args: &Args) -> Value {
     let capped = total > cap;
     let total = total.min(cap);
     let mut out = page(total, args.offset, "assets", assets);
@@ -182,7 +175,35 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     } else if args.offset >= total {
         out["hint"] = json!(format!("offset {} is past the last row; there are {total} rows in all.", args.offset));
     }
-    Ok(out)
+    out
+}
+
+/// The station id as the twin spells it, or what does exist.
+fn known_station(ctx: &ToolContext, given: &str) -> Result<String, ToolError> {
+    let known: Option<String> = ctx
+        .db
+        .prepare_cached("SELECT id FROM stations WHERE id = ?1 COLLATE NOCASE")?
+        .query_row([given], |r| r.get(0))
+        .optional()?;
+    known.ok_or_else(|| unknown_station(ctx, given))
+}
+
+/// The kind's canonical name when an asset in service has it; otherwise the kinds there are.
+fn known_kind(ctx: &ToolContext, given: &str) -> Result<String, ToolError> {
+    let kind = crate::domain::kind_name(given);
+    let known: Option<i64> = ctx
+        .db
+        .prepare_cached("SELECT 1 FROM assets WHERE kind = ?1 AND retired_at IS NULL LIMIT 1")?
+        .query_row([&kind], |r| r.get(0))
+        .optional()?;
+    if known.is_none() {
+        let list: Vec<String> = kinds(ctx)?.iter().map(|(k, n)| format!("{k} ({n})")).collect();
+        return Err(ToolError::NotFound(format!(
+            "No asset of kind '{kind}'. Kinds in the twin: {}. Omit kind to list all assets.",
+            list.join(", ")
+        )));
+    }
+    Ok(kind)
 }
 
 /// The asset kinds in the twin, with how many assets each (retired ones left out).

@@ -85,86 +85,19 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         "SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY ts DESC LIMIT 1",
     )?;
     let (Some(first), Some(last)) = (first, last) else {
-        let latest: Option<i64> = ctx
-            .db
-            .prepare_cached("SELECT max(ts) / 1000 FROM readings WHERE sensor_key = ?1")?
-            .query_row([key], |r| r.get(0))
-            .optional()?
-            .flatten();
-        let hint = match latest {
-            Some(ts) => format!(
-                "No readings in this window; the latest reading is at {}. Move the window with until, or widen hours.",
-                Timestamp::from_unix(ts).to_rfc3339()
-            ),
-            None => {
-                "This sensor has no readings at all: the transmitter may not be connected to the historian.".to_string()
-            }
-        };
+        let hint = no_readings_hint(ctx, key)?;
         return Ok(json!({"sensor": sensor, "window": window, "samples": 0, "hint": hint}));
     };
-
-    // Whole hours inside (from, to] come from the hourly rollups; the ragged ends from
-    // the raw readings. The sums combine exactly either way.
-    let full_start = (from.unix() + 1 + 3599).div_euclid(3600) * 3600;
-    let full_end = (to.unix() + 1).div_euclid(3600) * 3600;
-    let mut acc = Accumulator::new(from.unix(), to.unix(), args.points as usize);
-    let mut raw = ctx
-        .db
-        .prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY ts")?;
-    // Readings in the seconds (lo, hi]; `ts` is in milliseconds.
-    let mut add_raw = |lo: i64, hi: i64, acc: &mut Accumulator| -> Result<(), ToolError> {
-        let mut rows = raw.query(params![key, (lo + 1) * 1000, (hi + 1) * 1000])?;
-        while let Some(row) = rows.next()? {
-            let (at_ms, v): (i64, f64) = (row.get(0)?, row.get(1)?);
-            let mut one = Summary::empty(at_ms.div_euclid(1000));
-            one.add(at_ms, v, &limits);
-            acc.push(&one);
-        }
-        Ok(())
-    };
-    if full_start < full_end {
-        add_raw(from.unix(), full_start - 1, &mut acc)?;
-        let mut stmt = ctx.db.prepare_cached(
-            "SELECT hour, n, sum, sum_sq, min, max, sum_t, sum_tt, sum_tv, n_ll, n_l, n_h, n_hh
-             FROM readings_hourly WHERE sensor_key = ?1 AND hour >= ?2 AND hour < ?3 ORDER BY hour",
-        )?;
-        let mut rows = stmt.query(params![key, full_start, full_end])?;
-        while let Some(r) = rows.next()? {
-            acc.push(&Summary {
-                start: r.get(0)?,
-                n: r.get(1)?,
-                sum: r.get(2)?,
-                sum_sq: r.get(3)?,
-                min: r.get(4)?,
-                max: r.get(5)?,
-                sum_t: r.get(6)?,
-                sum_tt: r.get(7)?,
-                sum_tv: r.get(8)?,
-                beyond: [r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?],
-            });
-        }
-        add_raw(full_end - 1, to.unix(), &mut acc)?;
-    } else {
-        add_raw(from.unix(), to.unix(), &mut acc)?;
-    }
-
-    // An extreme found in a rollup is pinned to its exact sample.
-    let pin = |(_, start, n): (f64, i64, i64), sql: &str| -> Result<i64, ToolError> {
-        if n == 1 {
-            return Ok(start);
-        }
-        let ts: Option<i64> = ctx
-            .db
-            .prepare_cached(sql)?
-            .query_row(params![key, start * 1000, (start + 3600) * 1000], |r| r.get(0))
-            .optional()?;
-        Ok(ts.unwrap_or(start))
-    };
+    let acc = accumulate(ctx, key, (from.unix(), to.unix()), args.points as usize, &limits)?;
     let min_at = pin(
+        ctx,
+        key,
         acc.min,
         "SELECT ts / 1000 FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value ASC, ts LIMIT 1",
     )?;
     let max_at = pin(
+        ctx,
+        key,
         acc.max,
         "SELECT ts / 1000 FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY value DESC, ts LIMIT 1",
     )?;
@@ -185,6 +118,94 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             "rows": acc.series(),
         },
     }))
+}
+
+/// Why a window holds no readings, and where to look instead.
+fn no_readings_hint(ctx: &ToolContext, key: i64) -> Result<String, ToolError> {
+    let latest: Option<i64> = ctx
+        .db
+        .prepare_cached("SELECT max(ts) / 1000 FROM readings WHERE sensor_key = ?1")?
+        .query_row([key], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let hint = match latest {
+        Some(ts) => format!(
+            "No readings in this window; the latest reading is at {}. Move the window with until, or widen hours.",
+            Timestamp::from_unix(ts).to_rfc3339()
+        ),
+        None => {
+            "This sensor has no readings at all: the transmitter may not be connected to the historian.".to_string()
+        }
+    };
+    Ok(hint)
+}
+
+/// The window (from, to], in unix seconds, as `points` buckets: whole hours inside it
+/// come from the hourly rollups and the ragged ends from the raw readings. The sums
+/// combine exactly either way.
+fn accumulate(
+    ctx: &ToolContext,
+    key: i64,
+    (from, to): (i64, i64),
+    points: usize,
+    limits: &Limits,
+) -> Result<Accumulator, ToolError> {
+    let full_start = (from + 1 + 3599).div_euclid(3600) * 3600;
+    let full_end = (to + 1).div_euclid(3600) * 3600;
+    let mut acc = Accumulator::new(from, to, points);
+    let mut raw = ctx
+        .db
+        .prepare_cached("SELECT ts, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY ts")?;
+    // Readings in the seconds (lo, hi]; `ts` is in milliseconds.
+    let mut add_raw = |lo: i64, hi: i64, acc: &mut Accumulator| -> Result<(), ToolError> {
+        let mut rows = raw.query(params![key, (lo + 1) * 1000, (hi + 1) * 1000])?;
+        while let Some(row) = rows.next()? {
+            let (at_ms, v): (i64, f64) = (row.get(0)?, row.get(1)?);
+            let mut one = Summary::empty(at_ms.div_euclid(1000));
+            one.add(at_ms, v, limits);
+            acc.push(&one);
+        }
+        Ok(())
+    };
+    if full_start < full_end {
+        add_raw(from, full_start - 1, &mut acc)?;
+        let mut stmt = ctx.db.prepare_cached(
+            "SELECT hour, n, sum, sum_sq, min, max, sum_t, sum_tt, sum_tv, n_ll, n_l, n_h, n_hh
+             FROM readings_hourly WHERE sensor_key = ?1 AND hour >= ?2 AND hour < ?3 ORDER BY hour",
+        )?;
+        let mut rows = stmt.query(params![key, full_start, full_end])?;
+        while let Some(r) = rows.next()? {
+            acc.push(&Summary {
+                start: r.get(0)?,
+                n: r.get(1)?,
+                sum: r.get(2)?,
+                sum_sq: r.get(3)?,
+                min: r.get(4)?,
+                max: r.get(5)?,
+                sum_t: r.get(6)?,
+                sum_tt: r.get(7)?,
+                sum_tv: r.get(8)?,
+                beyond: [r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?],
+            });
+        }
+        add_raw(full_end - 1, to, &mut acc)?;
+    } else {
+        add_raw(from, to, &mut acc)?;
+    }
+    Ok(acc)
+}
+
+/// An extreme found in a rollup, pinned to its exact sample's time.
+fn pin(ctx: &ToolContext, key: i64, (_, start, n): (f64, i64, i64), sql: &str) -> Result<i64, ToolError> {
+    if n == 1 {
+        return Ok(start);
+    }
+    let ts: Option<i64> = ctx
+        .db
+        .prepare_cached(sql)?
+        .query_row(params![key, start * 1000, (start + 3600) * 1000], |r| r.get(0))
+        .optional()?;
+    Ok(ts.unwrap_or(start))
 }
 
 /// Combines summaries (single samples and hourly rollups) into window statistics, a

@@ -83,7 +83,32 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
         .query_row([], |r| r.get(0))?;
     let work_orders = counts(ctx, "SELECT status, count(*) FROM work_orders GROUP BY status ORDER BY status")?;
 
-    let mut by_severity: Vec<(&str, i64)> = vec![("critical", 0), ("high", 0), ("medium", 0), ("low", 0)];
+    let (by_severity, unacked, shelved) = active_alarms(ctx)?;
+    let attention = needs_attention(ctx)?;
+    let active_total: i64 = by_severity.iter().map(|(_, n)| n).sum();
+    let by_severity: Map<String, Value> =
+        by_severity.into_iter().filter(|(_, n)| *n > 0).map(|(s, n)| (s.to_string(), json!(n))).collect();
+
+    Ok(json!({
+        "site": {"id": site.0, "name": site.1},
+        "as_of": ctx.now,
+        "assets": {"total": asset_total, "by_status": by_status},
+        "active_alarms": {
+            "total": active_total,
+            "by_severity": by_severity,
+            "unacknowledged": unacked,
+            "shelved": shelved,
+        },
+        "returned_to_normal_unacknowledged": rtn_unacked,
+        "work_orders": work_orders,
+        "needs_attention": attention,
+        "next": "Call get_asset_details with an asset_id from needs_attention for its sensors, alarms and work orders.",
+    }))
+}
+
+/// Active alarms by severity (highest first), and how many are unacknowledged and shelved.
+fn active_alarms(ctx: &ToolContext) -> Result<(Vec<(&'static str, i64)>, i64, i64), ToolError> {
+    let mut by_severity: Vec<(&'static str, i64)> = vec![("critical", 0), ("high", 0), ("medium", 0), ("low", 0)];
     let (mut unacked, mut shelved) = (0, 0);
     let mut stmt = ctx.db.prepare_cached(
         "SELECT severity, state, count(*) FROM alarms INDEXED BY alarms_active_asset
@@ -101,7 +126,11 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
             _ => {}
         }
     }
+    Ok((by_severity, unacked, shelved))
+}
 
+/// The five assets most in need of attention, with why.
+fn needs_attention(ctx: &ToolContext) -> Result<Vec<Value>, ToolError> {
     // Attention score: active alarms weighted by severity (1/3/9/27), times criticality
     // (A=3, B=2, C=1); plus 20 for a faulted asset, 2 per unacknowledged alarm, and 5 when
     // the last maintenance is over a year old (or never recorded). Driven from the
@@ -143,7 +172,7 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
                          WHERE asset_id = a.id AND cleared_at IS NULL)
          FROM assets a WHERE a.id = ?1",
     )?;
-    let attention = top
+    let attention: Vec<Value> = top
         .iter()
         .map(|c| {
             let (name, codes): (String, Option<String>) = detail.query_row([&c.id], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -157,23 +186,5 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
             }))
         })
         .collect::<rusqlite::Result<Vec<Value>>>()?;
-    let active_total: i64 = by_severity.iter().map(|(_, n)| n).sum();
-    let by_severity: Map<String, Value> =
-        by_severity.into_iter().filter(|(_, n)| *n > 0).map(|(s, n)| (s.to_string(), json!(n))).collect();
-
-    Ok(json!({
-        "site": {"id": site.0, "name": site.1},
-        "as_of": ctx.now,
-        "assets": {"total": asset_total, "by_status": by_status},
-        "active_alarms": {
-            "total": active_total,
-            "by_severity": by_severity,
-            "unacknowledged": unacked,
-            "shelved": shelved,
-        },
-        "returned_to_normal_unacknowledged": rtn_unacked,
-        "work_orders": work_orders,
-        "needs_attention": attention,
-        "next": "Call get_asset_details with an asset_id from needs_attention for its sensors, alarms and work orders.",
-    }))
+    Ok(attention)
 }

@@ -19,9 +19,9 @@ use serde_json::{Value, json};
 use super::{ApiError, Credential, SESSION_COOKIE, WebState, admin, empty, require};
 use crate::accounts::{self, LoginError, User};
 use crate::agent::StreamEvent;
-use crate::alarms;
+use crate::alarms::{self, list::AlarmFilter, list::Order, list::Scope};
 use crate::approvals::{self, DecisionError, Proposer};
-use crate::domain::{Role, Severity, Timestamp};
+use crate::domain::{AssetId, Role, Severity, Timestamp};
 use crate::tools;
 
 type S = Arc<WebState>;
@@ -516,26 +516,16 @@ fn json_rows(stmt: &mut rusqlite::CachedStatement<'_>, params: impl rusqlite::Pa
 
 async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<Json<Value>, ApiError> {
     let limit = q.limit.unwrap_or(200).clamp(1, 1000);
-    let db = s.store.read()?;
-    let sql = format!(
-        "SELECT json_object('id', a.id, 'asset_id', a.asset_id, 'sensor_id', a.sensor_id, 'code', a.code,
-                'severity', a.severity, 'state', a.state, 'message', a.message, 'value', shown(a.value),
-                'threshold', shown(a.threshold), 'raised_at', a.raised_at, 'cleared_at', a.cleared_at,
-                'acked_by', a.acked_by, 'shelved_until', a.shelved_until, 'reraise_count', a.reraise_count,
-                'note_id', n.id, 'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job))
-         FROM alarms a LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
-         WHERE CASE WHEN ?4 THEN a.state IN ('shelved', 'out_of_service')
-                    WHEN ?1 THEN a.state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged')
-                    ELSE 1 END
-           AND (?2 IS NULL OR a.asset_id = ?2)
-           AND (?5 IS NULL OR a.code = ?5)
-           AND (?6 IS NULL OR coalesce(a.sensor_id, '-') = ?6)
-         ORDER BY {}, a.raised_at DESC, a.id DESC LIMIT ?3",
-        Severity::sql_rank("a.severity")
-    );
-    let mut stmt = db.prepare_cached(&sql)?;
-    let (active, suppressed) = (q.active.unwrap_or(true), q.suppressed.unwrap_or(false));
-    let alarms = json_rows(&mut stmt, params![active, q.asset, limit, suppressed, q.code, q.sensor])?;
+    let scope = match (q.suppressed.unwrap_or(false), q.active.unwrap_or(true)) {
+        (true, _) => Scope::Suppressed,
+        (false, true) => Scope::Attention,
+        (false, false) => Scope::Any,
+    };
+    let asset =
+        q.asset.as_deref().map(AssetId::parse).transpose().map_err(|e| ApiError::bad_request(format!("asset: {e}")))?;
+    let filter =
+        AlarmFilter { asset, sensor: q.sensor, code: q.code, scope, order: Order::Priority, ..Default::default() };
+    let alarms = alarms::list::list(&*s.store.read()?, &filter, limit.into(), 0)?;
     Ok(Json(json!({"alarms": alarms})))
 }
 
@@ -554,10 +544,10 @@ async fn alarm_points(State(s): State<S>) -> Result<Json<Value>, ApiError> {
          SELECT json_object('id', a.id, 'asset_id', a.asset_id, 'sensor_id', a.sensor_id, 'code', a.code,
                     'severity', a.severity, 'state', a.state,
                     'active', json(CASE WHEN a.cleared_at IS NULL THEN 'true' ELSE 'false' END), 'message', a.message,
-                    'value', shown(a.value), 'threshold', shown(a.threshold), 'raised_at', a.raised_at,
+                    'value', shown(a.value), 'threshold', shown(a.threshold), 'raised_at', rfc3339(a.raised_at),
                     'occurrences', p.n, 'unacknowledged', p.unacked, 'returned_unacknowledged', p.returned,
-                    'first_raised_at', p.first_raised,
-                    'last_raised_at', p.last_raised, 'note_id', n.id,
+                    'first_raised_at', rfc3339(p.first_raised),
+                    'last_raised_at', rfc3339(p.last_raised), 'note_id', n.id,
                     'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job))
          FROM points p JOIN alarms a ON a.id = p.latest
          LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
@@ -578,8 +568,8 @@ async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, A
         .query_row(
             "SELECT json_object('id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code, 'severity', severity,
                     'state', state, 'message', message, 'value', shown(value), 'threshold', shown(threshold),
-                    'unit', (SELECT unit FROM sensors s WHERE s.id = alarms.sensor_id), 'raised_at', raised_at,
-                    'cleared_at', cleared_at, 'acked_at', acked_at, 'acked_by', acked_by, 'shelved_until', shelved_until,
+                    'unit', (SELECT unit FROM sensors s WHERE s.id = alarms.sensor_id), 'raised_at', rfc3339(raised_at),
+                    'cleared_at', rfc3339(cleared_at), 'acked_at', rfc3339(acked_at), 'acked_by', acked_by, 'shelved_until', rfc3339(shelved_until),
                     'reraise_count', reraise_count)
              FROM alarms WHERE id = ?1",
             [id],
@@ -588,12 +578,12 @@ async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, A
         .optional()?;
     let record = record.ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?;
     let mut stmt = db.prepare_cached(
-        "SELECT json_object('kind', kind, 'at', at, 'actor', actor, 'detail', detail) FROM alarm_events WHERE alarm_id = ?1 ORDER BY id",
+        "SELECT json_object('kind', kind, 'at', rfc3339(at), 'actor', actor, 'detail', detail) FROM alarm_events WHERE alarm_id = ?1 ORDER BY id",
     )?;
     let journal = json_rows(&mut stmt, [id])?;
-    let note: Option<(i64, String, String, Option<i64>, i64)> = db
+    let note: Option<(i64, String, String, Option<i64>, String)> = db
         .query_row(
-            "SELECT id, body, flags, run_id, created_at FROM notes WHERE alarm_id = ?1 AND kind = 'triage'",
+            "SELECT id, body, flags, run_id, rfc3339(created_at) FROM notes WHERE alarm_id = ?1 AND kind = 'triage'",
             [id],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )
@@ -810,7 +800,7 @@ async fn run(
     let run: Option<String> = db
         .query_row(
             "SELECT json_object('id', id, 'profile', profile, 'trigger', trigger, 'alarm_id', alarm_id, 'outcome', outcome,
-                    'model', model, 'started_at', started_at, 'finished_at', finished_at, 'tokens_in', tokens_in,
+                    'model', model, 'started_at', rfc3339(started_at), 'finished_at', rfc3339(finished_at), 'tokens_in', tokens_in,
                     'tokens_out', tokens_out, 'error', error, 'flags', json(flags))
              FROM agent_runs WHERE id = ?1 AND (profile != 'chat' OR trigger = 'user:' || ?2 OR ?3)",
             params![id, user.name, user.role >= Role::Supervisor],
@@ -843,9 +833,9 @@ async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>) -> Result
     let mut stmt = db.prepare_cached(
         "SELECT json_object('id', id, 'asset_id', asset_id, 'alarm_id', alarm_id, 'action', action, 'priority', priority,
                 'title', title, 'justification', justification, 'evidence', json(evidence), 'status', status,
-                'proposed_by', proposed_by, 'run_id', run_id, 'proposed_at', proposed_at, 'expires_at', expires_at,
-                'decided_by', decided_by, 'decided_at', decided_at, 'decision_reason', decision_reason,
-                'dispatched_at', dispatched_at)
+                'proposed_by', proposed_by, 'run_id', run_id, 'proposed_at', rfc3339(proposed_at), 'expires_at', rfc3339(expires_at),
+                'decided_by', decided_by, 'decided_at', rfc3339(decided_at), 'decision_reason', decision_reason,
+                'dispatched_at', rfc3339(dispatched_at))
          FROM work_orders WHERE ?1 IS NULL OR status = ?1 ORDER BY proposed_at DESC, id DESC LIMIT 200",
     )?;
     let rows = json_rows(&mut stmt, [q.status])?;
@@ -940,7 +930,7 @@ async fn reject(
 async fn chat_history(State(s): State<S>, Extension(user): Extension<User>) -> Result<Json<Value>, ApiError> {
     let db = s.store.read()?;
     let mut stmt = db.prepare_cached(
-        "SELECT json_object('id', id, 'role', role, 'text', text, 'run_id', run_id, 'created_at', created_at)
+        "SELECT json_object('id', id, 'role', role, 'text', text, 'run_id', run_id, 'created_at', rfc3339(created_at))
          FROM (SELECT * FROM chat_messages WHERE user_id = ?1 ORDER BY id DESC LIMIT 200) ORDER BY id",
     )?;
     let rows = json_rows(&mut stmt, [user.id])?;
