@@ -1,6 +1,7 @@
 //! Configuration: `twinops.toml`, then `TWINOPS_*` environment variables, validated at
 //! start-up. Unknown keys are refused and every error names its key. Secrets are a
-//! [`Secret`] that never prints.
+//! [`Secret`] that never prints. Each part is owned by its component, which defines
+//! and validates it; this module loads the file, applies the environment and assembles.
 
 use std::path::{Path, PathBuf};
 
@@ -15,73 +16,15 @@ pub use crate::schedule::ScheduleConfig;
 
 /// Owned by ingest's MQTT transport; assembled here.
 pub use crate::ingest::mqtt::MqttConfig;
+/// Owned by the MCP server.
+pub use crate::mcp::McpConfig;
+/// Owned by the outbound notes.
+pub use crate::notify::NotifyConfig;
 pub use crate::support::Secret;
-
-/// The `[triage]` part.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TriageConfig {
-    /// Concurrent triage runs.
-    pub workers: usize,
-    /// Runs with a language model per minute; beyond it, the rules model triages.
-    pub llm_runs_per_minute: u32,
-    /// Most triage jobs queued at once; past it, new occurrences join one overflow job
-    /// that the rules model triages. Nothing is dropped.
-    pub queue_capacity: i64,
-}
-
-impl Default for TriageConfig {
-    fn default() -> Self {
-        TriageConfig { workers: 2, llm_runs_per_minute: 20, queue_capacity: crate::alarms::TRIAGE_QUEUE_CAPACITY }
-    }
-}
-
-/// The `[notify]` part.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NotifyConfig {
-    /// POST each note here (Slack-compatible body). A secret: it usually holds a token.
-    pub webhook_url: Option<Secret>,
-}
-
-/// The `[web]` part: the HMI and the JSON API.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WebConfig {
-    /// Where the HMI listens; empty turns it off. Loopback by default: put a TLS
-    /// reverse proxy in front to serve the control room.
-    pub listen: String,
-    /// A session ends after this long without a request.
-    pub session_idle_minutes: u64,
-    /// Mark the session cookie `Secure`: set when the HMI is reached over HTTPS.
-    pub secure_cookies: bool,
-    /// Reverse proxies (addresses or networks, e.g. "127.0.0.1", "10.0.0.0/8") whose
-    /// `X-Forwarded-For` / `Forwarded` header names the client. From any other peer
-    /// those headers are ignored: anyone could write them.
-    pub trusted_proxies: Vec<crate::domain::IpNet>,
-}
-
-impl Default for WebConfig {
-    fn default() -> Self {
-        WebConfig {
-            listen: "127.0.0.1:8080".into(),
-            session_idle_minutes: 30,
-            secure_cookies: false,
-            trusted_proxies: Vec::new(),
-        }
-    }
-}
-
-/// The `[mcp]` part: what MCP hosts get (`twinops mcp`, and `/mcp` on the HMI's listener).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct McpConfig {
-    /// Offer `propose_work_order` too (it only parks a proposal for a supervisor).
-    pub allow_propose: bool,
-    /// Host names `/mcp` answers to besides localhost, 127.0.0.1 and ::1 (the SDK's
-    /// DNS-rebinding check), e.g. the name of the TLS proxy in front.
-    pub allowed_hosts: Vec<String>,
-}
+/// Owned by the triage queue and its workers.
+pub use crate::triage::TriageConfig;
+/// Owned by the HMI.
+pub use crate::web::WebConfig;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -204,69 +147,12 @@ impl Config {
 
     fn validate(&mut self) -> anyhow::Result<()> {
         self.sparkplug.validate().map_err(anyhow::Error::msg)?;
-        for (i, p) in self.llm.chain.iter_mut().enumerate() {
-            let at = format!("llm.chain[{i}]");
-            if p.kind != ProviderKind::Rules && p.model.as_deref().is_none_or(str::is_empty) {
-                bail!("{at}.model is required for {:?} (e.g. gpt-4o-mini, llama3.1:8b, claude-sonnet-4-5)", p.kind);
-            }
-            if let Some(file) = &p.api_key_file {
-                let key = std::fs::read_to_string(file)
-                    .with_context(|| format!("{at}.api_key_file: reading {}", file.display()))?;
-                p.api_key = Some(Secret::new(key.trim()));
-            }
-            if let Some(url) = &p.base_url
-                && !(url.starts_with("http://") || url.starts_with("https://"))
-            {
-                bail!("{at}.base_url must start with http:// or https://, got '{url}'");
-            }
-        }
-        let m = &self.mqtt;
-        if !(m.url.is_empty() || m.url.starts_with("mqtt://") || m.url.starts_with("mqtts://")) {
-            bail!("mqtt.url must start with mqtt:// or mqtts://, got '{}'", m.url);
-        }
-        if m.topics.is_empty() {
-            bail!("mqtt.topics is empty; twinops would receive nothing (e.g. [\"scada/#\"])");
-        }
-        if m.client_id.trim().is_empty() {
-            bail!("mqtt.client_id must not be empty: the broker keeps the session under it");
-        }
-        if m.embedded_listen.parse::<std::net::SocketAddr>().is_err() {
-            bail!("mqtt.embedded_listen '{}' is not an address like 127.0.0.1:1883", m.embedded_listen);
-        }
-        if m.client_cert_file.is_some() != m.client_key_file.is_some() {
-            bail!("mqtt.client_cert_file and mqtt.client_key_file go together: set both or neither");
-        }
-        if m.batch_max == 0 || m.inflight == 0 {
-            bail!("mqtt.batch_max and mqtt.inflight must be at least 1");
-        }
-        if let Some(url) = &self.notify.webhook_url
-            && !(url.expose().starts_with("http://") || url.expose().starts_with("https://"))
-        {
-            bail!("notify.webhook_url must start with http:// or https://");
-        }
-        if self.triage.workers == 0 {
-            bail!("triage.workers must be at least 1");
-        }
+        self.llm.validate()?;
+        self.mqtt.validate()?;
+        self.notify.validate()?;
+        self.triage.validate()?;
         self.schedule.validate()?;
-        if !self.web.listen.is_empty() && self.web.listen.parse::<std::net::SocketAddr>().is_err() {
-            bail!("web.listen '{}' is not an address like 127.0.0.1:8080 (empty turns the HMI off)", self.web.listen);
-        }
-        if self.web.session_idle_minutes == 0 {
-            bail!("web.session_idle_minutes must be at least 1");
-        }
-        if self.triage.queue_capacity < 2 {
-            bail!("triage.queue_capacity must be at least 2 (one job plus the overflow job)");
-        }
-        let l = &self.llm.limits;
-        for (key, value) in [
-            ("max_steps", l.max_steps as u64),
-            ("max_tool_calls", l.max_tool_calls as u64),
-            ("deadline_secs", l.deadline_secs),
-        ] {
-            if value == 0 {
-                bail!("llm.limits.{key} must be at least 1");
-            }
-        }
+        self.web.validate()?;
         Ok(())
     }
 }

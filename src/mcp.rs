@@ -27,6 +27,17 @@ use crate::rag::DocIndex;
 use crate::store::Store;
 use crate::tools::{self, ToolDef};
 
+/// The `[mcp]` part: what MCP hosts get (`twinops mcp`, and `/mcp` on the HMI's listener).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Offer `propose_work_order` too (it only parks a proposal for a supervisor).
+    pub allow_propose: bool,
+    /// Host names `/mcp` answers to besides localhost, 127.0.0.1 and ::1 (the SDK's
+    /// DNS-rebinding check), e.g. the name of the TLS proxy in front.
+    pub allowed_hosts: Vec<String>,
+}
+
 const RESOURCE_PREFIX: &str = "twinops://docs/";
 /// Most documentation chunks listed as resources (read any by its citation key).
 const MAX_RESOURCES: i64 = 1000;

@@ -12,10 +12,32 @@ use tokio::sync::{broadcast, watch};
 
 use crate::agent::http::Http;
 use crate::agent::reliability::RetryPolicy;
-use crate::config::{MqttConfig, Secret};
-use crate::seed::Rng;
+use crate::ingest::mqtt::MqttConfig;
 use crate::store::{Store, StoreError};
+use crate::support::Rng;
+use crate::support::Secret;
 use crate::triage::{PublishedNote, notes_after};
+
+/// The `[notify]` part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    /// POST each note here (Slack-compatible body). A secret: it usually holds a token.
+    pub webhook_url: Option<Secret>,
+}
+
+impl NotifyConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(url) = &self.webhook_url {
+            let url = url.expose();
+            anyhow::ensure!(
+                url.starts_with("http://") || url.starts_with("https://"),
+                "notify.webhook_url must start with http:// or https://"
+            );
+        }
+        Ok(())
+    }
+}
 
 /// The Slack-compatible body of a shift handover, marked AI advisory like a note's.
 fn handover_webhook_body(h: &crate::handover::Handover) -> Value {

@@ -16,8 +16,9 @@ use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
 
 use crate::domain::Timestamp;
-use crate::seed::{self, PlantSpec, Point, Rng, SensorPlan};
+use crate::seed::{self, PlantSpec, Point, SensorPlan};
 use crate::sparkplug::edge::{EdgeNode, MetricSpec};
+use crate::support::Rng;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimOptions {

@@ -16,8 +16,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{Role, Timestamp};
-use crate::rag::hex;
 use crate::store::{Store, StoreError};
+use crate::support::hex;
 
 /// A session lasts at most a long shift, and ends sooner when idle (`web.session_idle_minutes`).
 pub const SESSION_MAX_SECS: i64 = 14 * 3600;

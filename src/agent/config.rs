@@ -1,5 +1,5 @@
 //! The `[llm]` part of `twinops.toml`: the model chain and the agent's limits, owned
-//! here; the top-level `config` module assembles it with the other parts and validates the file.
+//! here, with its validation; the top-level `config` module assembles it with the other parts.
 
 use std::path::PathBuf;
 
@@ -92,4 +92,39 @@ pub struct LlmConfig {
     pub chain: Vec<ProviderConfig>,
     #[serde(default)]
     pub limits: AgentLimits,
+}
+
+impl LlmConfig {
+    /// Checks every provider and the limits; reads each `api_key_file` into its key.
+    pub fn validate(&mut self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        for (i, p) in self.chain.iter_mut().enumerate() {
+            let at = format!("llm.chain[{i}]");
+            if p.kind != ProviderKind::Rules && p.model.as_deref().is_none_or(str::is_empty) {
+                anyhow::bail!(
+                    "{at}.model is required for {:?} (e.g. gpt-4o-mini, llama3.1:8b, claude-sonnet-4-5)",
+                    p.kind
+                );
+            }
+            if let Some(file) = &p.api_key_file {
+                let key = std::fs::read_to_string(file)
+                    .with_context(|| format!("{at}.api_key_file: reading {}", file.display()))?;
+                p.api_key = Some(Secret::new(key.trim()));
+            }
+            if let Some(url) = &p.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                anyhow::bail!("{at}.base_url must start with http:// or https://, got '{url}'");
+            }
+        }
+        let l = &self.limits;
+        for (key, value) in [
+            ("max_steps", l.max_steps as u64),
+            ("max_tool_calls", l.max_tool_calls as u64),
+            ("deadline_secs", l.deadline_secs),
+        ] {
+            anyhow::ensure!(value > 0, "llm.limits.{key} must be at least 1");
+        }
+        Ok(())
+    }
 }

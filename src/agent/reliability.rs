@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::model::{ErrorClass, Model, ModelError, ModelReply, ModelRequest};
-use crate::seed::Rng;
+use crate::support::Rng;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -200,25 +200,31 @@ impl Chain {
                 tokio::time::sleep(delay).await;
                 waited = delay;
             }
-            // Said once per give-up, and the breaker bounds how often that is.
-            let next = self.links.get(index + 1).map_or("no other provider", |l| l.model.name());
-            let error = last_error.as_ref().map(ToString::to_string).unwrap_or_default();
-            match link.breaker.record(false) {
-                Some(BreakerState::Open) => tracing::warn!(
-                    stage = "model",
-                    provider = link.model.name(),
-                    %error,
-                    cooldown_s = link.breaker.cooldown().as_secs(),
-                    fallback = next,
-                    "the model provider keeps failing; its circuit breaker is open and it is skipped until the cool-down passes"
-                ),
-                _ => {
-                    tracing::warn!(stage = "model", provider = link.model.name(), %error, fallback = next, "the model provider failed; falling back")
-                }
-            }
+            self.give_up(index, last_error.as_ref());
         }
         Err(last_error
             .unwrap_or_else(|| ModelError::new("chain", ErrorClass::Permanent, "no model provider is configured")))
+    }
+
+    /// Records link `index`'s failure on its breaker and says so, once per give-up (the
+    /// breaker bounds how often that is).
+    fn give_up(&self, index: usize, error: Option<&ModelError>) {
+        let link = &self.links[index];
+        let next = self.links.get(index + 1).map_or("no other provider", |l| l.model.name());
+        let error = error.map(ToString::to_string).unwrap_or_default();
+        match link.breaker.record(false) {
+            Some(BreakerState::Open) => tracing::warn!(
+                stage = "model",
+                provider = link.model.name(),
+                %error,
+                cooldown_s = link.breaker.cooldown().as_secs(),
+                fallback = next,
+                "the model provider keeps failing; its circuit breaker is open and it is skipped until the cool-down passes"
+            ),
+            _ => {
+                tracing::warn!(stage = "model", provider = link.model.name(), %error, fallback = next, "the model provider failed; falling back")
+            }
+        }
     }
 }
 

@@ -938,26 +938,7 @@ impl<'a> RunState<'a> {
 
     /// The guardrails a call passes before it may run, in order.
     fn admit(&mut self, call: &ToolCall) -> Result<(Arc<ToolDef>, Value), (&'static str, String)> {
-        let limits = &self.agent.limits;
-        let Some(def) = self
-            .agent
-            .tools
-            .iter()
-            .find(|t| t.name == call.name && self.request.tools.iter().any(|o| o.name == call.name))
-        else {
-            let known = self.agent.tools.iter().any(|t| t.name == call.name);
-            let offered: Vec<&str> = self.request.tools.iter().map(|o| o.name.as_str()).collect();
-            let message = if known {
-                format!(
-                    "Tool '{}' is not available for this task and was not run. Available tools: {}.",
-                    call.name,
-                    offered.join(", ")
-                )
-            } else {
-                format!("There is no tool named '{}'. Available tools: {}.", call.name, offered.join(", "))
-            };
-            return Err(("allow_list", message));
-        };
+        let def = Arc::clone(self.offered(&call.name)?);
         let args = match &call.arguments {
             Ok(v) => v.clone(),
             Err(raw) => {
@@ -971,23 +952,49 @@ impl<'a> RunState<'a> {
                 ));
             }
         };
-        if let Some(validator) = self.agent.validators.get(def.name) {
-            let errors: Vec<String> = validator
-                .iter_errors(&args)
-                .map(|e| {
-                    // The message quotes the value; a hostile one can be megabytes.
-                    let at = e.instance_path().to_string();
-                    let e = clip(&e.to_string(), 200);
-                    if at.is_empty() { e } else { format!("{at}: {e}") }
-                })
-                .collect();
-            if !errors.is_empty() {
-                return Err((
-                    "schema",
-                    format!("Invalid arguments for {}: {}. Fix them and call again.", def.name, errors.join("; ")),
-                ));
-            }
+        self.check_schema(&def, &args)?;
+        self.spend(&def, &args)?;
+        Ok((def, args))
+    }
+
+    /// The tool `name`, when this task offers it; otherwise what it does offer.
+    fn offered(&self, name: &str) -> Result<&Arc<ToolDef>, (&'static str, String)> {
+        let offered = |n: &str| self.request.tools.iter().any(|o| o.name == n);
+        if let Some(def) = self.agent.tools.iter().find(|t| t.name == name && offered(name)) {
+            return Ok(def);
         }
+        let list = self.request.tools.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ");
+        Err((
+            "allow_list",
+            if self.agent.tools.iter().any(|t| t.name == name) {
+                format!("Tool '{name}' is not available for this task and was not run. Available tools: {list}.")
+            } else {
+                format!("There is no tool named '{name}'. Available tools: {list}.")
+            },
+        ))
+    }
+
+    fn check_schema(&self, def: &ToolDef, args: &Value) -> Result<(), (&'static str, String)> {
+        let Some(validator) = self.agent.validators.get(def.name) else { return Ok(()) };
+        let errors: Vec<String> = validator
+            .iter_errors(args)
+            .map(|e| {
+                // The message quotes the value; a hostile one can be megabytes.
+                let at = e.instance_path().to_string();
+                let e = clip(&e.to_string(), 200);
+                if at.is_empty() { e } else { format!("{at}: {e}") }
+            })
+            .collect();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        Err(("schema", format!("Invalid arguments for {}: {}. Fix them and call again.", def.name, errors.join("; "))))
+    }
+
+    /// Counts the call against the run's budgets (all calls, per tool, exact repeats),
+    /// or says which one it would break.
+    fn spend(&mut self, def: &ToolDef, args: &Value) -> Result<(), (&'static str, String)> {
+        let limits = &self.agent.limits;
         if self.plan_tool_calls >= limits.max_tool_calls {
             return Err((
                 "tool_budget",
@@ -1007,7 +1014,7 @@ impl<'a> RunState<'a> {
                 ),
             ));
         }
-        let key = format!("{}:{}", def.name, canonical(&args));
+        let key = format!("{}:{}", def.name, canonical(args));
         let seen = self.repeats.entry(key).or_default();
         *seen += 1;
         if *seen >= 3 {
@@ -1022,7 +1029,7 @@ impl<'a> RunState<'a> {
         *self.per_tool.get_mut(def.name).expect("inserted") += 1;
         self.tool_calls += 1;
         self.plan_tool_calls += 1;
-        Ok((Arc::clone(def), args))
+        Ok(())
     }
 
     /// Starts a tool on the blocking pool; returns its handle and when it started.

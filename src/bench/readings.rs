@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::peak_rss_kib;
-use crate::seed::Rng;
 use crate::store::Store;
+use crate::support::Rng;
 
 #[derive(clap::Args)]
 pub struct ReadingsBenchArgs {

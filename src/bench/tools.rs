@@ -10,8 +10,9 @@ use super::{Percentiles, ms};
 use crate::approvals::Proposer;
 use crate::domain::Timestamp;
 use crate::rag::{DocIndex, SourceDoc, index_docs};
-use crate::seed::{self, Rng, SeedOptions, copy_asset_id};
+use crate::seed::{self, SeedOptions, copy_asset_id};
 use crate::store::Store;
+use crate::support::Rng;
 use crate::tools::{self, ToolContext};
 
 #[derive(clap::Args)]

@@ -161,6 +161,33 @@ pub struct MqttConfig {
 }
 
 impl MqttConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.url.is_empty() || self.url.starts_with("mqtt://") || self.url.starts_with("mqtts://"),
+            "mqtt.url must start with mqtt:// or mqtts://, got '{}'",
+            self.url
+        );
+        anyhow::ensure!(
+            !self.topics.is_empty(),
+            "mqtt.topics is empty; twinops would receive nothing (e.g. [\"scada/#\"])"
+        );
+        anyhow::ensure!(
+            !self.client_id.trim().is_empty(),
+            "mqtt.client_id must not be empty: the broker keeps the session under it"
+        );
+        anyhow::ensure!(
+            self.embedded_listen.parse::<SocketAddr>().is_ok(),
+            "mqtt.embedded_listen '{}' is not an address like 127.0.0.1:1883",
+            self.embedded_listen
+        );
+        anyhow::ensure!(
+            self.client_cert_file.is_some() == self.client_key_file.is_some(),
+            "mqtt.client_cert_file and mqtt.client_key_file go together: set both or neither"
+        );
+        anyhow::ensure!(self.batch_max > 0 && self.inflight > 0, "mqtt.batch_max and mqtt.inflight must be at least 1");
+        Ok(())
+    }
+
     /// Points ingest at the embedded broker on `listen`, with that broker's `batch_ms`
     /// default.
     pub fn use_embedded(&mut self, listen: SocketAddr) {

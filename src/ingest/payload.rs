@@ -245,91 +245,109 @@ fn span(payload: &[u8], part: &str) -> Range<usize> {
     start..start + part.len()
 }
 
-fn event(wire: Wire) -> Result<Event, (&'static str, String)> {
-    let invalid = |d: String| ("invalid", d);
-    let time = |t: &str| parse_time_ms(t).map_err(|e| invalid(format!("time: {e}")));
-    let finite = |name: &str, v: Option<f64>| match v {
+type Refused = (&'static str, String);
+
+fn invalid(detail: String) -> Refused {
+    ("invalid", detail)
+}
+
+fn missing(field: &str, fields: &str) -> Refused {
+    ("malformed", format!("missing field `{field}`: {fields}"))
+}
+
+fn time(t: &str) -> Result<(Timestamp, u16), Refused> {
+    parse_time_ms(t).map_err(|e| invalid(format!("time: {e}")))
+}
+
+/// A value a plant can have measured: finite, and within ±1e12.
+fn finite(name: &str, v: Option<f64>) -> Result<Option<f64>, Refused> {
+    match v {
         Some(x) if !x.is_finite() => Err(invalid(format!("{name} is not a finite number"))),
         Some(x) if x.abs() > MAX_ABS_VALUE => Err(invalid(format!(
             "{name} {x:e} is beyond ±1e12, which no plant measures (a sender's overflow or an uninitialised register); it is not stored"
         ))),
         _ => Ok(v),
-    };
-    let Wire { kind, event_id, asset_id, sensor_id, code, severity, state, value, threshold, time: t, message } = wire;
-    let kind = kind.ok_or_else(|| ("malformed", "missing field `type`: \"alarm\" or \"reading\"".to_string()))?;
-    let missing = |field: &str, fields: &str| ("malformed", format!("missing field `{field}`: {fields}"));
-    match kind {
-        Kind::Reading => {
-            const FIELDS: &str = "a reading has sensor_id, time and value";
-            let extra = [
-                ("event_id", event_id.is_some()),
-                ("asset_id", asset_id.is_some()),
-                ("code", code.is_some()),
-                ("severity", severity.is_some()),
-                ("state", state.is_some()),
-                ("threshold", threshold.is_some()),
-                ("message", message.is_some()),
-            ];
-            if let Some((field, _)) = extra.iter().find(|(_, given)| *given) {
-                return Err(("malformed", format!("field `{field}` is not part of a reading: {FIELDS}")));
-            }
-            let sensor_id = sensor_id.ok_or_else(|| missing("sensor_id", FIELDS))?;
-            let t = t.ok_or_else(|| missing("time", FIELDS))?;
-            let value = value.ok_or_else(|| missing("value", FIELDS))?;
-            let (at, millis) = time(&t.0)?;
-            Ok(Event::Reading(Reading {
-                sensor_id: SensorId::parse(&sensor_id.0).map_err(|e| invalid(format!("sensor_id: {e}")))?,
-                time: at,
-                millis,
-                value: finite("value", Some(value))?.expect("given"),
-            }))
-        }
-        Kind::Alarm => {
-            const FIELDS: &str = "an alarm event has event_id, asset_id, code, severity, state and time; sensor_id, \
-                                  value, threshold and message are optional";
-            let event_id = event_id.ok_or_else(|| missing("event_id", FIELDS))?;
-            let asset_id = asset_id.ok_or_else(|| missing("asset_id", FIELDS))?;
-            let code = code.ok_or_else(|| missing("code", FIELDS))?;
-            let severity = severity.ok_or_else(|| missing("severity", FIELDS))?;
-            let state = state.ok_or_else(|| missing("state", FIELDS))?;
-            let t = t.ok_or_else(|| missing("time", FIELDS))?;
-            let event_id = event_id.0.trim().to_string();
-            if event_id.is_empty() || event_id.len() > MAX_EVENT_ID || event_id.chars().any(char::is_control) {
-                return Err(invalid(format!("event_id must be 1 to {MAX_EVENT_ID} printable characters")));
-            }
-            let code = code.0.trim().to_ascii_uppercase();
-            let code_ok = !code.is_empty()
-                && code.len() <= MAX_CODE
-                && code
-                    .split('-')
-                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
-            if !code_ok {
-                return Err(invalid(format!("code '{code}' is not an alarm code like VIB-HI")));
-            }
-            let asset_id = AssetId::parse(&asset_id.0).map_err(|e| invalid(format!("asset_id: {e}")))?;
-            // Whether the sensor is the asset's is the twin's to say (`alarms::apply`).
-            let sensor_id =
-                sensor_id.map(|s| SensorId::parse(&s.0)).transpose().map_err(|e| invalid(format!("sensor_id: {e}")))?;
-            let message: String = (message.map(|m| m.0).unwrap_or_default().chars())
-                .filter(|c| (!c.is_control() || *c == '\n') && !deceives(*c))
-                .take(MAX_MESSAGE_CHARS)
-                .collect();
-            let (time, millis) = time(&t.0)?;
-            Ok(Event::Alarm(AlarmEvent {
-                event_id,
-                asset_id,
-                sensor_id,
-                code,
-                severity,
-                transition: state,
-                value: finite("value", value)?,
-                threshold: finite("threshold", threshold)?,
-                time,
-                millis,
-                message,
-            }))
-        }
     }
+}
+
+fn event(wire: Wire) -> Result<Event, Refused> {
+    match wire.kind {
+        None => Err(("malformed", "missing field `type`: \"alarm\" or \"reading\"".to_string())),
+        Some(Kind::Reading) => reading(wire),
+        Some(Kind::Alarm) => alarm(wire),
+    }
+}
+
+fn reading(wire: Wire) -> Result<Event, Refused> {
+    const FIELDS: &str = "a reading has sensor_id, time and value";
+    let Wire { event_id, asset_id, sensor_id, code, severity, state, value, threshold, time: t, message, .. } = wire;
+    let extra = [
+        ("event_id", event_id.is_some()),
+        ("asset_id", asset_id.is_some()),
+        ("code", code.is_some()),
+        ("severity", severity.is_some()),
+        ("state", state.is_some()),
+        ("threshold", threshold.is_some()),
+        ("message", message.is_some()),
+    ];
+    if let Some((field, _)) = extra.iter().find(|(_, given)| *given) {
+        return Err(("malformed", format!("field `{field}` is not part of a reading: {FIELDS}")));
+    }
+    let sensor_id = sensor_id.ok_or_else(|| missing("sensor_id", FIELDS))?;
+    let t = t.ok_or_else(|| missing("time", FIELDS))?;
+    let value = value.ok_or_else(|| missing("value", FIELDS))?;
+    let (at, millis) = time(&t.0)?;
+    Ok(Event::Reading(Reading {
+        sensor_id: SensorId::parse(&sensor_id.0).map_err(|e| invalid(format!("sensor_id: {e}")))?,
+        time: at,
+        millis,
+        value: finite("value", Some(value))?.expect("given"),
+    }))
+}
+
+fn alarm(wire: Wire) -> Result<Event, Refused> {
+    const FIELDS: &str = "an alarm event has event_id, asset_id, code, severity, state and time; sensor_id, \
+                          value, threshold and message are optional";
+    let Wire { event_id, asset_id, sensor_id, code, severity, state, value, threshold, time: t, message, .. } = wire;
+    let event_id = event_id.ok_or_else(|| missing("event_id", FIELDS))?;
+    let asset_id = asset_id.ok_or_else(|| missing("asset_id", FIELDS))?;
+    let code = code.ok_or_else(|| missing("code", FIELDS))?;
+    let severity = severity.ok_or_else(|| missing("severity", FIELDS))?;
+    let state = state.ok_or_else(|| missing("state", FIELDS))?;
+    let t = t.ok_or_else(|| missing("time", FIELDS))?;
+    let event_id = event_id.0.trim().to_string();
+    if event_id.is_empty() || event_id.len() > MAX_EVENT_ID || event_id.chars().any(char::is_control) {
+        return Err(invalid(format!("event_id must be 1 to {MAX_EVENT_ID} printable characters")));
+    }
+    let code = code.0.trim().to_ascii_uppercase();
+    let code_ok = !code.is_empty()
+        && code.len() <= MAX_CODE
+        && code.split('-').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
+    if !code_ok {
+        return Err(invalid(format!("code '{code}' is not an alarm code like VIB-HI")));
+    }
+    let asset_id = AssetId::parse(&asset_id.0).map_err(|e| invalid(format!("asset_id: {e}")))?;
+    // Whether the sensor is the asset's is the twin's to say (`alarms::apply`).
+    let sensor_id =
+        sensor_id.map(|s| SensorId::parse(&s.0)).transpose().map_err(|e| invalid(format!("sensor_id: {e}")))?;
+    let message: String = (message.map(|m| m.0).unwrap_or_default().chars())
+        .filter(|c| (!c.is_control() || *c == '\n') && !deceives(*c))
+        .take(MAX_MESSAGE_CHARS)
+        .collect();
+    let (time, millis) = time(&t.0)?;
+    Ok(Event::Alarm(AlarmEvent {
+        event_id,
+        asset_id,
+        sensor_id,
+        code,
+        severity,
+        transition: state,
+        value: finite("value", value)?,
+        threshold: finite("threshold", threshold)?,
+        time,
+        millis,
+        message,
+    }))
 }
 
 /// Characters that make text display other than it reads: bidirectional overrides and

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use super::chunk::chunk_markdown;
 use crate::domain::Timestamp;
 use crate::store::{Store, StoreError};
+use crate::support::hex;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct IndexReport {
@@ -101,9 +102,4 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<SourceDoc>) -> std::io::Result
         }
     }
     Ok(())
-}
-
-/// Lowercase hex of `bytes` (SHA-256 digests of documents, sessions and tokens).
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

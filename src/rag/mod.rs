@@ -7,4 +7,4 @@ mod index;
 
 pub use bm25::{DocIndex, Hit, SearchError};
 pub use chunk::{Chunk, MAX_CHUNK_CHARS, chunk_markdown, heading};
-pub use index::{IndexReport, SourceDoc, hex, index_dir, index_docs};
+pub use index::{IndexReport, SourceDoc, index_dir, index_docs};

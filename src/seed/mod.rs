@@ -2,7 +2,6 @@
 //! readings with two developing faults, the alarm history those readings imply, and
 //! the maintenance history; then `seed/docs/` indexed.
 
-mod rng;
 mod signals;
 mod spec;
 
@@ -16,7 +15,7 @@ use rusqlite::{Connection, params};
 use crate::alarms::limits;
 pub use crate::alarms::limits::{Level, Point, Transition, scan, set_points};
 pub use crate::alarms::limits::{code as alarm_code, severity as alarm_severity};
-pub use rng::Rng;
+pub use crate::support::Rng;
 pub use signals::Signal;
 pub use spec::{Fault, Limits, PlantSpec};
 

@@ -1,9 +1,9 @@
 //! Synthetic 1-minute telemetry: a daily demand cycle, measurement noise, a slow
 //! wander, and the developing faults the demo is about.
 
-use super::rng::Rng;
 use super::spec::{Fault, SensorTemplate};
 use crate::domain::SensorKind;
+use crate::support::Rng;
 
 /// What shapes one sensor's week of readings.
 pub struct Signal<'a> {

@@ -20,6 +20,36 @@ use crate::agent::{Agent, Outcome, RunReport};
 use crate::domain::{Timestamp, TriageMode};
 use crate::store::{StoreError, Writer};
 
+/// The `[triage]` part.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TriageConfig {
+    /// Concurrent triage runs.
+    pub workers: usize,
+    /// Runs with a language model per minute; beyond it, the rules model triages.
+    pub llm_runs_per_minute: u32,
+    /// Most triage jobs queued at once; past it, new occurrences join one overflow job
+    /// that the rules model triages. Nothing is dropped.
+    pub queue_capacity: i64,
+}
+
+impl Default for TriageConfig {
+    fn default() -> Self {
+        TriageConfig { workers: 2, llm_runs_per_minute: 20, queue_capacity: crate::alarms::TRIAGE_QUEUE_CAPACITY }
+    }
+}
+
+impl TriageConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.workers > 0, "triage.workers must be at least 1");
+        anyhow::ensure!(
+            self.queue_capacity >= 2,
+            "triage.queue_capacity must be at least 2 (one job plus the overflow job)"
+        );
+        Ok(())
+    }
+}
+
 /// Attempts before a job is given up as `failed`.
 const MAX_ATTEMPTS: i64 = 3;
 

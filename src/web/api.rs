@@ -12,10 +12,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use futures_util::Stream;
 use rusqlite::{OptionalExtension, params};
-use schemars::{JsonSchema, Schema, SchemaGenerator};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::endpoint::{Endpoint, ep};
 use super::{ApiError, Credential, SESSION_COOKIE, WebState, admin, empty, require};
 use crate::accounts::{self, LoginError, User};
 use crate::agent::StreamEvent;
@@ -25,57 +26,6 @@ use crate::domain::{AssetId, Role, Severity, Timestamp};
 use crate::tools;
 
 type S = Arc<WebState>;
-
-/// One endpoint: the router and the OpenAPI description are both built from these.
-pub struct Endpoint {
-    pub method: Method,
-    pub path: &'static str,
-    pub summary: &'static str,
-    /// The least role that may call it; `None` for public endpoints.
-    pub role: Option<Role>,
-    /// The JSON request body's schema, if it takes one.
-    pub body: Option<fn(&mut SchemaGenerator) -> Schema>,
-    /// The query parameters' struct, if it takes any (one parameter per property).
-    pub query: Option<fn(&mut SchemaGenerator) -> Schema>,
-    /// The response's content type.
-    pub produces: &'static str,
-    handler: MethodRouter<S>,
-}
-
-fn schema_of<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
-    g.subschema_for::<T>()
-}
-
-fn ep(
-    method: Method,
-    path: &'static str,
-    role: Option<Role>,
-    summary: &'static str,
-    handler: MethodRouter<S>,
-) -> Endpoint {
-    Endpoint { method, path, summary, role, body: None, query: None, produces: "application/json", handler }
-}
-
-/// Paths whose `{id}` is a whole number (a row id); other ids are the plant's own
-/// (`PUMP-007`, `PUMP-007.VIB-DE`).
-pub const INTEGER_IDS: &[&str] = &["/api/alarms/{id}", "/api/runs/{id}", "/api/work_orders/{id}", "/api/tokens/{id}"];
-
-impl Endpoint {
-    fn body<T: JsonSchema>(mut self) -> Endpoint {
-        self.body = Some(schema_of::<T>);
-        self
-    }
-
-    fn query<T: JsonSchema>(mut self) -> Endpoint {
-        self.query = Some(|g| g.root_schema_for::<T>());
-        self
-    }
-
-    fn produces(mut self, content_type: &'static str) -> Endpoint {
-        self.produces = content_type;
-        self
-    }
-}
 
 pub fn endpoints() -> Vec<Endpoint> {
     use Method as M;
@@ -339,7 +289,8 @@ async fn login(
         }
         anyhow::Ok(accounts::login(&st.store, form.name.trim(), &form.password, &address))
     })
-    .await??;
+    .await?
+    .map_err(ApiError::internal)?;
     match result {
         Ok((_, token)) => {
             let mut r = redirect("/");
@@ -366,7 +317,8 @@ async fn logout(
             accounts::end_session(&st.store, &token)?;
             accounts::audit(&st.store, &user.name, "logout", "", None)
         })
-        .await??;
+        .await?
+        .map_err(ApiError::internal)?;
     }
     let mut r = redirect("/");
     r.headers_mut().insert(header::SET_COOKIE, session_cookie(&s, "", 0));
@@ -691,8 +643,8 @@ async fn in_service(
 
 /// Runs a read tool for the page, as the user: the same view of the twin the agent has.
 fn tool(s: &WebState, user: &User, name: &str, args: Value) -> Result<Value, ApiError> {
-    let def =
-        tools::find(name).ok_or_else(|| anyhow::anyhow!("the HMI asked for a tool that does not exist: {name}"))?;
+    let def = tools::find(name)
+        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("the HMI asked for a tool that does not exist: {name}")))?;
     let caller = Proposer::User(user.name.clone());
     let result = tools::with_context(&s.store, &s.docs, Timestamp::now(), caller, |ctx| def.run(ctx, args))?;
     // The tool's typed error decides the status; the page gets the result whole.
@@ -700,7 +652,7 @@ fn tool(s: &WebState, user: &User, name: &str, args: Value) -> Result<Value, Api
         tools::ToolError::InvalidArguments(m) => ApiError::bad_request(m),
         tools::ToolError::NotFound(m) => ApiError::not_found(m),
         tools::ToolError::Rejected(m) => ApiError::new(StatusCode::CONFLICT, m),
-        tools::ToolError::Internal(cause) => ApiError::from(cause),
+        tools::ToolError::Internal(cause) => ApiError::internal(cause),
     })
 }
 
@@ -883,7 +835,7 @@ async fn write_handover(State(s): State<S>, Extension(user): Extension<User>) ->
             .await??;
         anyhow::Ok(h)
     });
-    Ok(Json(serde_json::to_value(written.await??)?))
+    Ok(Json(serde_json::to_value(written.await?.map_err(ApiError::internal)?).map_err(ApiError::internal)?))
 }
 
 /// A work-order decision, or taking an alarm's point out of service, needs a reason; it

@@ -10,6 +10,7 @@
 mod admin;
 mod api;
 mod client;
+mod endpoint;
 mod events;
 mod openapi;
 
@@ -28,10 +29,49 @@ use tokio::sync::watch;
 
 use crate::accounts::{self, User};
 use crate::agent::Agent;
-use crate::config::WebConfig;
 use crate::domain::Role;
 use crate::rag::DocIndex;
 use crate::store::Store;
+
+/// The `[web]` part: the HMI and the JSON API.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebConfig {
+    /// Where the HMI listens; empty turns it off. Loopback by default: put a TLS
+    /// reverse proxy in front to serve the control room.
+    pub listen: String,
+    /// A session ends after this long without a request.
+    pub session_idle_minutes: u64,
+    /// Mark the session cookie `Secure`: set when the HMI is reached over HTTPS.
+    pub secure_cookies: bool,
+    /// Reverse proxies (addresses or networks, e.g. "127.0.0.1", "10.0.0.0/8") whose
+    /// `X-Forwarded-For` / `Forwarded` header names the client. From any other peer
+    /// those headers are ignored: anyone could write them.
+    pub trusted_proxies: Vec<crate::domain::IpNet>,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            listen: "127.0.0.1:8080".into(),
+            session_idle_minutes: 30,
+            secure_cookies: false,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+impl WebConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.listen.is_empty() || self.listen.parse::<SocketAddr>().is_ok(),
+            "web.listen '{}' is not an address like 127.0.0.1:8080 (empty turns the HMI off)",
+            self.listen
+        );
+        anyhow::ensure!(self.session_idle_minutes > 0, "web.session_idle_minutes must be at least 1");
+        Ok(())
+    }
+}
 
 pub const SESSION_COOKIE: &str = "twinops_session";
 
@@ -44,7 +84,7 @@ pub struct WebState {
     pub cfg: WebConfig,
     /// Whether the MQTT ingest connection is up (for the degraded banner).
     pub broker_up: watch::Receiver<bool>,
-    pub mcp: crate::config::McpConfig,
+    pub mcp: crate::mcp::McpConfig,
     /// For an alarm returned to service that needs triage.
     pub queue: crate::alarms::QueuePolicy,
 }
@@ -76,11 +116,31 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl<E: Into<anyhow::Error>> From<E> for ApiError {
-    fn from(e: E) -> Self {
+impl ApiError {
+    /// A fault of ours, not the caller's: logged in full, answered without detail.
+    pub fn internal(e: impl Into<anyhow::Error>) -> ApiError {
         let e = e.into();
         tracing::error!(stage = "web", error = %format!("{e:#}"), "request failed");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error; the daemon log has the details")
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+/// A blocking task that panicked.
+impl From<tokio::task::JoinError> for ApiError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl From<rusqlite::Error> for ApiError {
+    fn from(e: rusqlite::Error) -> Self {
+        ApiError::internal(e)
     }
 }
 

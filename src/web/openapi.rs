@@ -2,10 +2,11 @@
 //! and query parameter with its type, the JSON or form body, and every status an
 //! operation can answer with (each error as `{"error": ...}`).
 
+use schemars::SchemaGenerator;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
-use super::api::{Endpoint, INTEGER_IDS};
+use super::endpoint::{Endpoint, INTEGER_IDS};
 
 /// What an error body is, whatever the status.
 fn error(description: &str) -> Value {
@@ -59,68 +60,70 @@ fn errors(e: &Endpoint, has_params: bool) -> Vec<(&'static str, Value)> {
     out
 }
 
+/// One endpoint's operation: parameters, body, every response, role.
+fn operation(e: &Endpoint, generator: &mut SchemaGenerator) -> Value {
+    let mut op = Map::new();
+    op.insert("summary".into(), json!(e.summary));
+    let mut params: Vec<Value> = e
+        .path
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .map(|name| path_parameter(e.path, name))
+        .collect();
+    let has_params = !params.is_empty();
+    if let Some(query) = e.query {
+        let schema = query(generator).to_value();
+        for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
+            let mut prop = prop.clone();
+            let description = prop.as_object_mut().and_then(|p| p.remove("description")).unwrap_or(json!(""));
+            params.push(
+                json!({"name": name, "in": "query", "required": false, "schema": prop, "description": description}),
+            );
+        }
+    }
+    if !params.is_empty() {
+        op.insert("parameters".into(), Value::Array(params));
+    }
+    if let Some(body) = e.body {
+        let schema = body(generator).to_value();
+        op.insert("requestBody".into(), json!({"required": true, "content": {"application/json": {"schema": schema}}}));
+    }
+    let mut responses = Map::new();
+    if e.path == "/login" {
+        let form = json!({"type": "object", "required": ["name", "password"],
+                          "properties": {"name": {"type": "string"}, "password": {"type": "string"}}});
+        op.insert(
+            "requestBody".into(),
+            json!({"required": true, "content": {"application/x-www-form-urlencoded": {"schema": form}}}),
+        );
+        responses.insert("303".into(), json!({"description": "To the page: logged in, or ?login=failed"}));
+    } else if e.path == "/logout" {
+        responses.insert("303".into(), json!({"description": "To the page, logged out"}));
+    } else {
+        let created = e.method == axum::http::Method::POST && matches!(e.path, "/api/users" | "/api/tokens");
+        let code = if created { "201" } else { "200" };
+        responses.insert(code.into(), json!({"description": "OK", "content": {e.produces: {}}}));
+    }
+    if e.path == "/readyz" {
+        responses.insert("503".into(), error("Not ready: the database or the broker does not answer"));
+    }
+    for (status, response) in errors(e, has_params) {
+        responses.insert(status.into(), response);
+    }
+    op.insert("responses".into(), Value::Object(responses));
+    if let Some(role) = e.role {
+        op.insert("x-role".into(), json!(role));
+        op.insert("security".into(), json!([{"session": []}, {"bearer": []}]));
+    }
+    Value::Object(op)
+}
+
 pub fn document(endpoints: &[Endpoint]) -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();
     let mut paths = Map::new();
     for e in endpoints {
-        let mut op = Map::new();
-        op.insert("summary".into(), json!(e.summary));
-        let mut params: Vec<Value> = e
-            .path
-            .split('/')
-            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| path_parameter(e.path, name))
-            .collect();
-        let has_params = !params.is_empty();
-        if let Some(query) = e.query {
-            let schema = query(&mut generator).to_value();
-            for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
-                let mut prop = prop.clone();
-                let description = prop.as_object_mut().and_then(|p| p.remove("description")).unwrap_or(json!(""));
-                params.push(
-                    json!({"name": name, "in": "query", "required": false, "schema": prop, "description": description}),
-                );
-            }
-        }
-        if !params.is_empty() {
-            op.insert("parameters".into(), Value::Array(params));
-        }
-        if let Some(body) = e.body {
-            let schema = body(&mut generator).to_value();
-            op.insert(
-                "requestBody".into(),
-                json!({"required": true, "content": {"application/json": {"schema": schema}}}),
-            );
-        }
-        let mut responses = Map::new();
-        if e.path == "/login" {
-            let form = json!({"type": "object", "required": ["name", "password"],
-                              "properties": {"name": {"type": "string"}, "password": {"type": "string"}}});
-            op.insert(
-                "requestBody".into(),
-                json!({"required": true, "content": {"application/x-www-form-urlencoded": {"schema": form}}}),
-            );
-            responses.insert("303".into(), json!({"description": "To the page: logged in, or ?login=failed"}));
-        } else if e.path == "/logout" {
-            responses.insert("303".into(), json!({"description": "To the page, logged out"}));
-        } else {
-            let created = e.method == axum::http::Method::POST && matches!(e.path, "/api/users" | "/api/tokens");
-            let code = if created { "201" } else { "200" };
-            responses.insert(code.into(), json!({"description": "OK", "content": {e.produces: {}}}));
-        }
-        if e.path == "/readyz" {
-            responses.insert("503".into(), error("Not ready: the database or the broker does not answer"));
-        }
-        for (status, response) in errors(e, has_params) {
-            responses.insert(status.into(), response);
-        }
-        op.insert("responses".into(), Value::Object(responses));
-        if let Some(role) = e.role {
-            op.insert("x-role".into(), json!(role));
-            op.insert("security".into(), json!([{"session": []}, {"bearer": []}]));
-        }
         let item = paths.entry(e.path.to_string()).or_insert_with(|| json!({}));
-        item[e.method.as_str().to_ascii_lowercase()] = Value::Object(op);
+        item[e.method.as_str().to_ascii_lowercase()] = operation(e, &mut generator);
     }
     let mut schemas: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
     schemas.insert(

@@ -3,6 +3,15 @@
 
 use serde::Deserialize;
 
+mod rng;
+
+pub use rng::Rng;
+
+/// Lowercase hex of `bytes` (SHA-256 digests of documents, sessions and tokens).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// A secret value (an API key). Debug and Display print `[redacted]`.
 #[derive(Clone, Deserialize)]
 #[serde(transparent)]
