@@ -176,6 +176,10 @@ struct Envelope<'a> {
     events: Option<&'a RawValue>,
 }
 
+/// The first byte of a JSON array and of an object, named: a batch or one event.
+const ARRAY: u8 = b'[';
+const OBJECT: u8 = b'{';
+
 /// Parses one MQTT payload into the events it holds (each with where its JSON lies, kept
 /// for a dead letter should it not apply) and the ones rejected. A message that is not
 /// JSON at all, or too large, is one rejection; in a batch, each bad event is rejected
@@ -198,10 +202,14 @@ pub fn parse<'a>(payload: &'a [u8]) -> Result<Parsed, Rejected> {
         }
         Ok(items.into_iter().map(|item| (item.get(), serde_json::from_str::<Wire>(item.get()))).collect())
     };
-    let wires: Vec<(&str, Result<Wire, serde_json::Error>)> = match payload.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => batch(serde_json::from_slice(payload).map_err(not_json)?)?,
+    let wires: Vec<(&str, Result<Wire, serde_json::Error>)> = match payload
+        .iter()
+        .copied()
+        .find(|b| !b.is_ascii_whitespace())
+    {
+        Some(ARRAY) => batch(serde_json::from_slice(payload).map_err(not_json)?)?,
         // One event (the usual case, read in one pass), or `{"events": [...]}`.
-        Some(b'{') => {
+        Some(OBJECT) => {
             let one = serde_json::from_slice::<Wire>(payload);
             let envelope = match &one {
                 Ok(_) => None,

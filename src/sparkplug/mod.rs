@@ -125,7 +125,7 @@ fn check_template(name: &str, template: &str, allowed: &[&str]) -> Result<(), St
     let mut rest = template;
     while let Some(open) = rest.find('{') {
         let close =
-            rest[open..].find('}').ok_or_else(|| format!("sparkplug.{name}: '{template}' has an unclosed {{"))?;
+            rest[open..].find('}').ok_or_else(|| format!("sparkplug.{name}: '{template}' has a {{ without its }}"))?;
         let key = &rest[open + 1..open + close];
         if !allowed.contains(&key) {
             return Err(format!(
