@@ -90,3 +90,12 @@ fn the_foundations_depend_on_nothing_above_them() {
     assert_eq!(beyond("domain", &["support"]), Vec::<String>::new(), "domain");
     assert_eq!(beyond("store", &["domain", "support", "metrics"]), Vec::<String>::new(), "store");
 }
+
+/// `config` only assembles: each component owns its part and is used by the assembly
+/// (`app`, `cli`), never the other way round.
+#[test]
+fn only_the_assembly_uses_config() {
+    let deps = dependencies();
+    let users: Vec<&String> = deps.iter().filter(|(_, d)| d.contains("config")).map(|(m, _)| m).collect();
+    assert_eq!(users, ["app", "cli"], "modules that use config");
+}
