@@ -33,7 +33,8 @@ pub fn endpoints() -> Vec<Endpoint> {
         (Some(Role::Viewer), Some(Role::Operator), Some(Role::Supervisor), Some(Role::Admin));
     vec![
         ep(M::GET, "/", None, "The HMI page", get(page)).produces("text/html"),
-        ep(M::GET, "/app.js", None, "The HMI script", get(script)).produces("text/javascript"),
+        ep(M::GET, "/app.js", None, "The HMI script (an ES module: the shell)", get(script)).produces("text/javascript"),
+        ep(M::GET, "/js/{file}", None, "One of the HMI's ES modules, e.g. core.js", get(module)).produces("text/javascript"),
         ep(M::GET, "/app.css", None, "The HMI style sheet", get(style)).produces("text/css"),
         ep(M::POST, "/login", None, "Log in with a form (name, password); sets the session cookie", post(login))
             .produces("text/html"),
@@ -243,6 +244,26 @@ async fn page() -> Response {
 
 async fn script() -> Response {
     asset_response("text/javascript; charset=utf-8", APP_JS)
+}
+
+/// The page's modules, one per tab and two shared (`web/js/`).
+const MODULES: &[(&str, &str)] = &[
+    ("account.js", include_str!("../../web/js/account.js")),
+    ("advisory.js", include_str!("../../web/js/advisory.js")),
+    ("alarms.js", include_str!("../../web/js/alarms.js")),
+    ("approvals.js", include_str!("../../web/js/approvals.js")),
+    ("assets.js", include_str!("../../web/js/assets.js")),
+    ("chat.js", include_str!("../../web/js/chat.js")),
+    ("core.js", include_str!("../../web/js/core.js")),
+    ("handover.js", include_str!("../../web/js/handover.js")),
+];
+
+async fn module(Path(file): Path<String>) -> Result<Response, ApiError> {
+    let (_, text) = MODULES.iter().find(|(name, _)| *name == file).ok_or_else(|| {
+        let names: Vec<&str> = MODULES.iter().map(|(n, _)| *n).collect();
+        ApiError::not_found(format!("no module {file}; the page's modules are {}", names.join(", ")))
+    })?;
+    Ok(asset_response("text/javascript; charset=utf-8", text))
 }
 
 async fn style() -> Response {

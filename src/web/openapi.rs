@@ -19,6 +19,7 @@ fn path_parameter(path: &str, name: &str) -> Value {
     let (schema, description) = match (integer, name) {
         (true, _) => (json!({"type": "integer", "format": "int64", "minimum": 1}), "a row id, as the lists give it"),
         (false, "name") => (json!({"type": "string"}), "a user name, e.g. operator.kaur"),
+        (false, "file") => (json!({"type": "string"}), "a module of the page, e.g. core.js"),
         (false, "citation") => (json!({"type": "string"}), "a citation key, e.g. arp-vibration.md#2"),
         (false, _) if path.starts_with("/api/sensors/") => {
             (json!({"type": "string"}), "a sensor id, e.g. PUMP-007.VIB-DE")

@@ -1,0 +1,350 @@
+// The Alarms tab: the summary by point, and the open alarm with its note and actions.
+
+import { advisory, source } from './advisory.js';
+import { $, ago, api, can, h, inline, markdown, showError, state, time } from './core.js';
+
+export async function loadAlarms() {
+  const [{ points, active }, { alarms: suppressed }] = await Promise.all([
+    api('/api/alarm-points'),
+    api('/api/alarms?suppressed=true'),
+  ]);
+  // Shelved and out-of-service alarms stay in view (ISA-18.2), apart from those that need attention.
+  $('#suppressed').hidden = suppressed.length === 0;
+  $('#suppressed-count').textContent = `(${suppressed.length})`;
+  $('#suppressed-rows').replaceChildren(
+    ...suppressed.map((a) =>
+      h(
+        'tr',
+        { 'data-alarm': a.id, onclick: () => openAlarm(a.id) },
+        h('td', {}, h('span', { class: `sev ${a.severity}` }, a.severity)),
+        h('td', {}, a.asset_id),
+        h('td', {}, a.code),
+        h('td', { class: `state-${a.state}` }, a.state.replaceAll('_', ' ')),
+        h(
+          'td',
+          { class: 'quiet' },
+          a.shelved_until ? time(a.shelved_until) : a.state === 'out_of_service' ? 'returned to service' : '',
+        ),
+      ),
+    ),
+  );
+  // One row per alarm point, in the server's order (unacknowledged active first).
+  state.points = new Map(points.map((a) => [pointKey(a), a]));
+  $('#alarm-count').textContent = active ? `(${active})` : '';
+  $('#no-alarms').hidden = points.length > 0;
+  keyedRows(
+    $('#alarm-rows'),
+    points,
+    pointKey,
+    (a) => [
+      h(
+        'td',
+        { class: `prio ${a.severity}` },
+        a.unacknowledged > 0 ? h('span', { class: 'unack', title: 'unacknowledged' }, '◆ ') : '',
+        a.severity,
+      ),
+      h(
+        'td',
+        { class: 'nowrap', title: `first ${time(a.first_raised_at)}, last ${time(a.last_raised_at)}` },
+        ago(a.last_raised_at),
+      ),
+      h('td', { class: 'nowrap' }, a.asset_id),
+      h('td', { class: 'nowrap' }, a.sensor_id || '-'),
+      h('td', { class: 'nowrap' }, a.code),
+      h('td', {}, a.message),
+      h('td', { class: `nowrap state-${a.state}` }, a.state.replaceAll('_', ' ')),
+      h(
+        'td',
+        { class: 'count', title: 'occurrences that need attention' },
+        a.occurrences > 1 ? `×${a.occurrences}` : '',
+      ),
+      h(
+        'td',
+        { class: 'quiet' },
+        a.note_id ? 'note' : a.triage === 'queued' || a.triage === 'running' ? 'triaging…' : '',
+      ),
+    ],
+    (row, a) => {
+      row.className = [
+        a.active ? '' : 'rtn',
+        a.unacknowledged > 0 ? 'unacked' : '',
+        pointKey(a) === state.point ? 'selected' : '',
+      ]
+        .join(' ')
+        .trim();
+      row.dataset.alarm = a.id;
+    },
+    (k) => openPoint(k),
+  );
+  if (state.alarm) openAlarm(state.alarm, true);
+}
+
+export const pointKey = (a) => `${a.asset_id}|${a.sensor_id || '-'}|${a.code}`;
+
+// Rows keyed by `key`, kept and updated in place: a row is rebuilt only when its item
+// changed, and never replaced by another element, so a click on it lands.
+export function keyedRows(tbody, items, key, cells, decorate, onclick) {
+  const old = new Map([...tbody.children].map((r) => [r.dataset.key, r]));
+  tbody.replaceChildren(
+    ...items.map((it) => {
+      const k = key(it);
+      let row = old.get(k);
+      if (!row) {
+        row = h('tr', { 'data-key': k, onclick: () => onclick(k) });
+      }
+      const sig = JSON.stringify(it);
+      if (row.dataset.sig !== sig) {
+        row.replaceChildren(...cells(it));
+        row.dataset.sig = sig;
+      }
+      decorate(row, it);
+      return row;
+    }),
+  );
+}
+
+export function openPoint(key) {
+  const a = state.points.get(key);
+  if (!a) return;
+  state.point = key;
+  for (const r of document.querySelectorAll('#alarm-rows tr')) r.classList.toggle('selected', r.dataset.key === key);
+  openAlarm(a.id);
+}
+
+// The open alarm, updated in place by live events: the parts are rebuilt, but not the
+// actions while the operator is typing in them (a half-written reason survives), nor
+// the note while its trace is open.
+export async function openAlarm(id, quiet) {
+  const again = quiet && state.alarm === id;
+  state.alarm = id;
+  for (const r of document.querySelectorAll('#alarm-rows tr'))
+    r.classList.toggle('selected', Number(r.dataset.alarm) === id);
+  const { alarm: a, journal, note } = await api(`/api/alarms/${id}`);
+  const point = state.points?.get(pointKey(a));
+  const unit = a.unit ? ` ${a.unit}` : '';
+  const returned = point?.returned_unacknowledged || 0;
+  const query = new URLSearchParams({
+    asset: a.asset_id,
+    sensor: a.sensor_id || '-',
+    code: a.code,
+    active: 'false',
+    limit: '50',
+  });
+  const { alarms: occurrences } = await api(`/api/alarms?${query}`);
+  const panel = $('#alarm-detail');
+  panel.hidden = false;
+  const part = (cls) => panel.querySelector(`:scope > .${cls}`);
+  const typing = (el) =>
+    el && [...el.querySelectorAll('input')].some((i) => i === document.activeElement || (i.type === 'text' && i.value));
+  const actionsSig = `${id}|${a.state}|${returned}`;
+  const oldActions = part('actions');
+  const actions =
+    again && oldActions && (oldActions.dataset.sig === actionsSig || typing(oldActions))
+      ? oldActions
+      : alarmActions(a, returned);
+  actions.dataset.sig = actions === oldActions ? oldActions.dataset.sig : actionsSig;
+  const oldNote = part('note-part');
+  const noteSig = `${id}|${note?.note_id ?? ''}`;
+  const notePart =
+    again && oldNote?.dataset.sig === noteSig
+      ? oldNote
+      : h(
+          'div',
+          { class: 'note-part', 'data-sig': noteSig },
+          note ? noteView(note) : h('p', { class: 'quiet' }, 'Triage note pending.'),
+        );
+  panel.replaceChildren(
+    h(
+      'h2',
+      {},
+      h('span', { class: `sev ${a.severity}` }, a.severity),
+      ` ${a.asset_id} ${a.sensor_id ? `${a.sensor_id} ` : ''}${a.code}`,
+    ),
+    h(
+      'dl',
+      { class: 'kv' },
+      h('dt', {}, 'Message'),
+      h('dd', {}, a.message),
+      h('dt', {}, 'Sensor'),
+      h('dd', {}, a.sensor_id || '-'),
+      h('dt', {}, 'Value'),
+      h(
+        'dd',
+        {},
+        a.value != null ? `${a.value}${unit}` : '-',
+        a.threshold != null ? ` (limit ${a.threshold}${unit})` : '',
+      ),
+      h('dt', {}, 'Raised'),
+      h('dd', {}, time(a.raised_at)),
+      h('dt', {}, 'State'),
+      h('dd', {}, a.state.replaceAll('_', ' ')),
+    ),
+    actions,
+    notePart,
+    h('h3', {}, `Occurrences of this point (${occurrences.length}${occurrences.length === 50 ? '+' : ''})`),
+    h(
+      'ul',
+      { class: 'occurrences' },
+      occurrences.map((o) =>
+        h(
+          'li',
+          {},
+          h(
+            'a',
+            {
+              href: '#',
+              class: o.id === id ? 'current' : '',
+              onclick: (ev) => {
+                ev.preventDefault();
+                openAlarm(o.id);
+              },
+            },
+            `${time(o.raised_at)} ${o.state.replaceAll('_', ' ')}${o.value != null ? `, ${o.value}${unit}` : ''}`,
+          ),
+        ),
+      ),
+    ),
+    h('h3', {}, 'Journal'),
+    h(
+      'ul',
+      {},
+      journal.map((j) => h('li', {}, `${time(j.at)} ${j.kind} by ${j.actor}${j.detail ? `: ${j.detail}` : ''}`)),
+    ),
+  );
+  if (!quiet) panel.scrollTop = 0;
+}
+
+// The buttons and inputs for what the user may do with alarm `a` in its state.
+export function alarmActions(a, returned) {
+  const id = a.id;
+  const actions = h('div', { class: 'actions' });
+  if (can('operator')) {
+    if (['unacknowledged', 'rtn_unacknowledged'].includes(a.state)) {
+      actions.append(
+        h(
+          'button',
+          { id: 'ack', onclick: () => act(() => api(`/api/alarms/${id}/ack`, { method: 'POST' })) },
+          'Acknowledge',
+        ),
+      );
+    }
+    // A point that went in and out of alarm several times: its returned occurrences go together.
+    if (a.state === 'rtn_unacknowledged' && returned > 1) {
+      actions.append(
+        h(
+          'button',
+          { id: 'ack-returned', onclick: () => act(() => api(`/api/alarms/${id}/ack-returned`, { method: 'POST' })) },
+          `Acknowledge all ${returned} returned to normal on ${a.asset_id} ${a.code}`,
+        ),
+      );
+    }
+    if (['unacknowledged', 'acknowledged'].includes(a.state)) {
+      const minutes = h('input', { type: 'number', min: 1, max: 1440, value: 60, 'aria-label': 'minutes' });
+      const reason = h('input', { type: 'text', placeholder: 'reason (e.g. permit number)', 'aria-label': 'reason' });
+      actions.append(
+        h(
+          'span',
+          {},
+          ' Shelve for ',
+          minutes,
+          ' min ',
+          reason,
+          h(
+            'button',
+            {
+              onclick: () =>
+                act(() =>
+                  api(`/api/alarms/${id}/shelve`, { json: { minutes: Number(minutes.value), reason: reason.value } }),
+                ),
+            },
+            'Shelve',
+          ),
+        ),
+      );
+    }
+    if (a.state === 'shelved') {
+      actions.append(
+        h(
+          'button',
+          { id: 'unshelve', onclick: () => act(() => api(`/api/alarms/${id}/unshelve`, { method: 'POST' })) },
+          'Unshelve',
+        ),
+      );
+    }
+  }
+  if (can('supervisor')) {
+    if (a.state === 'out_of_service') {
+      actions.append(
+        h(
+          'button',
+          { id: 'in-service', onclick: () => act(() => api(`/api/alarms/${id}/in-service`, { method: 'POST' })) },
+          'Return to service',
+        ),
+      );
+    } else if (!a.cleared_at) {
+      const why = h('input', {
+        id: 'oos-reason',
+        type: 'text',
+        placeholder: 'reason (e.g. permit number)',
+        'aria-label': 'out of service reason',
+      });
+      actions.append(
+        h(
+          'span',
+          {},
+          ' ',
+          why,
+          h(
+            'button',
+            {
+              id: 'out-of-service',
+              onclick: () => act(() => api(`/api/alarms/${id}/out-of-service`, { json: { reason: why.value } })),
+            },
+            'Take out of service',
+          ),
+        ),
+      );
+    }
+  }
+  return actions;
+}
+
+export async function act(fn) {
+  try {
+    await fn();
+    // Done: the actions are rebuilt for the alarm's new state, inputs and all.
+    $('#alarm-detail > .actions')?.remove();
+  } catch (e) {
+    showError(e.message);
+  }
+  loadAlarms();
+}
+
+export function noteView(note) {
+  const b = note.body || {};
+  const content = b.summary
+    ? [
+        markdown(b.summary),
+        h('p', {}, h('strong', {}, 'Urgency: '), b.urgency),
+        h('strong', {}, 'Likely causes'),
+        h(
+          'ul',
+          {},
+          (b.likely_causes || []).map((c) => h('li', {}, inline(c))),
+        ),
+        h('strong', {}, 'Recommended actions'),
+        h(
+          'ol',
+          {},
+          (b.recommended_actions || []).map((c) => h('li', {}, inline(c))),
+        ),
+        h('strong', {}, 'Evidence'),
+        h(
+          'ul',
+          {},
+          (b.evidence || []).map((e) => h('li', {}, `${e.claim} `, source(e.source))),
+        ),
+      ]
+    : [markdown(b.text)];
+  return advisory({ id: 'note' }, note.flags, note.run_id, content);
+}
