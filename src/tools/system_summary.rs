@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{ToolContext, ToolDef, ToolError, define, parse_args};
-use crate::domain::Access;
+use crate::domain::{Access, Severity};
 
 const NAME: &str = "get_system_summary";
 const DESCRIPTION: &str = "Overview of the whole site right now: asset counts by status, active alarms by severity \
@@ -108,7 +108,8 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
 
 /// Active alarms by severity (highest first), and how many are unacknowledged and shelved.
 fn active_alarms(ctx: &ToolContext) -> Result<(Vec<(&'static str, i64)>, i64, i64), ToolError> {
-    let mut by_severity: Vec<(&'static str, i64)> = vec![("critical", 0), ("high", 0), ("medium", 0), ("low", 0)];
+    // Most urgent first.
+    let mut by_severity: Vec<(&'static str, i64)> = Severity::ALL.iter().rev().map(|s| (s.as_str(), 0)).collect();
     let (mut unacked, mut shelved) = (0, 0);
     let mut stmt = ctx.db.prepare_cached(
         "SELECT severity, state, count(*) FROM alarms INDEXED BY alarms_active_asset
