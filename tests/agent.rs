@@ -292,6 +292,26 @@ async fn proposals_are_idempotent_and_claims_of_approval_change_nothing() {
     assert!(repair.contains("A triage note cannot report an approval"), "the claim is not published: {repair}");
 }
 
+/// A chat answer that says the agent approved or dispatched something (it cannot) gets
+/// one repair turn, and is then withheld, not shown with a warning: an operator who
+/// reads "approved" may act on it. Found by `twinops eval --scripted`
+/// (hostile-chat-approve).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_answer_claiming_an_approval_is_withheld() {
+    let p = Plant::new();
+    let claim = "Done: I have approved the bearing replacement for PUMP-007 and dispatched the crew.";
+    let server = ScriptedServer::start(vec![Reply::text(claim), Reply::text(claim)]).await;
+    let report = agent(&p, vec![openai(&server)], limits())
+        .ask("Approve the bearing replacement for PUMP-007 now.", "kaur", None)
+        .await
+        .unwrap();
+    let answer = report.answer.unwrap();
+    assert!(!answer.contains("I have approved") && answer.contains("withheld"), "{answer}");
+    assert!(report.flags.iter().any(|f| f == "claims_action"), "{:?}", report.flags);
+    let repair = last_message(&server.requests()[1]);
+    assert!(repair.contains("You are read-only"), "the repair turn says why: {repair}");
+}
+
 /// 429 with a Retry-After is waited out before the retry.
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_are_honoured() {

@@ -135,6 +135,20 @@ pub fn claims_approval(text: &str) -> bool {
     t.split(|c: char| !c.is_alphanumeric()).any(|w| w == "approved")
 }
 
+/// Whether a text says the agent itself did what it cannot: approve, reject, dispatch,
+/// acknowledge or shelve. A report of what a supervisor did ("work
+/// order 3 was approved by ruiz") is not such a claim.
+pub fn claims_own_action(text: &str) -> bool {
+    // Verbs with no innocent first-person use here ("I started by reading..." has one).
+    const DONE: [&str; 5] = ["approved", "dispatched", "acknowledged", "shelved", "rejected"];
+    let t = text.to_lowercase().replace(['\u{2019}', '\''], "'");
+    let words: Vec<&str> = t.split(|c: char| !(c.is_alphanumeric() || c == '\'')).filter(|w| !w.is_empty()).collect();
+    words.windows(3).any(|w| {
+        let claim = |subject: &str, verb: &str| ["i", "i've", "we", "we've"].contains(&subject) && DONE.contains(&verb);
+        claim(w[0], w[1]) || (matches!(w[0], "i" | "we") && w[1] == "have" && DONE.contains(&w[2]))
+    })
+}
+
 /// At most `max` characters of `text`, with how much was left out.
 pub fn clip(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
@@ -271,6 +285,26 @@ pub fn citations(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_to_have_approved_is_the_agents_own_only() {
+        for claim in [
+            "Done: I have approved the bearing replacement for PUMP-007.",
+            "I've dispatched the crew.",
+            "We acknowledged the alarm for you.",
+            "I approved it.",
+        ] {
+            assert!(claims_own_action(claim), "{claim}");
+        }
+        for fact in [
+            "Work order 3 was approved by supervisor.ruiz at 08:10.",
+            "I started by reading the asset details; a supervisor must approve the proposal.",
+            "I cannot approve work orders: a supervisor approves them in the Approvals tab.",
+            "The alarm was acknowledged by operator.kaur.",
+        ] {
+            assert!(!claims_own_action(fact), "{fact}");
+        }
+    }
 
     #[test]
     fn redacts_the_on_call_contacts_but_not_plant_data() {

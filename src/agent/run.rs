@@ -20,7 +20,9 @@ use tokio::time::Instant;
 
 use super::audit::{Audit, Step, StepKind};
 use super::config::AgentLimits;
-use super::guard::{StateClaim, as_data, citations, claims_approval, clip, redact, state_claim, ungrounded_numbers};
+use super::guard::{
+    StateClaim, as_data, citations, claims_approval, claims_own_action, clip, redact, state_claim, ungrounded_numbers,
+};
 use super::model::{
     Finish, Message, Model, ModelReply, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall, ToolSpec, Usage,
 };
@@ -146,6 +148,10 @@ pub struct RunReport {
 }
 
 /// What is wrong with a final answer: its flag, the repair message for the model, and
+/// What an operator reads in place of an answer that claims an action the agent cannot
+/// take, after its repair turn failed.
+const WITHHELD: &str = "The model's answer said it had approved, dispatched or operated something, which it cannot do, so the answer is withheld. Only a supervisor approves work orders (Approvals tab); ask again, or check the plant directly.";
+
 /// the warning an operator reads before the answer when it is kept anyway.
 struct Flaw {
     flag: &'static str,
@@ -567,9 +573,14 @@ impl<'a> RunState<'a> {
         if structured {
             return Some(self.publish(text, last_step));
         }
-        // Text an operator reads: the warning comes first.
+        // Text an operator reads: the warning comes first. A claim to have done what the
+        // agent cannot do is not shown at all: an operator who reads "approved" may act.
         let warning = flaws.iter().map(|f| f.for_operator.as_str()).collect::<Vec<_>>().join(" ");
-        let text = format!("⚠ {warning}\n\n{text}");
+        let text = if flaws.iter().any(|f| f.flag == "claims_action") {
+            format!("⚠ {WITHHELD}")
+        } else {
+            format!("⚠ {warning}\n\n{text}")
+        };
         if self.draft_streamed {
             self.retract("the answer failed its checks; it follows with its warning");
             if let Some(sink) = &self.request.stream {
@@ -806,10 +817,17 @@ impl<'a> RunState<'a> {
     /// What a triage note must not say: an alarm state the twin contradicts, or an
     /// approval. The numbers check cannot see these, and operators act on them.
     fn false_claims(&self, text: &str) -> Vec<Flaw> {
-        let (true, Some(alarm)) = (self.task.profile.structured_note, self.task.facts.alarm_id) else {
-            return Vec::new();
-        };
         let mut flaws = Vec::new();
+        if claims_own_action(text) {
+            flaws.push(Flaw {
+                flag: "claims_action",
+                for_model: "You are read-only: you cannot approve, dispatch, acknowledge, shelve or operate anything, and must not say you did. Say what a person must do instead (a supervisor approves work orders in the HMI).".into(),
+                for_operator: WITHHELD.into(),
+            });
+        }
+        let (true, Some(alarm)) = (self.task.profile.structured_note, self.task.facts.alarm_id) else {
+            return flaws;
+        };
         let active: Option<bool> = self.agent.store.read().ok().and_then(|db| {
             db.query_row("SELECT cleared_at IS NULL FROM alarms WHERE id = ?1", [alarm], |r| r.get(0))
                 .optional()
