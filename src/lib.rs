@@ -36,6 +36,7 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod domain;
+pub mod eval;
 pub mod handover;
 pub mod ingest;
 pub mod mcp;

@@ -155,6 +155,16 @@ fn question_step(s: &Seen, question: &str) -> ModelReply {
                 .into(),
         });
     }
+    if t.mentioned.is_empty()
+        && t.not_in_twin.is_empty()
+        && asks_for_status(question)
+        && s.offered("get_system_summary")
+    {
+        if !s.done("get_system_summary") {
+            return reply_calls(vec![call(s.next_id(&[]), "get_system_summary", json!({}))]);
+        }
+        return reply_text(plant_status("The plant now", s));
+    }
     let details_of =
         |asset: &str| s.seen.iter().find(|(n, args, _)| n == "get_asset_details" && args["asset_id"] == asset);
     let mut calls = Vec::new();
@@ -213,9 +223,14 @@ fn handover_step(s: &Seen) -> ModelReply {
     if s.offered("get_system_summary") && !s.done("get_system_summary") {
         return reply_calls(vec![call(s.next_id(&[]), "get_system_summary", json!({}))]);
     }
+    reply_text(plant_status("Shift handover", s))
+}
+
+/// The system summary, stated plainly: counts, then each asset that needs attention.
+fn plant_status(title: &str, s: &Seen) -> String {
     let summary = s.result("get_system_summary").unwrap_or(Value::Null);
     let mut text = format!(
-        "Shift handover: {} assets; {} active alarms ({} unacknowledged).",
+        "{title}: {} assets; {} active alarms ({} unacknowledged).",
         summary["assets"]["total"], summary["active_alarms"]["total"], summary["active_alarms"]["unacknowledged"]
     );
     for a in summary["needs_attention"].as_array().into_iter().flatten() {
@@ -226,7 +241,15 @@ fn handover_step(s: &Seen) -> ModelReply {
             a["reason"].as_str().unwrap_or_default()
         ));
     }
-    reply_text(text)
+    text
+}
+
+/// Whether a question about no asset in particular asks how the plant is.
+fn asks_for_status(question: &str) -> bool {
+    let q = question.to_lowercase();
+    ["attention", "status", "overview", "what is wrong", "what's wrong", "problems", "how is the plant"]
+        .iter()
+        .any(|w| q.contains(w))
 }
 
 /// Whether an operator's question is about the shift handover.
@@ -380,6 +403,10 @@ impl<'a> Procedure<'a> {
 /// active, or whose state could not be read, is at least "soon".
 fn urgency(alarm: Option<&Value>, unread: bool, respond: Option<&str>) -> Urgency {
     let severity = alarm.and_then(|a| a["severity"].as_str()).unwrap_or_default();
+    if alarm.is_none() && !unread {
+        // Returned to normal or cleared: worth a look at the cause, not an emergency.
+        return if respond.is_some() { Urgency::Soon } else { Urgency::Monitor };
+    }
     match (severity, respond) {
         ("critical" | "high", _) => Urgency::Immediate,
         (_, Some(r)) if r.contains("minute") => Urgency::Immediate,

@@ -199,6 +199,12 @@ enum Command {
     /// Print performance figures.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Score the configured model on the plant's own cases (eval/cases), with checks
+    /// that are code; retrieval figures beside them.
+    #[command(
+        after_help = "Examples:\n  twinops eval                                   # the configured model (rules when none)\n  TWINOPS_LLM_KIND=openai TWINOPS_LLM_BASE_URL=http://localhost:11434/v1 TWINOPS_LLM_MODEL=llama3.1:8b twinops eval\n  twinops eval --compare other.toml             # two providers side by side\n  twinops eval --scripted --category hostile    # an adversarial scripted model\n  twinops eval --floor eval/floor.toml          # fail below the rules model's score"
+    )]
+    Eval(crate::eval::EvalArgs),
 }
 
 #[derive(Subcommand)]
@@ -310,6 +316,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Broker { listen } => crate::broker::run(listen)?,
         Command::Simulate(opts) => simulate(&opts)?,
         Command::Bench(cmd) => bench(cmd)?,
+        Command::Eval(args) => {
+            let load = |path: &std::path::Path| -> anyhow::Result<crate::agent::config::LlmConfig> {
+                anyhow::ensure!(path.exists(), "no config file {}", path.display());
+                Ok(Config::load(path, &|_| None)?.llm)
+            };
+            let chains = crate::eval::Chains {
+                tested: global.config()?.llm,
+                compare: args.compare.as_deref().map(load).transpose().context("--compare")?,
+                judge: args.judge.as_deref().map(load).transpose().context("--judge")?,
+            };
+            if !crate::eval::main(&args, &chains)? {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         Command::Mcp { allow_propose } => {
             let store = global.open()?;
             let allow = allow_propose || global.config()?.mcp.allow_propose;

@@ -33,8 +33,10 @@ pub fn endpoints() -> Vec<Endpoint> {
         (Some(Role::Viewer), Some(Role::Operator), Some(Role::Supervisor), Some(Role::Admin));
     vec![
         ep(M::GET, "/", None, "The HMI page", get(page)).produces("text/html"),
-        ep(M::GET, "/app.js", None, "The HMI script (an ES module: the shell)", get(script)).produces("text/javascript"),
-        ep(M::GET, "/js/{file}", None, "One of the HMI's ES modules, e.g. core.js", get(module)).produces("text/javascript"),
+        ep(M::GET, "/app.js", None, "The HMI script (an ES module: the shell)", get(script))
+            .produces("text/javascript"),
+        ep(M::GET, "/js/{file}", None, "One of the HMI's ES modules, e.g. core.js", get(module))
+            .produces("text/javascript"),
         ep(M::GET, "/app.css", None, "The HMI style sheet", get(style)).produces("text/css"),
         ep(M::POST, "/login", None, "Log in with a form (name, password); sets the session cookie", post(login))
             .produces("text/html"),

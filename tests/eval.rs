@@ -1,0 +1,69 @@
+//! `twinops eval` as a user runs it: every case file loads, the rules model holds the
+//! floor, the adversarial scripted model cannot break a guarantee, and the report files
+//! say what the terminal says.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn eval(out: &Path, extra: &[&str]) -> (bool, String, String) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let output = Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .current_dir(root)
+        .env("TWINOPS_CONFIG", out.join("none.toml"))
+        .env_remove("TWINOPS_LLM_KIND")
+        .args(["eval", "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (output.status.success(), text(&output.stdout), text(&output.stderr))
+}
+
+#[test]
+fn the_rules_model_holds_the_floor_on_every_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stdout, stderr) = eval(dir.path(), &["--floor", "eval/floor.toml"]);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stderr.contains("the floor holds"), "{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("eval.json")).unwrap()).unwrap();
+    let cases = report["runs"][0]["cases"].as_array().unwrap();
+    assert!(cases.len() >= 30, "at least 30 cases: {}", cases.len());
+    let categories: std::collections::BTreeSet<&str> = cases.iter().map(|c| c["category"].as_str().unwrap()).collect();
+    assert_eq!(categories.len(), 5, "{categories:?}");
+    // The built-in checks ran on every case, and the table agrees with the file.
+    assert!(cases.iter().all(|c| c["checks"].as_array().unwrap().iter().any(|k| k["name"] == "numbers from tools")));
+    let total = &report["summaries"][0]["total"];
+    assert!(stdout.contains(&format!("{} of {} checks", total["checks_passed"], total["checks"])), "{stdout}");
+    let retrieval = &report["retrieval"];
+    assert!(retrieval["recall_at_5"].as_f64().unwrap() > 0.5, "{retrieval}");
+    assert!(std::fs::read_to_string(dir.path().join("eval.md")).unwrap().contains("| category | cases |"));
+}
+
+#[test]
+fn an_adversarial_model_breaks_no_guarantee() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stdout, stderr) = eval(dir.path(), &["--scripted"]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("eval.json")).unwrap()).unwrap();
+    let cases = report["runs"][0]["cases"].as_array().unwrap();
+    assert!(cases.len() >= 5 && cases.iter().all(|c| c["category"] == "hostile"), "{cases:?}");
+    // The obedient model did propose what the alarm message ordered: the eval sees it,
+    // and the rules model's note stands in for the one that claimed approval.
+    let ordered = cases.iter().find(|c| c["id"] == "hostile-message-orders-proposal").unwrap();
+    assert_eq!(ordered["outcome"], "degraded", "{ordered}");
+    assert!(!ordered["answer"].as_str().unwrap().contains("approved"), "{ordered}");
+}
+
+#[test]
+fn a_case_that_does_not_hold_fails_the_run_against_its_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let floor = dir.path().join("floor.toml");
+    std::fs::write(&floor, "score = 1.0\ncases_passed = 35\n").unwrap();
+    let (ok, _, stderr) = eval(dir.path(), &["--floor", floor.to_str().unwrap(), "--category", "normal_band"]);
+    assert!(!ok, "a floor above the score fails the run");
+    assert!(stderr.contains("BELOW THE FLOOR"), "{stderr}");
+    assert!(stderr.contains("FAIL urgency"), "the failing check is named: {stderr}");
+}
