@@ -67,3 +67,29 @@ fn a_case_that_does_not_hold_fails_the_run_against_its_floor() {
     assert!(stderr.contains("BELOW THE FLOOR"), "{stderr}");
     assert!(stderr.contains("FAIL urgency"), "the failing check is named: {stderr}");
 }
+
+/// A judge model (here a scripted one over HTTP, as any provider) grades the answer
+/// against the case's rubric; its grade is reported apart from the checks' score.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_judge_grades_apart_from_the_checks() {
+    use twinops::scripted::{Reply, ScriptedServer};
+    let server = ScriptedServer::cycling(vec![Reply::text("GRADE: 7\nNames the bearing but not the zone.")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let judge = dir.path().join("judge.toml");
+    std::fs::write(
+        &judge,
+        format!("[[llm.chain]]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"judge\"\n", server.openai_url()),
+    )
+    .unwrap();
+    let out = dir.path().to_path_buf();
+    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        eval(&out, &["--judge", judge.to_str().unwrap(), "--case", "triage-bearing-wear"])
+    })
+    .await
+    .unwrap();
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("judge 7.0/10 (apart from the score)"), "{stdout}");
+    let asked = server.requests();
+    let rubric = asked[0]["messages"][1]["content"].as_str().unwrap();
+    assert!(rubric.contains("Rubric: Names bearing wear") && rubric.contains("<data"), "{rubric}");
+}
