@@ -254,30 +254,33 @@ fn numbers(text: &str) -> Vec<(f64, String)> {
     out
 }
 
-/// Citation keys (`path.md#N`) anywhere in a text: in brackets in prose, or bare in a
-/// note's evidence.
+/// Citation keys (`path.md#N`, `manual.pdf#p3`, also `.txt` and `.html`) anywhere in a
+/// text: in brackets in prose, or bare in a note's evidence.
 pub fn citations(text: &str) -> Vec<String> {
     let bytes = text.as_bytes();
     let path_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-');
     let mut out: Vec<String> = Vec::new();
-    let mut from = 0;
-    while let Some(pos) = text[from..].find(".md#") {
-        let at = from + pos;
-        let mut start = at;
+    for (hash, _) in text.match_indices('#') {
+        let mut start = hash;
         while start > 0 && path_char(bytes[start - 1]) {
             start -= 1;
         }
-        let mut end = at + 4;
+        let path = &text[start..hash];
+        let cited = [".md", ".pdf", ".txt", ".html", ".htm"].iter().any(|e| path.ends_with(e) && path.len() > e.len());
+        let mut end = hash + 1;
+        if end < bytes.len() && bytes[end] == b'p' {
+            end += 1;
+        }
+        let digits = end;
         while end < bytes.len() && bytes[end].is_ascii_digit() {
             end += 1;
         }
-        if start < at && end > at + 4 {
+        if cited && end > digits {
             let key = &text[start..end];
             if !out.iter().any(|c| c == key) {
                 out.push(key.to_string());
             }
         }
-        from = at + 4;
     }
     out
 }
@@ -362,5 +365,9 @@ mod tests {
             ["arp-vibration.md#1", "a.md#2", "b.md#3"]
         );
         assert_eq!(citations(r#"{"source":"sub/arp-flow.md#0"}"#), ["sub/arp-flow.md#0"]);
+        assert_eq!(
+            citations("Grease every 2,000 h [blower-om.pdf#p4]; see also notes.txt#2 and #3 alone."),
+            ["blower-om.pdf#p4", "notes.txt#2"]
+        );
     }
 }

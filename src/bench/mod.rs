@@ -10,11 +10,13 @@ use crate::seed::{self, SeedOptions};
 use crate::store::Store;
 
 mod agent;
+mod docs;
 mod ingest;
 mod readings;
 mod tools;
 
 pub use agent::{AgentBenchArgs, agent};
+pub use docs::{DocsBenchArgs, docs};
 pub use ingest::{IngestBenchArgs, SparkplugBenchArgs, ingest, sparkplug};
 pub use readings::{ReadingsBenchArgs, readings};
 pub use tools::{ToolsBenchArgs, tools};

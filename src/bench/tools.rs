@@ -256,14 +256,14 @@ fn synthetic_reports(count: usize) -> Vec<SourceDoc> {
             let action = ACTIONS[rng.below(ACTIONS.len() as u64) as usize];
             let crew = CREWS[rng.below(CREWS.len() as u64) as usize];
             let hours = 2 + rng.below(14);
-            SourceDoc {
-                path: format!("bench/work-reports/wr-{i:05}.md"),
-                text: format!(
+            SourceDoc::markdown(
+                format!("bench/work-reports/wr-{i:05}.md"),
+                format!(
                     "# Work report WR-{i:05}: {asset}\n\n## Findings and actions\n\nAsset {asset}, attended by {crew}, {hours} hours on site. \
                      Reported by the control room after alarms and operator rounds. {finding} {action} \
                      Follow-up inspection recommended at the next quarterly vibration route.\n"
                 ),
-            }
+            )
         })
         .collect()
 }

@@ -82,8 +82,10 @@ pub(super) enum DeadLettersCommand {
 
 #[derive(Subcommand)]
 pub(super) enum DocsCommand {
-    /// Chunk and index every .md file under DIR; unchanged files are skipped.
-    #[command(after_help = "Example:\n  twinops docs index seed/docs")]
+    /// Chunk and index every document under DIR (Markdown, text, HTML, PDF: a chunk per
+    /// page, cited manual.pdf#p3); unchanged files are skipped, and what cannot be indexed
+    /// (a scanned PDF without text, another format) is listed with the reason.
+    #[command(after_help = "Example:\n  twinops docs index seed/docs\n  twinops docs index /var/lib/twinops/manuals")]
     Index { dir: PathBuf },
     /// Search the indexed documentation (BM25), as the search_docs tool does.
     #[command(after_help = "Example:\n  twinops docs search 'VIB-HI pump bearing vibration'")]
@@ -213,6 +215,9 @@ pub(super) fn docs(global: &Global, cmd: DocsCommand) -> anyhow::Result<ExitCode
                 r.unchanged,
                 r.chunks_written
             );
+            for (path, why) in &r.not_indexed {
+                println!("not indexed: {path}: {why}");
+            }
         }
         DocsCommand::Search { query, limit } => {
             let store = global.open()?;

@@ -132,7 +132,7 @@ enum Command {
     /// Readings: backfill from a historian's export.
     #[command(subcommand)]
     Readings(ReadingsCommand),
-    /// Documentation: index a folder of Markdown, or search it.
+    /// Documentation: index a folder of manuals (Markdown, text, HTML, PDF), or search it.
     #[command(subcommand)]
     Docs(DocsCommand),
     /// The agent's tools: list their definitions or call one as a model would.
@@ -277,6 +277,9 @@ enum BenchCommand {
     /// The agent harness's own overhead per step against an instant scripted model.
     #[command(after_help = "Example:\n  twinops bench agent --runs 300")]
     Agent(bench::AgentBenchArgs),
+    /// `docs index` of a folder of manuals (a 500-page PDF, say), and again unchanged.
+    #[command(after_help = "Example:\n  twinops bench docs /var/lib/twinops/manuals")]
+    Docs(bench::DocsBenchArgs),
     /// `readings import` of a historian export beside the raw insert rate of the same rows.
     #[command(after_help = "Examples:\n  twinops bench readings\n  twinops bench readings --rows 1000000")]
     Readings(bench::ReadingsBenchArgs),
@@ -377,5 +380,6 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Ingest(args) => bench::ingest(&args),
         BenchCommand::Sparkplug(args) => bench::sparkplug(&args),
         BenchCommand::Readings(args) => bench::readings(&args),
+        BenchCommand::Docs(args) => bench::docs(&args),
     }
 }

@@ -14,7 +14,7 @@ pub enum IdError {
     #[error("'{given}' is not a sensor id: {ID_FORMAT}")]
     BadSensor { given: String },
     #[error(
-        "'{given}' is not a citation key: citation keys look like arp-vibration.md#2 (document path, '#', chunk number)"
+        "'{given}' is not a citation key: citation keys look like arp-vibration.md#2 (document path, '#', chunk number) or blower-om.pdf#p3 (a PDF's page)"
     )]
     BadCitation { given: String },
 }
@@ -87,21 +87,27 @@ fn clipped(s: &str) -> String {
 }
 
 /// A stable reference to one documentation chunk: `<document path>#<chunk number>`,
-/// for example `arp-vibration.md#2`.
+/// for example `arp-vibration.md#2`; in a paged document (a PDF) the chunk is a page,
+/// named `#p<page>`: `blower-om.pdf#p3`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct Citation(String);
 
 impl Citation {
     pub fn new(path: &str, seq: u32) -> Self {
-        Citation(format!("{path}#{seq}"))
+        if Citation::paged(path) { Citation(format!("{path}#p{seq}")) } else { Citation(format!("{path}#{seq}")) }
+    }
+
+    /// Whether the document's chunks are its pages (a PDF).
+    pub fn paged(path: &str) -> bool {
+        path.rsplit_once('.').is_some_and(|(_, ext)| ext.eq_ignore_ascii_case("pdf"))
     }
 
     pub fn parse(s: &str) -> Result<Self, IdError> {
         let s = s.trim();
         let bad = || IdError::BadCitation { given: s.to_string() };
         let (path, seq) = s.rsplit_once('#').ok_or_else(bad)?;
-        let seq: u32 = seq.parse().map_err(|_| bad())?;
+        let seq: u32 = seq.strip_prefix('p').unwrap_or(seq).parse().map_err(|_| bad())?;
         let path_ok =
             !path.is_empty() && !path.starts_with('/') && !path.split('/').any(|part| part.is_empty() || part == "..");
         if path_ok { Ok(Citation::new(path, seq)) } else { Err(bad()) }
@@ -111,8 +117,10 @@ impl Citation {
         self.0.rsplit_once('#').expect("validated at construction").0
     }
 
+    /// The chunk number, or the page of a paged document.
     pub fn seq(&self) -> u32 {
-        self.0.rsplit_once('#').expect("validated at construction").1.parse().expect("validated")
+        let seq = self.0.rsplit_once('#').expect("validated at construction").1;
+        seq.strip_prefix('p').unwrap_or(seq).parse().expect("validated")
     }
 
     pub fn as_str(&self) -> &str {

@@ -11,14 +11,15 @@ use crate::domain::{Access, Citation};
 
 const NAME: &str = "read_doc";
 const DESCRIPTION: &str = "Read one documentation chunk in full by its citation key (document path, '#', chunk \
-number, e.g. arp-vibration.md#2), as returned by search_docs. Returns the document title, the section heading, the \
+number, e.g. arp-vibration.md#2; a PDF manual's chunks are its pages, e.g. blower-om.pdf#p3), as returned by \
+search_docs. Returns the document title, the section heading, the \
 text, and the citation keys of the previous and next chunks of the same document (null at either end) so you can \
 read on. Cite what you use as [arp-vibration.md#2].";
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Args {
-    /// Citation key, e.g. arp-vibration.md#2.
+    /// Citation key, e.g. arp-vibration.md#2, or blower-om.pdf#p3 for a PDF's page 3.
     citation: String,
 }
 
@@ -55,20 +56,31 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         .prepare_cached("SELECT section, body FROM chunks WHERE document_id = ?1 AND seq = ?2")?
         .query_row(params![doc_id, seq], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
+    let (first, last): (Option<i64>, Option<i64>) = ctx
+        .db
+        .prepare_cached("SELECT min(seq), max(seq) FROM chunks WHERE document_id = ?1")?
+        .query_row([doc_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let key = |s: i64| Citation::new(citation.path(), s as u32);
     let Some((section, text)) = chunk else {
-        return Err(ToolError::NotFound(format!(
-            "{} has chunks #0 to #{}; there is no #{seq}.",
-            citation.path(),
-            chunks - 1
-        )));
+        let range = match (first, last) {
+            (Some(a), Some(b)) => format!("has {chunks} chunks, {} to {}", key(a), key(b)),
+            _ => "has no chunks".into(),
+        };
+        return Err(ToolError::NotFound(format!("{} {range}; there is no {citation}.", citation.path())));
     };
-    let neighbour = |s: i64| (0..chunks).contains(&s).then(|| Citation::new(citation.path(), s as u32));
+    // Pages without text have no chunk: the neighbours are the nearest that exist.
+    let neighbour = |sql: &str| -> Result<Option<Citation>, ToolError> {
+        let s: Option<i64> = ctx.db.prepare_cached(sql)?.query_row(params![doc_id, seq], |r| r.get(0))?;
+        Ok(s.map(key))
+    };
+    let previous = neighbour("SELECT max(seq) FROM chunks WHERE document_id = ?1 AND seq < ?2")?;
+    let next = neighbour("SELECT min(seq) FROM chunks WHERE document_id = ?1 AND seq > ?2")?;
     Ok(json!({
         "citation": citation,
         "document": title,
         "heading": crate::rag::heading(&title, &section),
         "text": text,
-        "previous": neighbour(seq - 1),
-        "next": neighbour(seq + 1),
+        "previous": previous,
+        "next": next,
     }))
 }

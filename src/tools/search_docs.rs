@@ -12,7 +12,7 @@ const NAME: &str = "search_docs";
 const DESCRIPTION: &str = "Search the site's documentation: alarm response procedures (one per alarm code, with \
 cause, consequence, operator action and time to respond), O&M manuals per equipment type, vibration severity \
 guidance, lockout/tagout, escalation and on-call. Returns the best-matching chunks, best first, each with a citation \
-key (e.g. arp-vibration.md#2), its document and heading, and a short snippet. Query with the alarm code, equipment \
+key (e.g. arp-vibration.md#2, or blower-om.pdf#p3 for a page of a PDF manual), its document and heading, and a short snippet. Query with the alarm code, equipment \
 and symptom, e.g. 'VIB-HI pump bearing vibration'. Then call read_doc with a citation to read the chunk in full; \
 cite it in your answer as [arp-vibration.md#2].";
 
