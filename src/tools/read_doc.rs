@@ -35,12 +35,12 @@ pub fn def() -> ToolDef {
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let citation = Citation::parse(&args.citation).map_err(|e| id_error("citation", e))?;
-    let doc: Option<(i64, String, i64)> = ctx.db.prepare_cached(
-        "SELECT d.id, d.title, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) FROM documents d WHERE d.path = ?1",
-    )?
-    .query_row([citation.path()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-    .optional()?;
-    let Some((doc_id, title, chunks)) = doc else {
+    let doc: Option<(i64, String)> = ctx
+        .db
+        .prepare_cached("SELECT id, title FROM documents WHERE path = ?1")?
+        .query_row([citation.path()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((doc_id, title)) = doc else {
         let mut stmt = ctx.db.prepare_cached("SELECT path FROM documents")?;
         let paths: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
         let near = closest(citation.path(), paths.iter().map(String::as_str), 3);
@@ -62,11 +62,15 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         .query_row([doc_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let key = |s: i64| Citation::new(citation.path(), s as u32);
     let Some((section, text)) = chunk else {
+        let (unit, mark) = if Citation::paged(citation.path()) { ("pages", "p") } else { ("chunks", "#") };
         let range = match (first, last) {
-            (Some(a), Some(b)) => format!("has {chunks} chunks, {} to {}", key(a), key(b)),
-            _ => "has no chunks".into(),
+            (Some(a), Some(b)) => format!("has {unit} {mark}{a} to {mark}{b}"),
+            _ => format!("has no {unit} with text"),
         };
-        return Err(ToolError::NotFound(format!("{} {range}; there is no {citation}.", citation.path())));
+        return Err(ToolError::NotFound(format!(
+            "{} {range}; there is no {mark}{seq}. Call search_docs to find citation keys.",
+            citation.path()
+        )));
     };
     // Pages without text have no chunk: the neighbours are the nearest that exist.
     let neighbour = |sql: &str| -> Result<Option<Citation>, ToolError> {
