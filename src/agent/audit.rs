@@ -170,6 +170,35 @@ fn insert_steps(c: &rusqlite::Connection, run_id: i64, steps: &[(i64, Step, i64)
     Ok(())
 }
 
+/// A run's trail as the HMI shows it: the run and its steps. A chat run is its asker's
+/// (`user`) unless `sees_all` (a supervisor or admin); `None` to anyone else.
+pub fn trail(
+    db: &rusqlite::Connection,
+    id: i64,
+    user: &str,
+    sees_all: bool,
+) -> rusqlite::Result<Option<serde_json::Value>> {
+    let run: Option<String> = db
+        .query_row(
+            "SELECT json_object('id', id, 'profile', profile, 'trigger', trigger, 'alarm_id', alarm_id, 'outcome', outcome,
+                    'model', model, 'started_at', rfc3339(started_at), 'finished_at', rfc3339(finished_at), 'tokens_in', tokens_in,
+                    'tokens_out', tokens_out, 'error', error, 'flags', json(flags))
+             FROM agent_runs WHERE id = ?1 AND (profile != 'chat' OR trigger = 'user:' || ?2 OR ?3)",
+            params![id, user, sees_all],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(run) = run else { return Ok(None) };
+    let mut stmt = db.prepare_cached(
+        "SELECT json_object('seq', seq, 'kind', kind, 'name', name, 'arguments', arguments, 'result', result,
+                'is_error', is_error, 'latency_ms', latency_us / 1000.0)
+         FROM agent_steps WHERE run_id = ?1 ORDER BY seq",
+    )?;
+    let steps = crate::store::json_rows(&mut stmt, [id])?;
+    let run: serde_json::Value = serde_json::from_str(&run).unwrap_or(serde_json::Value::Null);
+    Ok(Some(serde_json::json!({"run": run, "steps": steps})))
+}
+
 /// A run's trace as text, for `twinops runs show`.
 pub fn render_run(store: &Store, run_id: i64) -> anyhow::Result<String> {
     let db = store.read()?;

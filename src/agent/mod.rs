@@ -14,6 +14,7 @@
 pub mod anthropic;
 pub mod audit;
 pub mod config;
+pub mod conversation;
 pub mod guard;
 mod handover;
 pub mod http;

@@ -2,8 +2,9 @@
 //! CLI): one query, one row type, filters as a type.
 
 use rusqlite::types::Value as Sql;
-use rusqlite::{Connection, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
+use serde_json::{Value, json};
 
 use crate::domain::{AlarmState, AssetId, Severity, Timestamp, shown};
 use crate::store::Filter;
@@ -156,4 +157,71 @@ pub fn list(db: &Connection, q: &AlarmFilter, limit: i64, offset: i64) -> rusqli
         })
     })?;
     rows.collect()
+}
+
+/// The alarm summary an operator works from: one row per point (asset, sensor, code)
+/// that needs attention, with its latest occurrence, how many need attention, and the
+/// first and last raise; unacknowledged first, then active, then returned.
+pub fn points(db: &Connection) -> rusqlite::Result<Vec<Value>> {
+    let sql = format!(
+        "WITH attention AS (
+             SELECT * FROM alarms WHERE state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged')),
+         points AS (
+             SELECT max(id) AS latest, count(*) AS n, min(raised_at) AS first_raised, max(raised_at) AS last_raised,
+                    sum(state = 'unacknowledged' OR state = 'rtn_unacknowledged') AS unacked,
+                    sum(state = 'rtn_unacknowledged') AS returned
+             FROM attention GROUP BY asset_id, coalesce(sensor_id, ''), code)
+         SELECT json_object('id', a.id, 'asset_id', a.asset_id, 'sensor_id', a.sensor_id, 'code', a.code,
+                    'severity', a.severity, 'state', a.state,
+                    'active', json(CASE WHEN a.cleared_at IS NULL THEN 'true' ELSE 'false' END), 'message', a.message,
+                    'value', shown(a.value), 'threshold', shown(a.threshold), 'raised_at', rfc3339(a.raised_at),
+                    'occurrences', p.n, 'unacknowledged', p.unacked, 'returned_unacknowledged', p.returned,
+                    'first_raised_at', rfc3339(p.first_raised),
+                    'last_raised_at', rfc3339(p.last_raised), 'note_id', n.id,
+                    'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job))
+         FROM points p JOIN alarms a ON a.id = p.latest
+         LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
+         ORDER BY CASE WHEN a.state = 'unacknowledged' THEN 0 WHEN a.cleared_at IS NULL THEN 1 ELSE 2 END,
+                  {}, a.raised_at DESC, a.id DESC
+         LIMIT 1000",
+        Severity::sql_rank("a.severity")
+    );
+    crate::store::json_rows(&mut db.prepare_cached(&sql)?, [])
+}
+
+/// One occurrence as the HMI shows it: the alarm with its sensor's unit, its journal,
+/// and its triage note (marked as advice); `None` when there is no such alarm.
+pub fn one(db: &Connection, id: i64) -> rusqlite::Result<Option<Value>> {
+    let record: Option<String> = db
+        .query_row(
+            "SELECT json_object('id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code, 'severity', severity,
+                    'state', state, 'message', message, 'value', shown(value), 'threshold', shown(threshold),
+                    'unit', (SELECT unit FROM sensors s WHERE s.id = alarms.sensor_id), 'raised_at', rfc3339(raised_at),
+                    'cleared_at', rfc3339(cleared_at), 'acked_at', rfc3339(acked_at), 'acked_by', acked_by, 'shelved_until', rfc3339(shelved_until),
+                    'reraise_count', reraise_count)
+             FROM alarms WHERE id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(record) = record else { return Ok(None) };
+    let mut stmt = db.prepare_cached(
+        "SELECT json_object('kind', kind, 'at', rfc3339(at), 'actor', actor, 'detail', detail) FROM alarm_events WHERE alarm_id = ?1 ORDER BY id",
+    )?;
+    let journal = crate::store::json_rows(&mut stmt, [id])?;
+    let note: Option<(i64, String, String, Option<i64>, String)> = db
+        .query_row(
+            "SELECT id, body, flags, run_id, rfc3339(created_at) FROM notes WHERE alarm_id = ?1 AND kind = 'triage'",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()?;
+    let note = note.map(|(note_id, body, flags, run_id, at)| {
+        json!({"note_id": note_id, "body": serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+               "flags": serde_json::from_str::<Value>(&flags).unwrap_or(Value::Null), "run_id": run_id,
+               "created_at": at, "advisory": "AI advisory: check before acting"})
+    });
+    Ok(Some(
+        json!({"alarm": serde_json::from_str::<Value>(&record).unwrap_or(Value::Null), "journal": journal, "note": note}),
+    ))
 }

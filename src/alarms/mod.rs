@@ -609,6 +609,14 @@ pub struct FloodState {
 /// (hysteresis: start above 10, end below 5). Occurrences of points out of service do
 /// not count: taking a faulty instrument out of service is how a flood of its nuisance
 /// alarms is ended.
+/// Occurrences not cleared, by state and severity: the alarm gauges.
+pub fn counts(conn: &Connection) -> rusqlite::Result<Vec<(String, String, i64)>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT state, severity, count(*) FROM alarms WHERE state != 'cleared' GROUP BY 1, 2")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    rows.collect()
+}
+
 pub fn flood_state(conn: &Connection, now: Timestamp, was_flood: bool) -> rusqlite::Result<FloodState> {
     let n: i64 = conn
         .prepare_cached("SELECT count(*) FROM alarms WHERE raised_at > ?1 AND state != 'out_of_service'")?

@@ -175,3 +175,22 @@ fn propose_in(
         .expect("inserted or already present");
     Ok(Proposal { work_order_id, status, created: inserted == 1, idempotency_key: key, decided_by, decision_reason })
 }
+/// Work orders by status: the gauge.
+pub fn counts(db: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {
+    let mut stmt = db.prepare_cached("SELECT status, count(*) FROM work_orders GROUP BY 1")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+/// The latest 200 work orders, newest first, in `status` when given, as the HMI lists them.
+pub fn list(db: &Connection, status: Option<WorkOrderStatus>) -> rusqlite::Result<Vec<serde_json::Value>> {
+    let mut stmt = db.prepare_cached(
+        "SELECT json_object('id', id, 'asset_id', asset_id, 'alarm_id', alarm_id, 'action', action, 'priority', priority,
+                'title', title, 'justification', justification, 'evidence', json(evidence), 'status', status,
+                'proposed_by', proposed_by, 'run_id', run_id, 'proposed_at', rfc3339(proposed_at), 'expires_at', rfc3339(expires_at),
+                'decided_by', decided_by, 'decided_at', rfc3339(decided_at), 'decision_reason', decision_reason,
+                'dispatched_at', rfc3339(dispatched_at))
+         FROM work_orders WHERE ?1 IS NULL OR status = ?1 ORDER BY proposed_at DESC, id DESC LIMIT 200",
+    )?;
+    crate::store::json_rows(&mut stmt, [status])
+}

@@ -378,8 +378,10 @@ async fn sparkplug_rounds(args: &SparkplugBenchArgs, store: Store) -> anyhow::Re
         }
         let json = rig.deliver(format!("{tag}/ingest/telemetry"), format!("{tag}-pub0"), json_msgs).await?;
         let sp = rig.deliver(format!("spBv1.0/{tag}/DDATA/gw/BENCH"), format!("{tag}-pub1"), sp_msgs).await?;
-        (json_t.push(json.elapsed), sp_t.push(sp.elapsed));
-        (json_cpu += json.cpu, sp_cpu += sp.cpu);
+        json_t.push(json.elapsed);
+        sp_t.push(sp.elapsed);
+        json_cpu += json.cpu;
+        sp_cpu += sp.cpu;
         let expected = (2 * n * m * (round + 1)) as i64;
         let stored: i64 =
             rig.store.read()?.query_row("SELECT count(*) FROM readings WHERE ts >= ?1", [base * 1000], |r| r.get(0))?;

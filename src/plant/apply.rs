@@ -224,9 +224,7 @@ const SENSOR_SQL: &str =
 
 impl Twin {
     fn read(conn: &Connection) -> rusqlite::Result<Twin> {
-        let site = conn
-            .query_row("SELECT id, name, timezone FROM sites LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?;
+        let site = super::site(conn)?;
         let mut stations = HashMap::new();
         let mut stmt = conn.prepare("SELECT id, name FROM stations")?;
         for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {

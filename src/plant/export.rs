@@ -15,9 +15,7 @@ pub fn export(db: &Connection, dir: &Path) -> anyhow::Result<Vec<std::path::Path
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut toml =
         String::from("# The plant, as exported by `twinops plant export`; `twinops plant import` reads it back.\n");
-    let site: Option<(String, String, String)> = db
-        .query_row("SELECT id, name, timezone FROM sites LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .ok();
+    let site = super::site(db)?;
     if let Some((id, name, tz)) = site {
         toml.push_str(&format!("\n[site]\nid = {}\nname = {}\ntimezone = {}\n", quote(&id), quote(&name), quote(&tz)));
     }

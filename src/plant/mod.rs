@@ -98,6 +98,13 @@ pub fn import_files(
 
 /// The plant as the HMI shows it: the site, its stations, and each station's assets in
 /// service (retired ones left out) with their kind, status, active alarms and parent.
+/// The site: (id, name, IANA time zone), once a plant is loaded.
+pub fn site(db: &rusqlite::Connection) -> rusqlite::Result<Option<(String, String, String)>> {
+    use rusqlite::OptionalExtension;
+    db.query_row("SELECT id, name, timezone FROM sites LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()
+}
+
 pub fn tree(db: &rusqlite::Connection) -> rusqlite::Result<serde_json::Value> {
     use rusqlite::OptionalExtension;
     use serde_json::json;

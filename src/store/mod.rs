@@ -17,7 +17,7 @@ pub use backup::{Backup, backup};
 pub use filter::Filter;
 pub use migrate::{SCHEMA_VERSION, migrate};
 pub use read::{ReadConn, Readers};
-pub use readings::{Limits, Rollups, Stored, Summary, beyond_limits, insert_readings, prune_readings};
+pub use readings::{Limits, Rollups, Stored, Summary, beyond_limits, insert_readings, prune_readings, trend};
 pub use write::{Writer, savepoint};
 
 #[derive(Debug, thiserror::Error)]
@@ -105,4 +105,13 @@ fn add_functions(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     conn.create_scalar_function("rfc3339", 1, flags, |ctx| {
         Ok(ctx.get::<Option<i64>>(0)?.map(|t| crate::domain::Timestamp::from_unix(t).to_rfc3339()))
     })
+}
+
+/// Rows of one JSON text column (SQLite's `json_object`), parsed.
+pub fn json_rows(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<Vec<serde_json::Value>> {
+    let rows = stmt.query_map(params, |r| r.get::<_, String>(0))?;
+    rows.map(|r| r.map(|t| serde_json::from_str(&t).unwrap_or(serde_json::Value::Null))).collect()
 }

@@ -1,5 +1,5 @@
 //! Writing readings: the raw row and its hourly rollup, in one transaction, through
-//! one function, so the two can never disagree.
+//! one function, so the two can never disagree; and a sensor's trend as the HMI draws it.
 
 use std::collections::HashMap;
 
@@ -192,4 +192,56 @@ pub async fn prune_readings(writer: &Writer, before: Timestamp, batch: usize) ->
         }
     }
     Ok(deleted)
+}
+
+/// Most points a trend returns; longer windows are thinned to min and max per bucket,
+/// so spikes survive.
+pub const MAX_TREND_POINTS: usize = 2000;
+
+/// A sensor's trend for the HMI over `hours`: its unit, limits, and `[unix s, value]`
+/// points. The window ends now, or at the last reading when the sensor has gone quiet
+/// (`stale`): a stale sensor's trend shows its last hours, not an empty chart. `None`
+/// when there is no such sensor.
+pub fn trend(
+    db: &rusqlite::Connection,
+    sensor_id: &str,
+    hours: i64,
+    now: crate::domain::Timestamp,
+) -> rusqlite::Result<Option<serde_json::Value>> {
+    use rusqlite::OptionalExtension;
+    let sensor: Option<(i64, String, String, [Option<f64>; 4])> = db
+        .query_row(
+            "SELECT key, unit, description, limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE id = ?1",
+            [sensor_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, [r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?])),
+        )
+        .optional()?;
+    let Some((key, unit, description, [ll, l, h, hh])) = sensor else { return Ok(None) };
+    let now = now.unix();
+    let last: Option<i64> = db
+        .prepare_cached("SELECT ts / 1000 FROM readings WHERE sensor_key = ?1 AND ts <= ?2 ORDER BY ts DESC LIMIT 1")?
+        .query_row(rusqlite::params![key, (now + 1) * 1000], |r| r.get(0))
+        .optional()?;
+    let until = last.map_or(now, |last| last.min(now));
+    let since = until - hours * 3600;
+    let mut stmt = db.prepare_cached(
+        "SELECT ts / 1000, value FROM readings WHERE sensor_key = ?1 AND ts >= ?2 AND ts < ?3 ORDER BY ts",
+    )?;
+    let all: Vec<(i64, f64)> = stmt
+        .query_map(rusqlite::params![key, since * 1000, (until + 1) * 1000], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let points: Vec<(i64, f64)> = if all.len() <= MAX_TREND_POINTS {
+        all
+    } else {
+        all.chunks(all.len().div_ceil(MAX_TREND_POINTS / 2))
+            .flat_map(|c| {
+                let lo = c.iter().min_by(|a, b| a.1.total_cmp(&b.1)).copied().expect("non-empty");
+                let hi = c.iter().max_by(|a, b| a.1.total_cmp(&b.1)).copied().expect("non-empty");
+                if lo.0 <= hi.0 { [lo, hi] } else { [hi, lo] }
+            })
+            .collect()
+    };
+    Ok(Some(serde_json::json!({"sensor_id": sensor_id, "unit": unit, "description": description, "hours": hours,
+                   "until": crate::domain::Timestamp::from_unix(until), "stale": until < now - 300,
+                   "limits": {"ll": ll, "l": l, "h": h, "hh": hh}, "points": points})))
 }

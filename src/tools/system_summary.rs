@@ -107,7 +107,10 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
 }
 
 /// Active alarms by severity (highest first), and how many are unacknowledged and shelved.
-fn active_alarms(ctx: &ToolContext) -> Result<(Vec<(&'static str, i64)>, i64, i64), ToolError> {
+/// Counts by severity, most urgent first; then unacknowledged and shelved.
+type ActiveCounts = (Vec<(&'static str, i64)>, i64, i64);
+
+fn active_alarms(ctx: &ToolContext) -> Result<ActiveCounts, ToolError> {
     // Most urgent first.
     let mut by_severity: Vec<(&'static str, i64)> = Severity::ALL.iter().rev().map(|s| (s.as_str(), 0)).collect();
     let (mut unacked, mut shelved) = (0, 0);

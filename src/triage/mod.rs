@@ -346,6 +346,11 @@ pub struct Backlog {
     pub failed_last_hour: i64,
 }
 
+/// Triage jobs waiting for a worker.
+pub fn queued(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT count(*) FROM triage_jobs WHERE state = 'queued'", [], |r| r.get(0))
+}
+
 pub fn backlog(conn: &rusqlite::Connection, now: Timestamp) -> rusqlite::Result<Backlog> {
     conn.prepare_cached(
         "SELECT count(*) FILTER (WHERE j.state IN ('queued', 'running')),

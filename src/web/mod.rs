@@ -8,11 +8,16 @@
 //! built from that list, so neither can drift from the other.
 
 mod admin;
+mod alarms;
 mod api;
+mod chat;
 mod client;
 mod endpoint;
 mod events;
 mod openapi;
+mod status;
+mod twin;
+mod work_orders;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,0 +1,154 @@
+//! The alarm endpoints: the list, the summary by point, one occurrence, and the
+//! operator's actions on it.
+
+use std::sync::Arc;
+
+use axum::extract::{Extension, Json, Path, Query, State};
+use axum::http::StatusCode;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, WebState};
+use crate::accounts::User;
+use crate::alarms::{self, list::AlarmFilter, list::Order, list::Scope};
+use crate::domain::{AssetId, Timestamp};
+
+use super::work_orders::ReasonRequest;
+
+type S = Arc<WebState>;
+
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct AlarmQuery {
+    /// Only alarms that need attention (unacknowledged, acknowledged, returned to normal unacknowledged).
+    active: Option<bool>,
+    /// Only alarms kept from the operators: shelved or out of service (overrides `active`).
+    suppressed: Option<bool>,
+    /// An asset id, e.g. PUMP-007.
+    asset: Option<String>,
+    /// With `asset` and `code`: one alarm point (`-` for an alarm of the asset itself).
+    sensor: Option<String>,
+    /// An alarm code, e.g. VIB-HI.
+    code: Option<String>,
+    /// Most alarms returned, 1 to 1000 (default 200).
+    limit: Option<u32>,
+}
+
+pub(super) async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(200).clamp(1, 1000);
+    let scope = match (q.suppressed.unwrap_or(false), q.active.unwrap_or(true)) {
+        (true, _) => Scope::Suppressed,
+        (false, true) => Scope::Attention,
+        (false, false) => Scope::Any,
+    };
+    let asset =
+        q.asset.as_deref().map(AssetId::parse).transpose().map_err(|e| ApiError::bad_request(format!("asset: {e}")))?;
+    let filter =
+        AlarmFilter { asset, sensor: q.sensor, code: q.code, scope, order: Order::Priority, ..Default::default() };
+    let alarms = alarms::list::list(&*s.store.read()?, &filter, limit.into(), 0)?;
+    Ok(Json(json!({"alarms": alarms})))
+}
+
+/// The alarm summary an operator works from: one row per point, so that a point that
+/// went in and out of alarm nine times is one row saying 9, not nine rows alike.
+pub(super) async fn alarm_points(State(s): State<S>) -> Result<Json<Value>, ApiError> {
+    let points = alarms::list::points(&*s.store.read()?)?;
+    let active = points.iter().filter(|p| p["active"] == json!(true)).count();
+    Ok(Json(json!({"points": points, "active": active})))
+}
+
+pub(super) async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, ApiError> {
+    let record = alarms::list::one(&*s.store.read()?, id)?;
+    Ok(Json(record.ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?))
+}
+
+pub(super) fn action_error(e: alarms::ActionError) -> ApiError {
+    match e {
+        alarms::ActionError::NotFound(_) => ApiError::not_found(e.to_string()),
+        alarms::ActionError::WrongState { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+        alarms::ActionError::Invalid(m) => ApiError::bad_request(m),
+        alarms::ActionError::Store(e) => e.into(),
+    }
+}
+
+pub(super) async fn ack(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    alarm_action(id, move || alarms::acknowledge(&w, id, &user.name, Timestamp::now())).await
+}
+
+pub(super) async fn ack_returned(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    let ids = tokio::task::spawn_blocking(move || alarms::acknowledge_returned(&w, id, &user.name, Timestamp::now()))
+        .await?
+        .map_err(action_error)?;
+    Ok(Json(json!({"acknowledged": ids})))
+}
+
+/// Runs an operator action off the async threads (it waits on the writer) and answers
+/// with the alarm's new state.
+pub(super) async fn alarm_action(
+    id: i64,
+    action: impl FnOnce() -> Result<crate::domain::AlarmState, alarms::ActionError> + Send + 'static,
+) -> Result<Json<Value>, ApiError> {
+    let state = tokio::task::spawn_blocking(action).await?.map_err(action_error)?;
+    Ok(Json(json!({"id": id, "state": state})))
+}
+
+/// Shelving takes a duration and a reason; both go in the alarm's journal.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShelveRequest {
+    /// How long, in minutes (1 to 1440).
+    pub minutes: i64,
+    /// Why, for the journal (e.g. "permit 4471: PUMP-001 isolated for work").
+    pub reason: String,
+}
+
+pub(super) async fn shelve(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ShelveRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    alarm_action(id, move || {
+        alarms::shelve(&w, id, &user.name, req.minutes.saturating_mul(60), &req.reason, Timestamp::now())
+    })
+    .await
+}
+
+pub(super) async fn unshelve(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    alarm_action(id, move || alarms::unshelve(&w, id, &user.name, Timestamp::now())).await
+}
+
+pub(super) async fn out_of_service(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ReasonRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    alarm_action(id, move || alarms::remove_from_service(&w, id, &user.name, &req.reason, Timestamp::now())).await
+}
+
+pub(super) async fn in_service(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let (w, queue) = (s.store.writer().clone(), s.queue);
+    alarm_action(id, move || alarms::return_to_service(&w, id, &user.name, Timestamp::now(), queue)).await
+}

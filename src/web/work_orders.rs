@@ -1,0 +1,69 @@
+//! The work-order endpoints: the list, and a supervisor's decision.
+
+use std::sync::Arc;
+
+use axum::extract::{Extension, Json, Path, Query, State};
+use axum::http::StatusCode;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, WebState};
+use crate::accounts::User;
+use crate::approvals::{self, DecisionError};
+use crate::domain::Timestamp;
+
+type S = Arc<WebState>;
+
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct StatusQuery {
+    /// Only work orders in this status: pending_approval, approved, rejected, expired, dispatched.
+    status: Option<String>,
+}
+
+pub(super) async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>) -> Result<Json<Value>, ApiError> {
+    let status = q.status.as_deref().map(crate::domain::WorkOrderStatus::parse).transpose();
+    let rows = approvals::list(&*s.store.read()?, status.map_err(ApiError::bad_request)?)?;
+    Ok(Json(json!({"work_orders": rows})))
+}
+
+/// A work-order decision, or taking an alarm's point out of service, needs a reason; it
+/// goes in the record and the journal or audit log.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonRequest {
+    /// E.g. "permit 4471: suction transmitter replaced".
+    pub reason: String,
+}
+
+pub(super) async fn decide(s: S, user: User, id: i64, approve: bool, reason: String) -> Result<Json<Value>, ApiError> {
+    let w = s.store.writer().clone();
+    let status =
+        tokio::task::spawn_blocking(move || approvals::decide(&w, id, &user.name, approve, &reason, Timestamp::now()))
+            .await?
+            .map_err(|e| match e {
+                DecisionError::NotFound(_) => ApiError::not_found(e.to_string()),
+                DecisionError::NotPending { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+                DecisionError::NoReason => ApiError::bad_request(e.to_string()),
+                DecisionError::Store(e) => e.into(),
+            })?;
+    Ok(Json(json!({"id": id, "status": status})))
+}
+
+pub(super) async fn approve(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ReasonRequest>,
+) -> Result<Json<Value>, ApiError> {
+    decide(s, user, id, true, req.reason).await
+}
+
+pub(super) async fn reject(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ReasonRequest>,
+) -> Result<Json<Value>, ApiError> {
+    decide(s, user, id, false, req.reason).await
+}
