@@ -425,14 +425,14 @@ fn a_failing_model_provider_is_logged_without_its_key() {
     );
     let started = Instant::now();
     let mut degraded = false;
-    while !degraded && started.elapsed() < Duration::from_secs(60) {
+    while !degraded && started.elapsed() < Duration::from_secs(180) {
         degraded = demo
             .lines
             .recv_timeout(Duration::from_millis(500))
             .is_ok_and(|line| line.starts_with("note ") && line.contains("(degraded)"));
     }
     let log = demo.stop().1.join("\n");
-    assert!(degraded, "a degraded note within 60 s");
+    assert!(degraded, "a degraded note within 180 s (the demo seeds its week first)");
     assert!(!server.requests().is_empty(), "the provider was called");
     assert!(log.contains("the model provider failed; falling back"), "the failure is in the log");
     assert!(log.contains("[redacted]"), "with the server's message, key cut out");
