@@ -50,6 +50,15 @@ pub struct Daemon {
     pub demo_login: Option<(String, String)>,
 }
 
+/// The agent on the configured chain, and the rules-only agent triage falls back to,
+/// sharing one documentation index.
+fn agents(store: &Store, config: &Config) -> (Arc<Agent>, Arc<Agent>) {
+    let (llm, docs) = (&config.llm, config.doc_index());
+    let agent = Agent::new(store.clone(), agent::models_from_config(llm), llm.limits.clone());
+    let rules = Agent::new(store.clone(), Vec::new(), llm.limits.clone());
+    (Arc::new(agent.with_docs(docs.clone())), Arc::new(rules.with_docs(docs)))
+}
+
 /// Seeds the demo plant into an empty twin.
 fn seed_demo(store: &Store, seed_dir: &std::path::Path) -> anyhow::Result<()> {
     let seeded: i64 = store.read()?.query_row("SELECT count(*) FROM assets", [], |r| r.get(0))?;
@@ -131,9 +140,7 @@ impl Daemon {
         }
         let mqtt = broker(&opts.config.mqtt)?;
 
-        let llm = &opts.config.llm;
-        let agent = Arc::new(Agent::new(store.clone(), agent::models_from_config(llm), llm.limits.clone()));
-        let rules = Arc::new(Agent::new(store.clone(), Vec::new(), llm.limits.clone()));
+        let (agent, rules) = agents(&store, &opts.config);
         let triage = Arc::new(Triage::new(Arc::clone(&agent), rules, opts.config.triage.llm_runs_per_minute));
         let requeued = triage.requeue_interrupted().await?;
         if requeued > 0 {

@@ -46,6 +46,9 @@ pub struct Config {
     /// Owned by its component: `src/sparkplug/mod.rs`.
     #[serde(default)]
     pub sparkplug: crate::sparkplug::SparkplugConfig,
+    /// Off unless set: `src/rag/embed.rs`.
+    #[serde(default)]
+    pub embeddings: Option<crate::rag::EmbeddingsConfig>,
 }
 
 impl Config {
@@ -57,6 +60,14 @@ impl Config {
             max_ahead_s: (self.mqtt.max_time_ahead_s > 0).then_some(i64::from(self.mqtt.max_time_ahead_s)),
             max_behind_s: (self.mqtt.max_time_behind_s > 0).then_some(i64::from(self.mqtt.max_time_behind_s)),
             sparkplug: self.sparkplug.enabled.then(|| std::sync::Arc::new(self.sparkplug.clone())),
+        }
+    }
+
+    /// The documentation search: BM25, fused with embeddings when `[embeddings]` is set.
+    pub fn doc_index(&self) -> crate::rag::DocIndex {
+        match &self.embeddings {
+            Some(c) => crate::rag::DocIndex::with_embeddings(crate::rag::Embedder::new(c.clone())),
+            None => crate::rag::DocIndex::new(),
         }
     }
 
@@ -109,7 +120,30 @@ impl Config {
         if let Some(url) = env("TWINOPS_WEBHOOK_URL") {
             self.notify.webhook_url = Some(Secret::new(url));
         }
+        self.apply_embeddings_env(env)?;
         self.apply_llm_env(env)
+    }
+
+    /// `TWINOPS_EMBEDDINGS_BASE_URL` with `_MODEL` (and `_API_KEY`) turns embeddings on.
+    fn apply_embeddings_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+        let (url, model) = (env("TWINOPS_EMBEDDINGS_BASE_URL"), env("TWINOPS_EMBEDDINGS_MODEL"));
+        let (url, model) = match (url, model, &mut self.embeddings) {
+            (None, None, _) => return Ok(()),
+            (Some(url), Some(model), _) => (url, model),
+            (url, model, Some(c)) => (url.unwrap_or(c.base_url.clone()), model.unwrap_or(c.model.clone())),
+            (Some(_), None, None) => {
+                bail!("TWINOPS_EMBEDDINGS_BASE_URL is set but TWINOPS_EMBEDDINGS_MODEL is not; set both")
+            }
+            (None, Some(_), None) => {
+                bail!("TWINOPS_EMBEDDINGS_MODEL is set but TWINOPS_EMBEDDINGS_BASE_URL is not; set both")
+            }
+        };
+        let c = self.embeddings.get_or_insert_with(|| crate::rag::EmbeddingsConfig::new(&url, &model));
+        (c.base_url, c.model) = (url, model);
+        if let Some(key) = env("TWINOPS_EMBEDDINGS_API_KEY") {
+            c.api_key = Some(Secret::new(key));
+        }
+        Ok(())
     }
 
     fn apply_llm_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
@@ -153,6 +187,9 @@ impl Config {
         self.triage.validate()?;
         self.schedule.validate()?;
         self.web.validate()?;
+        if let Some(e) = &self.embeddings {
+            e.validate().map_err(anyhow::Error::msg)?;
+        }
         Ok(())
     }
 }
@@ -184,6 +221,26 @@ mod tests {
         assert!(err.contains("llm.chain[0].model is required"), "{err}");
         let err = Config::load(missing, &env(&[("TWINOPS_LLM_MODEL", "m")])).unwrap_err().to_string();
         assert!(err.contains("TWINOPS_LLM_KIND is not"), "{err}");
+    }
+
+    #[test]
+    fn embeddings_come_from_the_file_or_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("twinops.toml");
+        std::fs::write(&path, "[embeddings]\nbase_url = \"http://127.0.0.1:8081/v1\"\nmodel = \"minilm\"\n").unwrap();
+        let c = Config::load(&path, &env(&[("TWINOPS_EMBEDDINGS_MODEL", "nomic-embed-text")])).unwrap();
+        let e = c.embeddings.unwrap();
+        assert_eq!(
+            (e.base_url.as_str(), e.model.as_str(), e.batch),
+            ("http://127.0.0.1:8081/v1", "nomic-embed-text", 32)
+        );
+        assert!(Config::load(Path::new("/nonexistent"), &|_| None).unwrap().embeddings.is_none(), "off by default");
+        std::fs::write(&path, "[embeddings]\nbase_url = \"http://h/v1\"\nmodel = \"m\"\nbatchsize = 8\n").unwrap();
+        let err = format!("{:#}", Config::load(&path, &|_| None).unwrap_err());
+        assert!(err.contains("batchsize"), "{err}");
+        std::fs::write(&path, "[embeddings]\nbase_url = \"http://h/v1\"\nmodel = \"m\"\nbatch = 0\n").unwrap();
+        let err = format!("{:#}", Config::load(&path, &|_| None).unwrap_err());
+        assert!(err.contains("embeddings.batch must be 1 to 2048"), "{err}");
     }
 
     #[test]

@@ -258,9 +258,9 @@ impl ServerHandler for TwinMcp {
 }
 
 /// `twinops mcp`: serves MCP on stdin/stdout until the host closes it.
-pub async fn serve_stdio(store: Store, allow_propose: bool) -> anyhow::Result<()> {
+pub async fn serve_stdio(store: Store, docs: DocIndex, allow_propose: bool) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
-    let server = TwinMcp::new(store, DocIndex::new(), allow_propose, "stdio").serve(rmcp::transport::stdio()).await?;
+    let server = TwinMcp::new(store, docs, allow_propose, "stdio").serve(rmcp::transport::stdio()).await?;
     server.waiting().await?;
     Ok(())
 }

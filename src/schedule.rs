@@ -13,6 +13,7 @@ use crate::agent::Agent;
 use crate::alarms;
 use crate::approvals::Approvals;
 use crate::domain::Timestamp;
+use crate::rag::DocIndex;
 use crate::store::{Store, prune_readings};
 
 /// The `[schedule]` part. Cron expressions have six fields, seconds first, in UTC.
@@ -78,14 +79,23 @@ pub struct Housekeeping {
     pub expired_work_orders: Vec<i64>,
     pub unshelved: usize,
     pub docs_changed: usize,
+    /// Chunks given an embedding (with `[embeddings]` set).
+    pub docs_embedded: usize,
 }
 
-/// Expires stale proposals, unshelves alarms whose time is over, and re-indexes the
-/// documents under `docs` that changed (unchanged files are skipped by SHA-256).
-pub async fn housekeeping(store: &Store, docs: Option<PathBuf>, now: Timestamp) -> anyhow::Result<Housekeeping> {
+/// Expires stale proposals, unshelves alarms whose time is over, re-indexes the
+/// documents under `docs` that changed (unchanged files are skipped by SHA-256), and,
+/// when `index` has an embedder, embeds the chunks that have no vector yet (an
+/// embeddings server that is down is logged and tried again next time).
+pub async fn housekeeping(
+    store: &Store,
+    docs: Option<PathBuf>,
+    index: &DocIndex,
+    now: Timestamp,
+) -> anyhow::Result<Housekeeping> {
     let expired_work_orders = Approvals::new(store.writer().clone()).expire_due(now).await?;
-    let (s, w) = (store.clone(), store.writer().clone());
-    let (unshelved, docs_changed) = tokio::task::spawn_blocking(move || -> anyhow::Result<(usize, usize)> {
+    let (s, w, index) = (store.clone(), store.writer().clone(), index.clone());
+    let (unshelved, docs_changed, docs_embedded) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let unshelved = alarms::unshelve_expired(&w, now)?;
         let changed = match docs {
             Some(dir) => {
@@ -94,28 +104,37 @@ pub async fn housekeeping(store: &Store, docs: Option<PathBuf>, now: Timestamp) 
             }
             None => 0,
         };
-        Ok((unshelved, changed))
+        let embedded = match index.embedder().map(|e| crate::rag::embed_chunks(&s, e)) {
+            Some(Ok(r)) => r.embedded,
+            Some(Err(e)) => {
+                tracing::warn!(stage = "schedule", error = %format!("{e:#}"), "embedding the documents failed; BM25 still answers");
+                0
+            }
+            None => 0,
+        };
+        Ok((unshelved, changed, embedded))
     })
     .await??;
-    Ok(Housekeeping { expired_work_orders, unshelved, docs_changed })
+    Ok(Housekeeping { expired_work_orders, unshelved, docs_changed, docs_embedded })
 }
 
 /// Starts the scheduler with the three jobs. Shut it down with [`JobScheduler::shutdown`].
 pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
 
-    let (s, docs) = (store.clone(), cfg.docs_dir.clone());
+    let (s, docs, index) = (store.clone(), cfg.docs_dir.clone(), agent.docs().clone());
     sched
         .add(Job::new_async(cfg.housekeeping.as_str(), move |_, _| {
-            let (s, docs) = (s.clone(), docs.clone());
+            let (s, docs, index) = (s.clone(), docs.clone(), index.clone());
             Box::pin(async move {
-                match housekeeping(&s, docs, Timestamp::now()).await {
+                match housekeeping(&s, docs, &index, Timestamp::now()).await {
                     Ok(h) if h == Housekeeping::default() => {}
                     Ok(h) => tracing::info!(
                         stage = "schedule",
                         expired_work_orders = ?h.expired_work_orders,
                         unshelved = h.unshelved,
                         docs_changed = h.docs_changed,
+                        docs_embedded = h.docs_embedded,
                         "housekeeping"
                     ),
                     Err(e) => tracing::warn!(stage = "schedule", error = %format!("{e:#}"), "housekeeping failed"),

@@ -4,7 +4,8 @@
 //! and Anthropic Messages (`POST /v1/messages`) wire formats over real HTTP on a local
 //! port, answers each request with the next step of a script, and records every
 //! request body. Like the real APIs, it rejects (400) a conversation whose tool results
-//! do not answer the previous assistant turn's tool calls exactly.
+//! do not answer the previous assistant turn's tool calls exactly. It also serves
+//! `POST /v1/embeddings` when a test gives it an embedding function.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -83,6 +84,7 @@ struct Script {
     cycle: Vec<Reply>,
     requests: Vec<Value>,
     quirks: Quirks,
+    embed: Option<fn(&str) -> Vec<f32>>,
 }
 
 /// A running scripted server. Stops when dropped.
@@ -122,10 +124,12 @@ impl ScriptedServer {
             cycle,
             requests: Vec::new(),
             quirks: Quirks::default(),
+            embed: None,
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(Arc::clone(&script));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a local port");
         let addr = listener.local_addr().expect("local address");
@@ -148,6 +152,12 @@ impl ScriptedServer {
     /// Every request body received, in order.
     pub fn requests(&self) -> Vec<Value> {
         self.script.lock().expect("script lock").requests.clone()
+    }
+
+    /// Serves `/v1/embeddings` with `f` as the model (without it, the endpoint answers
+    /// 501 as a llama-server started without `--embeddings` does).
+    pub fn serve_embeddings(&self, f: fn(&str) -> Vec<f32>) {
+        self.script.lock().expect("script lock").embed = Some(f);
     }
 
     pub fn push(&self, replies: Vec<Reply>) {
@@ -455,5 +465,38 @@ async fn anthropic(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::By
             "content": content, "stop_reason": stop,
             "usage": {"input_tokens": input, "output_tokens": output},
         }),
+    )
+}
+
+/// `POST /v1/embeddings`: `input` a string or a list of them; one vector each, in order.
+async fn embeddings(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::Bytes) -> Response<Body> {
+    let body: Value = match serde_json::from_slice(&raw) {
+        Ok(v) => v,
+        Err(e) => return bad_request(format!("body is not JSON: {e}")),
+    };
+    let embed = {
+        let mut s = script.lock().expect("script lock");
+        s.requests.push(body.clone());
+        s.embed
+    };
+    let Some(embed) = embed else {
+        let message = "This server does not support embeddings. Start it with `--embeddings`";
+        return json_response(501, json!({"error": {"code": 501, "message": message, "type": "not_supported_error"}}));
+    };
+    let inputs: Vec<&str> = match &body["input"] {
+        Value::String(s) => vec![s.as_str()],
+        Value::Array(items) => match items.iter().map(Value::as_str).collect::<Option<Vec<&str>>>() {
+            Some(v) => v,
+            None => return bad_request("input must be a string or a list of strings".into()),
+        },
+        _ => return bad_request("input is required".into()),
+    };
+    let data: Vec<Value> = (inputs.iter().enumerate())
+        .map(|(i, text)| json!({"object": "embedding", "index": i, "embedding": embed(text)}))
+        .collect();
+    let tokens: u64 = inputs.iter().map(|t| tokens(t)).sum();
+    json_response(
+        200,
+        json!({"object": "list", "model": body["model"], "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}),
     )
 }

@@ -37,7 +37,8 @@ fn the_rules_model_holds_the_floor_on_every_case() {
     assert!(cases.iter().all(|c| c["checks"].as_array().unwrap().iter().any(|k| k["name"] == "numbers from tools")));
     let total = &report["summaries"][0]["total"];
     assert!(stdout.contains(&format!("{} of {} checks", total["checks_passed"], total["checks"])), "{stdout}");
-    let retrieval = &report["retrieval"];
+    let retrieval = &report["retrieval"][0];
+    assert_eq!(retrieval["method"], "bm25", "{retrieval}");
     assert!(retrieval["recall_at_5"].as_f64().unwrap() > 0.5, "{retrieval}");
     assert!(std::fs::read_to_string(dir.path().join("eval.md")).unwrap().contains("| category | cases |"));
 }

@@ -1,7 +1,6 @@
 //! HTTP plumbing shared by the providers: one client, error classification, the
 //! `Retry-After` headers, and Server-Sent Events.
 
-use std::sync::Once;
 use std::time::Duration;
 
 use super::model::{ErrorClass, ModelError, classify_status};
@@ -16,11 +15,7 @@ pub struct Http {
 
 impl Http {
     pub fn new() -> Http {
-        static PROVIDER: Once = Once::new();
-        // reqwest is built without a default crypto provider; ring is ours.
-        PROVIDER.call_once(|| {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        });
+        crate::support::install_tls_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(60))

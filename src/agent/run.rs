@@ -236,6 +236,12 @@ impl Agent {
     }
 
     /// The search index the tools use (cheap to clone; built once, shared).
+    /// The documentation search its tools use (by default BM25 alone).
+    pub fn with_docs(mut self, docs: DocIndex) -> Agent {
+        self.docs = docs;
+        self
+    }
+
     pub fn docs(&self) -> &DocIndex {
         &self.docs
     }

@@ -48,7 +48,7 @@ pub(super) fn tools(global: &Global, cmd: ToolsCommand) -> anyhow::Result<ExitCo
             };
             let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
             let caller = Proposer::User(format!("cli:{user}"));
-            let docs = rag::DocIndex::new();
+            let docs = global.config()?.doc_index();
             let out = tools::with_context(&global.open()?, &docs, now, caller, |ctx| tools::call(ctx, &name, args))?;
             println!("{}", out.content);
             if out.is_error {

@@ -218,11 +218,25 @@ pub(super) fn docs(global: &Global, cmd: DocsCommand) -> anyhow::Result<ExitCode
             for (path, why) in &r.not_indexed {
                 println!("not indexed: {path}: {why}");
             }
+            let index = global.config()?.doc_index();
+            if let Some(embedder) = index.embedder() {
+                match rag::embed_chunks(&store, embedder) {
+                    Ok(e) => {
+                        println!("embedded {} chunks with {} ({} had a vector)", e.embedded, embedder.model(), e.kept)
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "{e:#}\nthe documents are indexed and searchable by words; run `twinops docs index` again to embed the rest"
+                        );
+                        return Ok(ExitCode::FAILURE);
+                    }
+                }
+            }
         }
         DocsCommand::Search { query, limit } => {
             let store = global.open()?;
             let db = store.read()?;
-            for hit in rag::DocIndex::new().search(&db, &query, limit)? {
+            for hit in global.config()?.doc_index().search(&db, &query, limit)? {
                 println!(
                     "{:>7.3}  {:<32} {}\n         {}",
                     hit.score,

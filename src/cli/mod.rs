@@ -71,7 +71,8 @@ impl Global {
     fn agent(&self, now: Option<&str>) -> anyhow::Result<Agent> {
         let config = self.config()?;
         let store = self.open()?;
-        let agent = Agent::new(store, agent::models_from_config(&config.llm), config.llm.limits);
+        let agent = Agent::new(store, agent::models_from_config(&config.llm), config.llm.limits.clone())
+            .with_docs(config.doc_index());
         Ok(match now {
             Some(s) => {
                 let now = parse_time(s).map_err(anyhow::Error::msg).context("--now")?;
@@ -324,8 +325,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 anyhow::ensure!(path.exists(), "no config file {}", path.display());
                 Ok(Config::load(path, &|_| None)?.llm)
             };
+            let config = global.config()?;
             let chains = crate::eval::Chains {
-                tested: global.config()?.llm,
+                tested: config.llm,
+                embeddings: config.embeddings,
                 compare: args.compare.as_deref().map(load).transpose().context("--compare")?,
                 judge: args.judge.as_deref().map(load).transpose().context("--judge")?,
             };
@@ -336,7 +339,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp { allow_propose } => {
             let store = global.open()?;
             let allow = allow_propose || global.config()?.mcp.allow_propose;
-            runtime()?.block_on(crate::mcp::serve_stdio(store, allow))?;
+            let docs = global.config()?.doc_index();
+            runtime()?.block_on(crate::mcp::serve_stdio(store, docs, allow))?;
         }
         Command::Seed(args) => data::seed(global, args)?,
         Command::Backup { to } => data::backup(global, &to)?,

@@ -76,6 +76,8 @@ pub struct Chains {
     pub tested: LlmConfig,
     pub compare: Option<LlmConfig>,
     pub judge: Option<LlmConfig>,
+    /// `[embeddings]`: when set, retrieval is also measured with BM25 fused with them.
+    pub embeddings: Option<crate::rag::EmbeddingsConfig>,
 }
 
 /// Runs the eval. Returns whether the score held the floor.
@@ -104,10 +106,10 @@ pub fn main(args: &EvalArgs, chains: &Chains) -> anyhow::Result<bool> {
     if let Some(other) = &chains.compare {
         runs.push(rt.block_on(run_all(&plant, &cases, provider_from(other), args.scripted, judge.as_ref()))?);
     }
-    let retrieval = retrieval::measure(&plant, &args.retrieval)?;
+    let retrieval = retrieval::measure(&plant, &args.retrieval, chains.embeddings.as_ref())?;
     let summaries: Vec<Summary> = runs.iter().map(|(name, results)| Summary::of(name, results)).collect();
-    report::print(&summaries, &runs, retrieval.as_ref());
-    report::write(&args.out, &summaries, &runs, retrieval.as_ref())?;
+    report::print(&summaries, &runs, &retrieval);
+    report::write(&args.out, &summaries, &runs, &retrieval)?;
     eprintln!("wrote {} and {}", args.out.join("eval.json").display(), args.out.join("eval.md").display());
     if args.scripted {
         // Against an adversarial model, what is checked is what our code guarantees:

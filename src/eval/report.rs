@@ -114,12 +114,7 @@ fn category_table(out: &mut String, s: &Summary, md: bool) {
     }
 }
 
-fn render(
-    summaries: &[Summary],
-    runs: &[(String, Vec<CaseResult>)],
-    retrieval: Option<&Retrieval>,
-    md: bool,
-) -> String {
+fn render(summaries: &[Summary], runs: &[(String, Vec<CaseResult>)], retrieval: &[Retrieval], md: bool) -> String {
     let mut out = String::new();
     if md {
         out.push_str("# twinops eval\n\n");
@@ -180,14 +175,14 @@ fn render(
             s.judge_mean.map(|j| format!("; judge {j:.1}/10 (apart from the score)")).unwrap_or_default()
         );
     }
-    if let Some(r) = retrieval {
+    if !retrieval.is_empty() {
         let _ = writeln!(out, "\n{}retrieval\n", if md { "## " } else { "== " });
-        out.push_str(&r.render(md));
+        out.push_str(&super::retrieval::render(retrieval, md));
     }
     out
 }
 
-pub fn print(summaries: &[Summary], runs: &[(String, Vec<CaseResult>)], retrieval: Option<&Retrieval>) {
+pub fn print(summaries: &[Summary], runs: &[(String, Vec<CaseResult>)], retrieval: &[Retrieval]) {
     print!("{}", render(summaries, runs, retrieval, false));
 }
 
@@ -195,7 +190,7 @@ pub fn write(
     dir: &Path,
     summaries: &[Summary],
     runs: &[(String, Vec<CaseResult>)],
-    retrieval: Option<&Retrieval>,
+    retrieval: &[Retrieval],
 ) -> anyhow::Result<()> {
     let json = serde_json::json!({
         "plant_end": crate::domain::Timestamp::from_unix(super::END),

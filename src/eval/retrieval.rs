@@ -9,6 +9,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::run::Plant;
+use crate::rag::{DocIndex, Embedder, EmbeddingsConfig, embed_chunks};
+use crate::store::Store;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,7 +40,7 @@ pub struct Ranked {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Retrieval {
-    pub method: &'static str,
+    pub method: String,
     pub questions: usize,
     pub recall_at_5: f64,
     pub mrr: f64,
@@ -49,32 +51,44 @@ pub struct Retrieval {
 
 const DEPTH: usize = 20;
 
-/// Measures today's search (BM25) on the questions in `path`; `None` when there is no
-/// such file.
-pub fn measure(plant: &Plant, path: &Path) -> anyhow::Result<Option<Retrieval>> {
+/// Measures today's search (BM25) on the questions in `path`, and BM25 fused with
+/// `embeddings` when given (the plant's chunks are embedded first); empty when there is
+/// no such file.
+pub fn measure(plant: &Plant, path: &Path, embeddings: Option<&EmbeddingsConfig>) -> anyhow::Result<Vec<Retrieval>> {
     if !path.exists() {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let text = std::fs::read_to_string(path)?;
     let file: File = toml::from_str(&text).with_context(|| format!("in {}", path.display()))?;
     let store = plant.open_template()?;
-    let db = store.read()?;
-    let docs = crate::rag::DocIndex::new();
-    let mut ranked = Vec::new();
-    for q in file.question {
-        let hits = docs.search(&db, &q.text, DEPTH).with_context(|| format!("searching '{}'", q.text))?;
-        let rank = hits.iter().position(|h| h.citation.as_str() == q.answer).map(|i| i + 1);
-        ranked.push(Ranked { question: q.text, answer: q.answer, paraphrase: q.paraphrase, rank });
-    }
-    for r in &ranked {
+    for q in &file.question {
         let exists = crate::tools::with_context(
             &store,
-            &docs,
+            &DocIndex::new(),
             crate::domain::Timestamp::from_unix(super::END),
             crate::approvals::Proposer::Run(0),
-            |ctx| !crate::tools::call(ctx, "read_doc", serde_json::json!({"citation": r.answer})).is_error,
+            |ctx| !crate::tools::call(ctx, "read_doc", serde_json::json!({"citation": q.answer})).is_error,
         )?;
-        anyhow::ensure!(exists, "{}: the answer {} is not a chunk of the demo documents", path.display(), r.answer);
+        anyhow::ensure!(exists, "{}: the answer {} is not a chunk of the demo documents", path.display(), q.answer);
+    }
+    let mut out = vec![rank_all(&store, &DocIndex::new(), "bm25".into(), &file.question)?];
+    if let Some(cfg) = embeddings {
+        let embedder = Embedder::new(cfg.clone());
+        let report = embed_chunks(&store, &embedder).context("embedding the demo documents")?;
+        eprintln!("embedded {} chunks with {} for the retrieval figures", report.embedded + report.kept, cfg.model);
+        let method = format!("bm25 + {} (RRF)", cfg.model);
+        out.push(rank_all(&store, &DocIndex::with_embeddings(embedder), method, &file.question)?);
+    }
+    Ok(out)
+}
+
+fn rank_all(store: &Store, docs: &DocIndex, method: String, questions: &[Question]) -> anyhow::Result<Retrieval> {
+    let db = store.read()?;
+    let mut ranked = Vec::new();
+    for q in questions {
+        let hits = docs.search(&db, &q.text, DEPTH).with_context(|| format!("searching '{}'", q.text))?;
+        let rank = hits.iter().position(|h| h.citation.as_str() == q.answer).map(|i| i + 1);
+        ranked.push(Ranked { question: q.text.clone(), answer: q.answer.clone(), paraphrase: q.paraphrase, rank });
     }
     let stats = |set: &[&Ranked]| -> (f64, f64) {
         if set.is_empty() {
@@ -88,45 +102,37 @@ pub fn measure(plant: &Plant, path: &Path) -> anyhow::Result<Option<Retrieval>> 
     let all: Vec<&Ranked> = ranked.iter().collect();
     let para: Vec<&Ranked> = ranked.iter().filter(|r| r.paraphrase).collect();
     let ((recall_at_5, mrr), (paraphrase_recall_at_5, paraphrase_mrr)) = (stats(&all), stats(&para));
-    Ok(Some(Retrieval {
-        method: "bm25",
-        questions: ranked.len(),
-        recall_at_5,
-        mrr,
-        paraphrase_recall_at_5,
-        paraphrase_mrr,
-        ranked,
-    }))
+    Ok(Retrieval { method, questions: ranked.len(), recall_at_5, mrr, paraphrase_recall_at_5, paraphrase_mrr, ranked })
 }
 
-impl Retrieval {
-    pub fn render(&self, md: bool) -> String {
-        let mut out = String::new();
-        let para = self.ranked.iter().filter(|r| r.paraphrase).count();
-        let rows = [
-            (format!("all {} questions", self.questions), self.recall_at_5, self.mrr),
-            (format!("{para} paraphrases"), self.paraphrase_recall_at_5, self.paraphrase_mrr),
-        ];
+/// The methods side by side (a row each, all questions and paraphrases), then what each
+/// missed.
+pub fn render(list: &[Retrieval], md: bool) -> String {
+    let mut out = String::new();
+    let Some(first) = list.first() else { return out };
+    let para = first.ranked.iter().filter(|r| r.paraphrase).count();
+    let (all, some) = (format!("recall@5 ({})", first.questions), format!("paraphrases ({para})"));
+    if md {
+        let _ = writeln!(out, "| method | {all} | MRR | {some} recall@5 | MRR |\n|---|---:|---:|---:|---:|");
+    } else {
+        let _ = writeln!(out, "{:<32} {all:>14} {:>6} {some:>17} {:>6}", "method", "MRR", "MRR");
+    }
+    for r in list {
+        let (a, b, c, d) = (r.recall_at_5, r.mrr, r.paraphrase_recall_at_5, r.paraphrase_mrr);
         if md {
-            let _ = writeln!(out, "| {} | recall@5 | MRR |\n|---|---:|---:|", self.method);
-            for (label, recall, mrr) in rows {
-                let _ = writeln!(out, "| {label} | {recall:.2} | {mrr:.2} |");
-            }
+            let _ = writeln!(out, "| {} | {a:.2} | {b:.2} | {c:.2} | {d:.2} |", r.method);
         } else {
-            let _ = writeln!(out, "{:<24} {:>9} {:>6}", self.method, "recall@5", "MRR");
-            for (label, recall, mrr) in rows {
-                let _ = writeln!(out, "{label:<24} {recall:>9.2} {mrr:>6.2}");
-            }
+            let _ = writeln!(out, "{:<32} {a:>14.2} {b:>6.2} {c:>17.2} {d:>6.2}", r.method);
         }
-        let missed: Vec<String> = self
-            .ranked
-            .iter()
+    }
+    for r in list {
+        let missed: Vec<String> = (r.ranked.iter())
             .filter(|r| r.rank.is_none_or(|k| k > 5))
             .map(|r| format!("{} ({})", r.question, r.rank.map_or("not in 20".to_string(), |k| format!("rank {k}"))))
             .collect();
         if !missed.is_empty() {
-            let _ = writeln!(out, "\nnot in the first 5: {}", missed.join("; "));
+            let _ = writeln!(out, "\n{}: not in the first 5: {}", r.method, missed.join("; "));
         }
-        out
     }
+    out
 }

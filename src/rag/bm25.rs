@@ -1,5 +1,6 @@
 //! The search index: BM25 over the chunks, held in memory and rebuilt from SQLite
-//! when `rag_generation` says the chunks changed.
+//! when `rag_generation` says the chunks changed; with an embedder, the chunks' stored
+//! vectors beside it, the two rankings fused by reciprocal rank.
 //!
 //! Why not FTS5: ranking every match with FTS5's `bm25()` costs 10-20 ms a query over
 //! 10,000 chunks when a model's question shares common words ("pump", "bearing") with
@@ -12,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::Connection;
 
 use super::chunk::heading;
+use super::embed::{Embedder, from_blob};
 use crate::domain::Citation;
 
 /// BM25 parameters: the usual ones.
@@ -26,6 +28,10 @@ const TITLE_WEIGHT: f32 = 0.5;
 const MAX_QUERY_TERMS: usize = 16;
 /// Words in a snippet.
 const SNIPPET_WORDS: usize = 28;
+/// With embeddings: how deep each ranking is read before fusing, and the reciprocal
+/// rank fusion constant (Cormack et al. 2009: 60 works across collections).
+const FUSE_DEPTH: usize = 50;
+const RRF_K: f32 = 60.0;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Hit {
@@ -33,7 +39,7 @@ pub struct Hit {
     pub document: String,
     pub heading: String,
     pub snippet: String,
-    /// BM25 score, higher is better.
+    /// Higher is better: BM25's score, or with embeddings the fused reciprocal-rank score.
     pub score: f64,
 }
 
@@ -53,6 +59,7 @@ pub struct DocIndex {
     // A std mutex: held only to swap the Arc; a rebuild happens under it so that two
     // searches do not both rebuild.
     built: Arc<Mutex<Option<Arc<Built>>>>,
+    embedder: Option<Arc<Embedder>>,
 }
 
 struct Built {
@@ -63,11 +70,24 @@ struct Built {
     doc_len: Vec<f32>,
     avg_len: f32,
     chunk_ids: Vec<i64>,
+    /// The embedder's vectors, `dim` floats each, for the documents in `vector_docs`.
+    dim: usize,
+    vector_docs: Vec<u32>,
+    vectors: Vec<f32>,
 }
 
 impl DocIndex {
     pub fn new() -> DocIndex {
         DocIndex::default()
+    }
+
+    /// An index that also ranks by `embedder`'s vectors, where chunks have them.
+    pub fn with_embeddings(embedder: Embedder) -> DocIndex {
+        DocIndex { built: Arc::default(), embedder: Some(Arc::new(embedder)) }
+    }
+
+    pub fn embedder(&self) -> Option<&Embedder> {
+        self.embedder.as_deref()
     }
 
     /// The best `limit` chunks for `query`, best first.
@@ -77,7 +97,16 @@ impl DocIndex {
             return Err(SearchError::NoTerms);
         }
         let index = self.current(conn)?;
-        let ranked = index.rank(&query_terms, limit);
+        // A query naming an identifier the documents hold (an alarm code such as VIB-HI,
+        // a tag, an asset id) is answered by words alone: identifiers match exactly, and
+        // an embedding model reads them as noise (with fusion, the VIB-HIHI procedure fell
+        // from first to third on the retrieval questions).
+        let names_identifier = query_terms.iter().any(|t| t.whole.contains('-') && index.terms.contains_key(&t.whole));
+        let semantic = if names_identifier { None } else { self.semantic(&index, query) };
+        let ranked = match semantic {
+            Some(by_meaning) => fuse(&[index.rank(&query_terms, FUSE_DEPTH), by_meaning], limit),
+            None => index.rank(&query_terms, limit),
+        };
         let mut stmt = conn.prepare_cached(
             "SELECT d.path, c.seq, d.title, c.section, c.body
              FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ?1",
@@ -97,6 +126,19 @@ impl DocIndex {
         Ok(hits)
     }
 
+    /// The chunks nearest `query` in meaning, when there is an embedder and vectors from
+    /// it; `None` sends the search to BM25 alone (an embedder that fails is logged).
+    fn semantic(&self, index: &Built, query: &str) -> Option<Vec<(i64, f32)>> {
+        let embedder = self.embedder.as_ref().filter(|_| !index.vector_docs.is_empty())?;
+        match embedder.embed_query(query) {
+            Ok(v) => Some(index.nearest(&v, FUSE_DEPTH)),
+            Err(e) => {
+                tracing::warn!(stage = "rag", error = %e, "query embedding failed; searching with BM25 alone");
+                None
+            }
+        }
+    }
+
     /// The index for the chunks as they are now, rebuilt if they changed.
     fn current(&self, conn: &Connection) -> Result<Arc<Built>, SearchError> {
         let generation: i64 =
@@ -105,14 +147,15 @@ impl DocIndex {
         if let Some(built) = slot.as_ref().filter(|b| b.generation == generation) {
             return Ok(Arc::clone(built));
         }
-        let built = Arc::new(Built::load(conn, generation)?);
+        let model = self.embedder.as_ref().map(|e| e.model());
+        let built = Arc::new(Built::load(conn, generation, model)?);
         *slot = Some(Arc::clone(&built));
         Ok(built)
     }
 }
 
 impl Built {
-    fn load(conn: &Connection, generation: i64) -> rusqlite::Result<Built> {
+    fn load(conn: &Connection, generation: i64, model: Option<&str>) -> rusqlite::Result<Built> {
         let mut built = Built {
             generation,
             terms: HashMap::new(),
@@ -120,6 +163,9 @@ impl Built {
             doc_len: Vec::new(),
             avg_len: 0.0,
             chunk_ids: Vec::new(),
+            dim: 0,
+            vector_docs: Vec::new(),
+            vectors: Vec::new(),
         };
         let mut stmt = conn.prepare(
             "SELECT c.id, c.section, c.body, d.title FROM chunks c JOIN documents d ON d.id = c.document_id ORDER BY c.id",
@@ -150,7 +196,53 @@ impl Built {
         }
         let n = built.doc_len.len().max(1) as f32;
         built.avg_len = (built.doc_len.iter().sum::<f32>() / n).max(1.0);
+        if let Some(model) = model {
+            built.load_vectors(conn, model)?;
+        }
         Ok(built)
+    }
+
+    fn load_vectors(&mut self, conn: &Connection, model: &str) -> rusqlite::Result<()> {
+        let doc_of: HashMap<i64, u32> = self.chunk_ids.iter().enumerate().map(|(d, id)| (*id, d as u32)).collect();
+        let mut stmt = conn.prepare("SELECT chunk_id, vector FROM chunk_vectors WHERE model = ?1 ORDER BY chunk_id")?;
+        let mut rows = stmt.query([model])?;
+        while let Some(row) = rows.next()? {
+            let v = from_blob(row.get_ref(1)?.as_blob()?);
+            // A vector of another length (the model behind the name changed) waits to be replaced.
+            if self.dim == 0 {
+                self.dim = v.len();
+            }
+            if let (Some(&doc), true) = (doc_of.get(&row.get::<_, i64>(0)?), v.len() == self.dim) {
+                self.vector_docs.push(doc);
+                self.vectors.extend_from_slice(&v);
+            }
+        }
+        Ok(())
+    }
+
+    /// The `limit` chunks with the largest cosine similarity to `query` (all vectors are
+    /// unit length), best first.
+    fn nearest(&self, query: &[f32], limit: usize) -> Vec<(i64, f32)> {
+        if query.len() != self.dim {
+            tracing::warn!(
+                stage = "rag",
+                query = query.len(),
+                stored = self.dim,
+                "query vector length differs from the stored vectors'; re-run `twinops docs index`"
+            );
+            return Vec::new();
+        }
+        let mut scored: Vec<(u32, f32)> = (self.vector_docs.iter())
+            .zip(self.vectors.chunks_exact(self.dim))
+            .map(|(&doc, v)| (doc, v.iter().zip(query).map(|(a, b)| a * b).sum()))
+            .collect();
+        let by_rank = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if scored.len() > limit {
+            scored.select_nth_unstable_by(limit, by_rank);
+            scored.truncate(limit);
+        }
+        scored.sort_by(by_rank);
+        scored.into_iter().map(|(d, s)| (self.chunk_ids[d as usize], s)).collect()
     }
 
     fn rank(&self, query: &[QueryTerm], limit: usize) -> Vec<(i64, f32)> {
@@ -186,6 +278,25 @@ impl Built {
         touched.sort_by(by_rank);
         touched.into_iter().map(|d| (self.chunk_ids[d as usize], scores[d as usize])).collect()
     }
+}
+
+/// Reciprocal rank fusion: a chunk scores the sum of 1/(60 + rank) over the rankings
+/// it is in. Ties keep the order of the first ranking.
+fn fuse(rankings: &[Vec<(i64, f32)>], limit: usize) -> Vec<(i64, f32)> {
+    let mut fused: Vec<(i64, f32)> = Vec::new();
+    for ranking in rankings {
+        for (rank, (chunk, _)) in ranking.iter().enumerate() {
+            let add = 1.0 / (RRF_K + rank as f32 + 1.0);
+            match fused.iter_mut().find(|(c, _)| c == chunk) {
+                Some(slot) => slot.1 += add,
+                None => fused.push((*chunk, add)),
+            }
+        }
+    }
+    // Stable: equal scores keep first-seen order.
+    fused.sort_by(|a, b| b.1.total_cmp(&a.1));
+    fused.truncate(limit);
+    fused
 }
 
 /// A query word: `whole` is the indexed term; a compound also keeps its parts.
@@ -356,6 +467,15 @@ mod tests {
         assert_eq!(wholes, ["vib-hi", "alarm", "raised", "pump-007"]);
         assert_eq!(q[0].parts, ["vib", "hi"]);
         assert!(query_terms("what is the ?").is_empty());
+    }
+
+    #[test]
+    fn fusion_favours_chunks_both_rankings_place_high() {
+        let lexical = vec![(1, 9.0), (2, 8.0), (3, 7.0)];
+        let semantic = vec![(3, 0.9), (4, 0.8), (1, 0.7)];
+        let fused: Vec<i64> = fuse(&[lexical, semantic], 3).into_iter().map(|(c, _)| c).collect();
+        // 1: 1/61 + 1/63; 3: 1/63 + 1/61; both beat 2 (1/62) and 4 (1/62); 1 came first.
+        assert_eq!(fused, [1, 3, 2]);
     }
 
     #[test]

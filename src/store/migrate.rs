@@ -311,6 +311,13 @@ const MIGRATIONS: &[&str] = &[
      ) STRICT;
      CREATE INDEX login_failures_name ON login_failures(name, at);
      CREATE INDEX login_failures_address ON login_failures(address, at);",
+    // 18: a chunk's embedding (`rag/embed.rs`, optional): unit-length little-endian f32,
+    // from the model named; gone with its chunk.
+    "CREATE TABLE chunk_vectors (
+         chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+         model    TEXT NOT NULL,
+         vector   BLOB NOT NULL
+     ) STRICT;",
 ];
 
 /// The schema version this build writes.

@@ -7,6 +7,15 @@ mod rng;
 
 pub use rng::Rng;
 
+/// Installs ring as the process's TLS provider, once: reqwest and rumqttc are built
+/// without a default one.
+pub fn install_tls_provider() {
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    PROVIDER.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// Lowercase hex of `bytes` (SHA-256 digests of documents, sessions and tokens).
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

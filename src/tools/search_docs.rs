@@ -1,4 +1,4 @@
-//! `search_docs`: BM25 search over the plant documentation.
+//! `search_docs`: the documentation search (BM25, fused with embeddings when configured).
 
 use schemars::JsonSchema;
 use serde::Deserialize;
