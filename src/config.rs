@@ -127,20 +127,21 @@ impl Config {
     /// `TWINOPS_EMBEDDINGS_BASE_URL` with `_MODEL` (and `_API_KEY`) turns embeddings on.
     fn apply_embeddings_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         let (url, model) = (env("TWINOPS_EMBEDDINGS_BASE_URL"), env("TWINOPS_EMBEDDINGS_MODEL"));
-        let (url, model) = match (url, model, &mut self.embeddings) {
-            (None, None, _) => return Ok(()),
-            (Some(url), Some(model), _) => (url, model),
-            (url, model, Some(c)) => (url.unwrap_or(c.base_url.clone()), model.unwrap_or(c.model.clone())),
-            (Some(_), None, None) => {
+        match (&mut self.embeddings, url, model) {
+            (None, None, None) => return Ok(()),
+            (None, Some(url), Some(model)) => self.embeddings = Some(crate::rag::EmbeddingsConfig::new(url, model)),
+            (None, Some(_), None) => {
                 bail!("TWINOPS_EMBEDDINGS_BASE_URL is set but TWINOPS_EMBEDDINGS_MODEL is not; set both")
             }
-            (None, Some(_), None) => {
+            (None, None, Some(_)) => {
                 bail!("TWINOPS_EMBEDDINGS_MODEL is set but TWINOPS_EMBEDDINGS_BASE_URL is not; set both")
             }
-        };
-        let c = self.embeddings.get_or_insert_with(|| crate::rag::EmbeddingsConfig::new(&url, &model));
-        (c.base_url, c.model) = (url, model);
-        if let Some(key) = env("TWINOPS_EMBEDDINGS_API_KEY") {
+            (Some(c), url, model) => {
+                c.base_url = url.unwrap_or(std::mem::take(&mut c.base_url));
+                c.model = model.unwrap_or(std::mem::take(&mut c.model));
+            }
+        }
+        if let (Some(c), Some(key)) = (&mut self.embeddings, env("TWINOPS_EMBEDDINGS_API_KEY")) {
             c.api_key = Some(Secret::new(key));
         }
         Ok(())

@@ -61,17 +61,18 @@ pub fn measure(plant: &Plant, path: &Path, embeddings: Option<&EmbeddingsConfig>
     let text = std::fs::read_to_string(path)?;
     let file: File = toml::from_str(&text).with_context(|| format!("in {}", path.display()))?;
     let store = plant.open_template()?;
+    let bm25 = DocIndex::new();
     for q in &file.question {
         let exists = crate::tools::with_context(
             &store,
-            &DocIndex::new(),
+            &bm25,
             crate::domain::Timestamp::from_unix(super::END),
             crate::approvals::Proposer::Run(0),
             |ctx| !crate::tools::call(ctx, "read_doc", serde_json::json!({"citation": q.answer})).is_error,
         )?;
         anyhow::ensure!(exists, "{}: the answer {} is not a chunk of the demo documents", path.display(), q.answer);
     }
-    let mut out = vec![rank_all(&store, &DocIndex::new(), "bm25".into(), &file.question)?];
+    let mut out = vec![rank_all(&store, &bm25, "bm25".into(), &file.question)?];
     if let Some(cfg) = embeddings {
         let embedder = Embedder::new(cfg.clone());
         let report = embed_chunks(&store, &embedder).context("embedding the demo documents")?;
