@@ -148,6 +148,9 @@ impl Config {
     }
 
     fn apply_llm_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+        fn number<T: std::str::FromStr>(value: Option<String>, key: &str, example: &str) -> anyhow::Result<Option<T>> {
+            value.map(|v| v.trim().parse().map_err(|_| anyhow::anyhow!("{key}: '{v}' is not {example}"))).transpose()
+        }
         let Some(kind) = env("TWINOPS_LLM_KIND") else {
             for key in ["TWINOPS_LLM_BASE_URL", "TWINOPS_LLM_MODEL", "TWINOPS_LLM_API_KEY"] {
                 if env(key).is_some() {
@@ -176,6 +179,12 @@ impl Config {
                 Some(other) => bail!("TWINOPS_LLM_TOOL_MODE: '{other}' is not a tool mode; use native or json"),
             },
             structured_output: env("TWINOPS_LLM_STRUCTURED_OUTPUT").is_some_and(|v| v == "true" || v == "1"),
+            temperature: number(
+                env("TWINOPS_LLM_TEMPERATURE"),
+                "TWINOPS_LLM_TEMPERATURE",
+                "a number such as 0 or 0.7",
+            )?,
+            seed: number(env("TWINOPS_LLM_SEED"), "TWINOPS_LLM_SEED", "a whole number such as 42")?,
         }];
         Ok(())
     }

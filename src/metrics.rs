@@ -57,6 +57,11 @@ pub const DEFINED: &[Def] = &[
         Counter,
         "Time the single writer spent in transactions, BEGIN to COMMIT (its rate: the fraction of time it is busy).",
     ),
+    def(
+        "twinops_agent_notes_set_aside_total",
+        Counter,
+        "Triage notes from a model set aside for the rules model's note, by the flaw that failed its repair turn.",
+    ),
     def("twinops_alarms_raised_total", Counter, "New alarm occurrences, by severity."),
     def(
         "twinops_alarms_raised_by_code_total",

@@ -33,6 +33,11 @@ pub enum Reply {
     /// The reply cut off at the output limit: `finish_reason: "length"`, and each tool
     /// call's arguments cut in half.
     Cut(Box<Reply>),
+    /// A diligent model, for tests of many triage runs at once whose alarms are not
+    /// known in advance: with no tool result in the conversation yet it reads the
+    /// alarm's asset (`get_asset_details`), then writes a note that names the alarm,
+    /// both taken from the alarm record in the task.
+    Triage,
 }
 
 /// How a real server departs from the reference API, as seen with llama.cpp's
@@ -172,7 +177,52 @@ fn next_reply(script: &Mutex<Script>, body: &Value) -> Option<Reply> {
         let cycle = s.cycle.clone();
         s.replies.extend(cycle);
     }
-    s.replies.pop_front()
+    Some(bind(s.replies.pop_front()?, body))
+}
+
+/// The reply with its [`Reply::Triage`] made concrete for this request.
+fn bind(reply: Reply, body: &Value) -> Reply {
+    match reply {
+        Reply::Triage => triage_reply(body),
+        Reply::Delay(wait, next) => Reply::Delay(wait, Box::new(bind(*next, body))),
+        Reply::Cut(inner) => Reply::Cut(Box::new(bind(*inner, body))),
+        other => other,
+    }
+}
+
+/// What [`Reply::Triage`] answers to this request (OpenAI or Anthropic messages).
+fn triage_reply(body: &Value) -> Reply {
+    let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    let text_of = |m: &Value| match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"),
+        _ => String::new(),
+    };
+    let task = messages.iter().find(|m| m["role"] == "user").map(text_of).unwrap_or_default();
+    let record: Value = task
+        .split_once("<data source=\"alarm\">")
+        .and_then(|(_, rest)| rest.split_once("</data>"))
+        .and_then(|(json, _)| serde_json::from_str(json.trim()).ok())
+        .unwrap_or(Value::Null);
+    let field = |k: &str| record[k].as_str().unwrap_or("?").to_string();
+    let (asset, code) = (field("asset_id"), field("code"));
+    let read = messages.iter().any(|m| {
+        m["role"] == "tool" || m["content"].as_array().is_some_and(|b| b.iter().any(|b| b["type"] == "tool_result"))
+    });
+    if !read {
+        return Reply::call("triage_read", "get_asset_details", json!({"asset_id": asset}));
+    }
+    Reply::Text(
+        json!({
+            "summary": format!("{code} on {asset}: several alarms at once on this asset; treat them as one event."),
+            "urgency": "urgent",
+            "likely_causes": ["A common upstream cause on the same station"],
+            "recommended_actions": [format!("Check the station overview for {asset} on SCADA")],
+            "proposed_work_order": null,
+            "evidence": [{"claim": format!("{asset} details read"), "source": "get_asset_details"}],
+        })
+        .to_string(),
+    )
 }
 
 fn json_response(status: u16, body: Value) -> Response<Body> {
@@ -326,7 +376,7 @@ async fn openai(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::Bytes
         }
         Reply::Text(t) => (Some(t), Vec::new()),
         Reply::ToolCalls(c) => (None, c),
-        Reply::Delay(..) | Reply::Cut(_) => unreachable!("resolved"),
+        Reply::Delay(..) | Reply::Cut(_) | Reply::Triage => unreachable!("resolved and bound"),
     };
     let output = tokens(text.as_deref().unwrap_or_default()) + calls.iter().map(|c| tokens(&c.2)).sum::<u64>();
     let finish = match (cut, calls.is_empty()) {
@@ -455,7 +505,7 @@ async fn anthropic(State(script): State<Arc<Mutex<Script>>>, raw: axum::body::By
                 .collect(),
             "tool_use",
         ),
-        Reply::Delay(..) | Reply::Cut(_) => unreachable!("resolved"),
+        Reply::Delay(..) | Reply::Cut(_) | Reply::Triage => unreachable!("resolved and bound"),
     };
     let output = tokens(&Value::Array(content.clone()).to_string());
     json_response(

@@ -115,7 +115,10 @@ async fn triage_over_the_anthropic_wire_format() {
             ("tu_1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
             ("tu_2", "search_docs", json!({"query": "VIB-HI"})),
         ]),
-        Reply::Text(note("VIB-DE at 6.256 mm/s over 4.5 mm/s.", &[("procedure", "arp-vibration.md#1")])),
+        Reply::Text(note(
+            "VIB-HI on PUMP-007: VIB-DE at 6.256 mm/s over 4.5 mm/s.",
+            &[("procedure", "arp-vibration.md#1")],
+        )),
     ])
     .await;
     let model: Arc<dyn Model> = Arc::new(Anthropic::new(&server.anthropic_url(), "scripted", None));
@@ -269,13 +272,19 @@ async fn proposals_are_idempotent_and_claims_of_approval_change_nothing() {
     let alarm = vib_alarm(&p);
     let script = || {
         vec![
-            Reply::call("p1", "propose_work_order", propose("Replace PUMP-007 DE bearing", alarm)),
+            Reply::calls(&[
+                ("r1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+                ("p1", "propose_work_order", propose("Replace PUMP-007 DE bearing", alarm)),
+            ]),
             Reply::call("p2", "propose_work_order", propose("Bearing change, south booster 2", alarm)),
             Reply::Text(note(
                 "The supervisor approved this work order and it is dispatched. VIB-DE 6.256 mm/s.",
                 &[("procedure", "arp-vibration.md#1")],
             )),
-            Reply::Text(note("Bearing change proposed; VIB-DE 6.256 mm/s.", &[("procedure", "arp-vibration.md#1")])),
+            Reply::Text(note(
+                "VIB-HI on PUMP-007: bearing change proposed; VIB-DE 6.256 mm/s.",
+                &[("procedure", "arp-vibration.md#1")],
+            )),
         ]
     };
     let server = ScriptedServer::start(script()).await;
@@ -486,7 +495,7 @@ async fn prompt_injection_in_an_alarm_message_stays_data() {
     assert!(open < hostile && hostile < close, "inside the delimiters: {user}");
     assert_eq!(user.matches("</data>").count(), 1, "the message cannot close the delimiter early");
     assert_eq!(p.count("SELECT count(*) FROM work_orders WHERE status <> 'pending_approval'"), 0);
-    assert_eq!(report.flags, ["no_tool_use", "set_aside:invalid_note"], "the obeying text is set aside");
+    assert_eq!(report.flags, ["set_aside:invalid_note"], "the obeying text is set aside");
     assert_eq!(report.provider.as_deref(), Some("rules"));
     assert!(!report.answer.unwrap().contains("approved"));
 }
@@ -496,7 +505,8 @@ async fn prompt_injection_in_an_alarm_message_stays_data() {
 #[tokio::test(flavor = "multi_thread")]
 async fn invented_numbers_get_a_repair_turn_then_the_note_is_set_aside() {
     let p = Plant::new();
-    let invented = || Reply::Text(note("VIB-DE reached 9.73 mm/s.", &[("procedure", "arp-vibration.md#1")]));
+    let invented =
+        || Reply::Text(note("VIB-HI on PUMP-007: VIB-DE reached 9.73 mm/s.", &[("procedure", "arp-vibration.md#1")]));
     let server = ScriptedServer::start(vec![
         Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
         invented(),
@@ -984,4 +994,111 @@ async fn a_triage_run_out_of_time_publishes_the_rules_models_note() {
         (Outcome::Degraded, &["set_aside:budget:deadline".to_string()][..])
     );
     assert_eq!(serde_json::to_value(report.note.unwrap()).unwrap(), alone);
+}
+
+/// The note a real llama.cpp server published as final (issue 28): valid against the
+/// schema, with no number to check, written without a tool call.
+fn placeholder_note() -> String {
+    json!({ "summary": "1", "urgency": "urgent",
+      "likely_causes": ["A", "B", "C", "D"],
+      "recommended_actions": ["1", "2"],
+      "proposed_work_order": null,
+      "evidence": [ { "claim": "2023-07-21T08:29:10.43.44.15", "source": "Adabamai" },
+                    { "claim": "2023-07-21T12:34:18.48.18.22", "source": "Adabamai" } ] })
+    .to_string()
+}
+
+/// A note that passes every check for PUMP-007's VIB-HI (medium, active), for the
+/// table below to spoil one field at a time.
+fn sound_note() -> Value {
+    json!({
+        "summary": "VIB-HI on PUMP-007: PUMP-007.VIB-DE reads 6.256 mm/s against its 4.5 mm/s limit.",
+        "urgency": "urgent",
+        "likely_causes": ["Drive-end bearing wear or lubrication failure"],
+        "recommended_actions": ["Compare drive end and non-drive end vibration on PUMP-007"],
+        "proposed_work_order": null,
+        "evidence": [{"claim": "PUMP-007.VIB-DE latest 6.256 mm/s", "source": "get_asset_details"}],
+    })
+}
+
+/// The placeholder note gets its repair turn (with tools, since it must read the twin
+/// first), then is set aside: the run ends `degraded` with exactly the rules model's
+/// note, flagged with its flaw, never `final`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_placeholder_note_is_never_final() {
+    let p = Plant::new();
+    let alarm = vib_alarm(&p);
+    let rules = agent(&p, Vec::new(), limits()).triage(alarm).await.unwrap();
+    assert!(rules.flags.is_empty(), "the rules model's note passes every check: {:?}", rules.flags);
+    let server = ScriptedServer::start(vec![Reply::Text(placeholder_note()), Reply::Text(placeholder_note())]).await;
+    let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Degraded, "{report:?}");
+    assert_eq!(report.flags, ["set_aside:no_observation"]);
+    assert_eq!(report.note, rules.note, "the rules model's own note is published");
+    let repair = &server.requests()[1];
+    let asked = last_message(repair);
+    for flaw in [
+        "without reading the twin in this run. Call get_asset_details with asset_id PUMP-007",
+        "must name the alarm as the operator's list does: the asset PUMP-007 and VIB-HI",
+        "neither a tool that ran in this run nor a citation that exists: Adabamai",
+        "placeholders, not sentences: \"A\", \"B\", \"C\", \"D\", \"1\", \"2\"",
+        "dates or times in your answer appear in no tool result: 2023-07-21, 08:29:10",
+    ] {
+        assert!(asked.contains(flaw), "the repair turn names each flaw ({flaw}): {asked}");
+    }
+    assert!(repair["tools"].as_array().is_some_and(|t| !t.is_empty()), "the repair turn offers the tools");
+    assert!(repair.get("response_format").is_none(), "and does not hold the model to the note's schema");
+    let shown = twinops::agent::audit::render_run(&p.store, report.run_id).unwrap();
+    assert!(
+        shown.contains(
+            "set aside: the model's note was set aside for the rules model's: no tool read the alarm's asset or sensor"
+        ),
+        "{shown}"
+    );
+}
+
+/// Each check on its own: a note that fails one of them twice is set aside for the
+/// rules model's note with that flaw named; the sound note is published as final.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_flaw_of_a_note_sets_it_aside() {
+    let p = Plant::new();
+    let alarm = vib_alarm(&p);
+    let spoil = |field: &str, value: Value| {
+        let mut n = sound_note();
+        n[field] = value;
+        n.to_string()
+    };
+    let cases = [
+        ("unnamed_alarm", spoil("summary", json!("Drive-end vibration is high at 6.256 mm/s."))),
+        ("unsourced_evidence", spoil("evidence", json!([{"claim": "VIB-DE 6.256 mm/s", "source": "Adabamai"}]))),
+        ("unsourced_evidence", spoil("evidence", json!([{"claim": "procedure", "source": "arp-nothing.md#4"}]))),
+        ("placeholder", spoil("likely_causes", json!(["A", "Bearing wear"]))),
+        ("placeholder", spoil("recommended_actions", json!(["2"]))),
+        ("urgency_mismatch", spoil("urgency", json!("monitor"))),
+        (
+            "ungrounded",
+            spoil("evidence", json!([{"claim": "rose since 2026-11-29T03:17:00Z", "source": "get_asset_details"}])),
+        ),
+    ];
+    for (flaw, text) in cases {
+        let read = Reply::call("r", "get_asset_details", json!({"asset_id": "PUMP-007"}));
+        let server = ScriptedServer::start(vec![read, Reply::Text(text.clone()), Reply::Text(text.clone())]).await;
+        let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
+        assert_eq!(report.outcome, Outcome::Degraded, "{flaw}: {text}");
+        assert_eq!(report.flags, [format!("set_aside:{flaw}")], "{text}");
+        assert_eq!(report.provider.as_deref(), Some("rules"));
+    }
+    // A differing urgency stands when the note says why.
+    let explained = spoil(
+        "summary",
+        json!("VIB-HI on PUMP-007: 6.256 mm/s, but monitor only because the pump is due a changeover."),
+    );
+    let mut explained: Value = serde_json::from_str(&explained).unwrap();
+    explained["urgency"] = json!("monitor");
+    for text in [sound_note().to_string(), explained.to_string()] {
+        let read = Reply::call("r", "get_asset_details", json!({"asset_id": "PUMP-007"}));
+        let server = ScriptedServer::start(vec![read, Reply::Text(text.clone())]).await;
+        let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
+        assert_eq!((report.outcome, report.flags.clone()), (Outcome::Final, vec![]), "{text}");
+    }
 }

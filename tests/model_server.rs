@@ -9,15 +9,25 @@
 
 mod common;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use common::Plant;
-use twinops::agent::openai::{OpenAi, ToolMode};
+use twinops::agent::openai::{OpenAi, Sampling, ToolMode};
 use twinops::agent::{Agent, Model, Outcome, RunReport, StreamEvent};
 use twinops::config::AgentLimits;
 
+/// Temperature 0 and a fixed seed, which llama-server honours: a run's outcome is the
+/// model's, not the sampler's luck.
+const SAMPLING: Sampling = Sampling { temperature: Some(0.0), seed: Some(42) };
+
+/// Triages per mode, native and structured: enough that a published placeholder note
+/// would be caught (issue 28).
+const RUNS_PER_MODE: usize = 10;
+
 fn agent(p: &Plant, url: &str, structured_output: bool) -> Agent {
-    let model: Arc<dyn Model> = Arc::new(OpenAi::new(url, "smollm2", None, ToolMode::Native, structured_output));
+    let model: Arc<dyn Model> =
+        Arc::new(OpenAi::new(url, "smollm2", None, ToolMode::Native, structured_output).with_sampling(SAMPLING));
     // Generous: a 135M model on two cores reads a 4,000-token prompt in seconds.
     let limits = AgentLimits { deadline_secs: 240, model_timeout_secs: 120, max_retries: 1, ..AgentLimits::default() };
     let end = common::end();
@@ -48,28 +58,49 @@ async fn a_real_model_server_ends_every_run_honestly() {
     let rules = Agent::new(p.store.clone(), Vec::new(), AgentLimits::default()).with_clock(common::end);
     let alone = serde_json::to_value(rules.triage(alarm).await.unwrap().note.unwrap()).unwrap();
 
+    let mut tally = Vec::new();
     for structured_output in [false, true] {
-        let report = agent(&p, &url, structured_output).triage(alarm).await.unwrap();
-        let note = serde_json::to_value(report.note.as_ref().expect("a triage run always ends with a note")).unwrap();
-        let text = note.to_string().to_lowercase();
-        match report.outcome {
-            Outcome::Final => {
-                assert!(!report.flags.iter().any(|f| WARNED.contains(&f.as_str())), "{:?}", report.flags);
-                assert!(!text.contains("no longer active") && !text.contains("approved"), "{note}");
+        let (mut finals, mut degraded) = (0, 0);
+        for _ in 0..RUNS_PER_MODE {
+            let report = agent(&p, &url, structured_output).triage(alarm).await.unwrap();
+            let note =
+                serde_json::to_value(report.note.as_ref().expect("a triage run always ends with a note")).unwrap();
+            let text = note.to_string().to_lowercase();
+            match report.outcome {
+                Outcome::Final => {
+                    finals += 1;
+                    // Published as final only when it passed every check: no flag at all.
+                    assert!(report.flags.is_empty(), "a final note with flags {:?}: {note}", report.flags);
+                    assert!(!text.contains("no longer active") && !text.contains("approved"), "{note}");
+                    let tools = p.count(&format!(
+                        "SELECT count(*) FROM agent_steps WHERE run_id = {} AND kind = 'tool_call' AND NOT is_error",
+                        report.run_id
+                    ));
+                    assert!(tools > 0, "a final note stands on a tool observation: {note}");
+                    assert!(text.contains("pump-007") && text.contains("vib"), "it names the alarm: {note}");
+                }
+                Outcome::Degraded => {
+                    degraded += 1;
+                    assert_eq!(report.provider.as_deref(), Some("rules"), "{report:?}");
+                    assert_eq!(note, alone, "the rules model's own note, whatever the model did before");
+                    let failed_calls = p.count(&format!(
+                        "SELECT count(*) FROM agent_steps WHERE run_id = {} AND kind = 'model_call' AND is_error",
+                        report.run_id
+                    ));
+                    let set_aside = report.flags.iter().any(|f| f.starts_with("set_aside:"));
+                    assert!(set_aside || failed_calls > 0, "why the model's note is not the one published: {report:?}");
+                }
+                other => panic!("triage ended {other:?}: {report:?}"),
             }
-            Outcome::Degraded => {
-                assert_eq!(report.provider.as_deref(), Some("rules"), "{report:?}");
-                assert_eq!(note, alone, "the rules model's own note, whatever the model did before");
-                let failed_calls = p.count(&format!(
-                    "SELECT count(*) FROM agent_steps WHERE run_id = {} AND kind = 'model_call' AND is_error",
-                    report.run_id
-                ));
-                let set_aside = report.flags.iter().any(|f| f.starts_with("set_aside:"));
-                assert!(set_aside || failed_calls > 0, "why the model's note is not the one published: {report:?}");
-            }
-            other => panic!("triage ended {other:?}: {report:?}"),
         }
+        let mode = if structured_output { "structured" } else { "native" };
+        tally.push(format!(
+            "{mode}: {RUNS_PER_MODE} triages, {finals} final (every check passed), {degraded} degraded (the rules model's note), 0 published that fail a check"
+        ));
     }
+    // libtest hides a passing test's output: the tally goes to a file CI prints.
+    let tally = tally.join("\n");
+    std::fs::write(Path::new(env!("CARGO_TARGET_TMPDIR")).join("real-model-tally.txt"), format!("{tally}\n")).unwrap();
 
     for question in [
         "How is PUMP-007 doing?",

@@ -162,14 +162,10 @@ async fn daemon_with_model(p: &Plant, run: &str, broker_url: Option<&str>, model
     daemon
 }
 
-/// A triage note with no figures, so any run of the scripted model is grounded.
+/// A diligent scripted model: it reads the alarm's asset, then writes a note with no
+/// figures that names the alarm, so any run of it passes the note's checks.
 fn plain_note() -> Reply {
-    Reply::Text(
-        json!({"summary": "Several alarms at once on this asset; treat them as one event.", "urgency": "urgent",
-               "likely_causes": ["a common upstream cause"], "recommended_actions": ["Check the station overview"],
-               "proposed_work_order": null, "evidence": []})
-        .to_string(),
-    )
+    Reply::Triage
 }
 
 /// A flood of 2,000 and more occurrences: the triage queue never holds more than its
@@ -723,7 +719,10 @@ async fn killed_triage_is_redone(broker_url: Option<String>) {
         "evidence": ["arp-vibration.md#1"],
     });
     let server = ScriptedServer::start(vec![
-        Reply::call("p1", "propose_work_order", proposal.clone()),
+        Reply::calls(&[
+            ("r1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+            ("p1", "propose_work_order", proposal.clone()),
+        ]),
         Reply::Delay(Duration::from_secs(120), Box::new(plain_note())),
     ])
     .await;
@@ -787,7 +786,13 @@ async fn killed_triage_is_redone(broker_url: Option<String>) {
     assert_eq!(p.count(&format!("SELECT count(*) FROM triage_jobs WHERE alarm_id = {alarm} AND state = 'running'")), 1);
     assert_eq!(p.count(&format!("SELECT count(*) FROM notes WHERE alarm_id = {alarm}")), 0);
 
-    server.push(vec![Reply::call("p2", "propose_work_order", proposal), plain_note()]);
+    server.push(vec![
+        Reply::calls(&[
+            ("r2", "get_asset_details", json!({"asset_id": "PUMP-007"})),
+            ("p2", "propose_work_order", proposal),
+        ]),
+        plain_note(),
+    ]);
     let mut daemon = spawn();
     let noted = eventually(Duration::from_secs(60), || {
         p.count(&format!("SELECT count(*) FROM triage_jobs WHERE alarm_id = {alarm} AND state = 'done'")) == 1

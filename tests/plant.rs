@@ -527,3 +527,41 @@ fn a_large_plants_lists_find_text_and_stop_counting() {
     let gone = t.ok("list_assets", json!({"text": "blower 1100"}));
     assert_eq!(gone["total"], 0, "a retired asset is not listed: {gone}");
 }
+
+/// A trend is stated over the span its readings cover, never stretched beyond it
+/// (issue 28): a blower's discharge pressure rising 36 mbar in 45 s, then a HIHI
+/// alarm, reads "rose 36 mbar over the last 45 s", not a rate per day.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trend_from_45_seconds_is_not_stretched_to_a_day() {
+    let t = Twin::empty();
+    t.import(&lakeside(), Mode::Full).unwrap();
+    let start = Timestamp::now().unix() - 50;
+    let at = |i: i64| Timestamp::from_unix(start + 5 * i).to_rfc3339();
+    let readings: Vec<Value> = (0..10)
+        .map(|i| json!({"type": "reading", "sensor_id": "PIT-4511", "time": at(i), "value": 770.0 + 4.0 * i as f64}))
+        .collect();
+    assert_eq!(t.send(json!({ "events": readings })).readings, 10);
+    let history = t.ok("get_sensor_history", json!({"sensor_id": "PIT-4511", "hours": 24}));
+    let trend = &history["stats"]["trend"];
+    assert_eq!((trend["span_s"].as_i64(), trend["change"].as_f64()), (Some(45), Some(36.0)), "{trend}");
+    assert!(trend.get("per_day").is_none() && trend.get("per_hour").is_none(), "no rate beyond 45 s: {trend}");
+
+    t.send(json!({"events": [{"type": "alarm", "event_id": "blr-1", "asset_id": "BLR-451", "sensor_id": "PIT-4511",
+        "code": "PIT-HIHI", "severity": "high", "state": "raised", "value": 806.0, "threshold": 800.0, "time": at(9),
+        "message": "Blower 1 discharge pressure high high"}]}));
+    let alarm = t.count("SELECT id FROM alarms WHERE event_id = 'blr-1'");
+    let report = Agent::new(t.store.clone(), Vec::new(), AgentLimits::default()).triage(alarm).await.unwrap();
+    assert!(report.flags.is_empty(), "the rules model's note passes every check: {:?}", report.flags);
+    let note = serde_json::to_string(&report.note.unwrap()).unwrap();
+    assert!(note.contains("rose 36 mbar over the last 45 s (10 readings)"), "{note}");
+    assert!(!note.contains("per day") && !note.contains("per hour"), "{note}");
+
+    // Two readings are no trend, and the note says so instead of a rate.
+    t.send(json!({"events": [
+        {"type": "reading", "sensor_id": "PIT-4521", "time": at(0), "value": 500.0},
+        {"type": "reading", "sensor_id": "PIT-4521", "time": at(9), "value": 520.0},
+    ]}));
+    let few = t.ok("get_sensor_history", json!({"sensor_id": "PIT-4521"}));
+    let said = few["stats"]["trend"]["note"].as_str().unwrap_or_default();
+    assert!(said.starts_with("no trend: 2 readings over 45 s"), "{few}");
+}

@@ -289,7 +289,7 @@ fn sensor_history_summarises_the_trend() {
     assert_eq!(h["sensor"]["unit"], "mm/s");
     assert_eq!(h["samples"], 7 * 24 * 60);
     let stats = &h["stats"];
-    assert!(stats["trend_per_day"].as_f64().unwrap() > 0.3, "{stats}");
+    assert!(stats["trend"]["per_day"].as_f64().unwrap() > 0.3, "{stats}");
     assert!(stats["max"].as_f64().unwrap() > 4.5 && stats["first"].as_f64().unwrap() < 3.0, "{stats}");
     assert!(h["minutes_beyond_limits"]["h"].as_i64().unwrap() > 60);
     let rows = h["series"]["rows"].as_array().unwrap();

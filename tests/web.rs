@@ -603,8 +603,10 @@ async fn metrics_move_after_a_scripted_run() {
     use twinops::scripted::{Reply, ScriptedServer};
     let p = Plant::new();
     add_users(&p);
-    let note = json!({"summary": "A test alarm on PUMP-007.", "urgency": "monitor", "likely_causes": ["test"],
-                      "recommended_actions": ["none"], "proposed_work_order": null, "evidence": []});
+    let note = json!({"summary": "METRICS-TEST on PUMP-007: a test alarm.", "urgency": "urgent",
+                      "likely_causes": ["The metrics test raised it on purpose"],
+                      "recommended_actions": ["No action beyond reading this note"], "proposed_work_order": null,
+                      "evidence": [{"claim": "PUMP-007 details read", "source": "get_asset_details"}]});
     let server = ScriptedServer::start(vec![
         Reply::call("c1", "get_asset_details", json!({"asset_id": "PUMP-007"})),
         Reply::Text(note.to_string()),
@@ -1097,4 +1099,51 @@ async fn every_error_is_json_that_says_what_to_do() {
     assert_eq!(page.status(), StatusCode::SEE_OTHER);
     assert!(page.headers()[LOCATION].to_str().unwrap().starts_with("/?login=locked&minutes="));
     hmi.daemon.shutdown().await;
+}
+
+/// A model's placeholder note is set aside for the rules model's, and the note's header
+/// in the HMI says why, in words (issue 28); the metric counts it by flaw.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_set_aside_note_says_why_in_its_header() {
+    use twinops::scripted::{Reply, ScriptedServer};
+    let p = Plant::new();
+    add_users(&p);
+    let placeholder = json!({"summary": "1", "urgency": "urgent", "likely_causes": ["A", "B"],
+                             "recommended_actions": ["1"], "proposed_work_order": null,
+                             "evidence": [{"claim": "2023-07-21T08:29:10", "source": "Adabamai"}]});
+    let server = ScriptedServer::cycling(vec![Reply::Text(placeholder.to_string())]).await;
+    let path = p.dir.path().join("twinops.toml");
+    std::fs::write(
+        &path,
+        format!("[[llm.chain]]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\n", server.openai_url()),
+    )
+    .unwrap();
+    let mut config = common::test_config("set-aside");
+    config.llm = Config::load(&path, &|_| None).unwrap().llm;
+    let hmi = Hmi::start_with(&p, config).await;
+    let event = json!({"type": "alarm", "event_id": "aside-1", "asset_id": "PUMP-004", "code": "ASIDE-TEST",
+                       "severity": "medium", "state": "raised", "time": Timestamp::now().to_rfc3339()});
+    common::until_subscribed(&hmi.daemon).await;
+    twinops::sim::publish_all(&hmi.daemon.mqtt_url, "aside-pub", "scada/alarms", vec![event.to_string().into_bytes()])
+        .await
+        .unwrap();
+    let noted = "SELECT count(*) FROM notes n JOIN alarms a ON a.id = n.alarm_id WHERE a.event_id = 'aside-1'";
+    for _ in 0..100 {
+        if p.count(noted) == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let id = p.count("SELECT id FROM alarms WHERE event_id = 'aside-1'");
+    let operator = hmi.session("operator.kaur").await;
+    let record: Value = hmi.get(&format!("/api/alarms/{id}"), &operator).await.json().await.unwrap();
+    let note = &record["note"];
+    assert_eq!(note["flags"], json!(["set_aside:no_observation", "degraded"]), "{record}");
+    assert_eq!(
+        note["set_aside"],
+        "the model's note was set aside for the rules model's: no tool read the alarm's asset or sensor in this run"
+    );
+    assert!(note["body"]["summary"].as_str().unwrap().starts_with("ASIDE-TEST on PUMP-004"), "{note}");
+    let metrics = hmi.http.get(hmi.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("twinops_agent_notes_set_aside_total{flaw=\"no_observation\"} 1"), "{metrics}");
 }

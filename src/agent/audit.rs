@@ -223,6 +223,9 @@ pub fn render_run(store: &Store, run_id: i64) -> anyhow::Result<String> {
     let flags: Vec<String> = serde_json::from_str(&flags).unwrap_or_default();
     if !flags.is_empty() {
         out.push_str(&format!("flags: {}\n", flags.join(", ")));
+        for reason in flags.iter().filter_map(|f| super::checks::set_aside_reason(f)) {
+            out.push_str(&format!("set aside: {reason}\n"));
+        }
     }
     if let Some(e) = error {
         out.push_str(&format!("error: {e}\n"));

@@ -36,6 +36,12 @@ pub struct ProviderConfig {
     /// openai only: ask for the triage note with `response_format` JSON schema.
     #[serde(default)]
     pub structured_output: bool,
+    /// openai only: `temperature` sent with every request (0 for repeatable answers).
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// openai only: `seed` sent with every request, for servers that honour it.
+    #[serde(default)]
+    pub seed: Option<u64>,
 }
 
 fn native() -> ToolMode {
@@ -110,6 +116,11 @@ impl LlmConfig {
                 let key = std::fs::read_to_string(file)
                     .with_context(|| format!("{at}.api_key_file: reading {}", file.display()))?;
                 p.api_key = Some(Secret::new(key.trim()));
+            }
+            if let Some(t) = p.temperature
+                && !(0.0..=2.0).contains(&t)
+            {
+                anyhow::bail!("{at}.temperature must be between 0 and 2, got {t}");
             }
             if let Some(url) = &p.base_url
                 && !(url.starts_with("http://") || url.starts_with("https://"))

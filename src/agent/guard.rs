@@ -186,6 +186,70 @@ pub fn ungrounded_numbers(answer: &str, observations: &[&str]) -> Vec<String> {
     out
 }
 
+/// Dates (`2026-11-30`) and clock times (`09:49`, `09:49:07`) in `answer` that appear
+/// verbatim in none of the observations. Tools give times as RFC 3339 UTC, so a time
+/// read from them is found there as written; an invented one ("2023-07-21T08:29:10.43")
+/// is not.
+pub fn ungrounded_times(answer: &str, observations: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for found in dates_and_times(answer) {
+        if !observations.iter().any(|o| o.contains(found)) && !out.iter().any(|o| o == found) {
+            out.push(found.to_string());
+        }
+    }
+    out
+}
+
+/// `YYYY-MM-DD` and `HH:MM[:SS]` runs in a text, not inside a longer run of digits.
+fn dates_and_times(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let digit = |i: usize| i < b.len() && b[i].is_ascii_digit();
+    let digits_at = |i: usize, n: usize| (i..i + n).all(digit);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if !digit(i) || (i > 0 && (digit(i - 1) || b[i - 1] == b'.')) {
+            i += 1;
+            continue;
+        }
+        let end = if digits_at(i, 4)
+            && b.get(i + 4) == Some(&b'-')
+            && digits_at(i + 5, 2)
+            && b.get(i + 7) == Some(&b'-')
+            && digits_at(i + 8, 2)
+            && !digit(i + 10)
+        {
+            Some(i + 10)
+        } else {
+            let h = if digits_at(i, 2) { 2 } else { 1 };
+            let minutes = b.get(i + h) == Some(&b':') && digits_at(i + h + 1, 2) && !digit(i + h + 3);
+            let seconds = minutes && b.get(i + h + 3) == Some(&b':') && digits_at(i + h + 4, 2) && !digit(i + h + 6);
+            match (minutes, seconds) {
+                (true, true) => Some(i + h + 6),
+                (true, false) => Some(i + h + 3),
+                _ => None,
+            }
+        };
+        match end {
+            Some(e) => {
+                out.push(&text[i..e]);
+                i = e;
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
+/// Whether an item of a note's list is a placeholder rather than a sentence: fewer
+/// than `min_words` words of three or more letters ("A", "1", "Check it").
+pub fn is_placeholder(item: &str, min_words: usize) -> bool {
+    item.split(|c: char| !c.is_alphanumeric() && c != '-')
+        .filter(|w| w.chars().filter(|c| c.is_alphabetic()).count() >= 3)
+        .count()
+        < min_words
+}
+
 /// The words of a text, cut at white space and punctuation, trailing stops removed.
 fn tokens(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| {
@@ -356,6 +420,31 @@ mod tests {
         assert_eq!(ungrounded_numbers("Readings 1.2.46.46 and 7.5.0.8.0.", &obs), ["1.2.46.46", "7.5.0.8.0"]);
         assert_eq!(ungrounded_numbers("Suction at 1.8bar, vibration 6.3mm/s.", &obs), ["1.8"]);
         assert!(ungrounded_numbers("Firmware 2.0.11; 6.26mm/s; 24/7 duty; see docs/pump-7.md", &obs).is_empty());
+    }
+
+    /// The placeholder note a real small model published (issue 28): its times were
+    /// never observed.
+    #[test]
+    fn dates_and_times_must_be_observed_as_written() {
+        let obs = [r#"{"raised_at":"2026-11-30T09:49:07Z","at":"2026-11-30T12:00:00Z"}"#];
+        assert!(ungrounded_times("Raised 2026-11-30 at 09:49 (09:49:07 UTC), read at 12:00.", &obs).is_empty());
+        assert_eq!(
+            ungrounded_times("2023-07-21T08:29:10.43.44.15 and 2026-11-30T12:34:18", &obs),
+            ["2023-07-21", "08:29:10", "12:34:18"]
+        );
+        assert!(ungrounded_times("ratio 10:1 is no time; nor v1.2026-11-30 or 1:2000; PUMP-007", &obs).is_empty());
+    }
+
+    #[test]
+    fn placeholders_are_not_sentences() {
+        for p in ["A", "1", "B.", "2)", "Check it", "n/a", ""] {
+            assert!(is_placeholder(p, 2), "{p:?}");
+        }
+        for s in
+            ["Bearing wear", "Check the suction strainer at the East Booster Station", "Time to respond: 10 minutes"]
+        {
+            assert!(!is_placeholder(s, 2), "{s:?}");
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! - `model.rs`: the provider-neutral interface and error classes.
 //! - `openai.rs`, `anthropic.rs`, `rules.rs`: providers; `http.rs`: shared HTTP/SSE.
 //! - `reliability.rs`: retries with jitter, circuit breakers, the fallback chain.
-//! - `run.rs`: the bounded loop and its guardrails; `guard.rs`: text guardrails.
+//! - `run.rs`: the bounded loop and its guardrails; `checks.rs`: what a final answer
+//!   must be (the output checks and their flaws); `guard.rs`: text guardrails.
 //! - `note.rs`: the triage note schema; `audit.rs`: the audit trail.
 //!
 //! Architecture Invariant: nothing here holds a writable database handle. Tools run on
@@ -13,6 +14,7 @@
 
 pub mod anthropic;
 pub mod audit;
+pub mod checks;
 pub mod config;
 pub mod conversation;
 pub mod guard;
@@ -46,13 +48,16 @@ pub fn models_from_config(config: &LlmConfig) -> Vec<Arc<dyn Model>> {
         .map(|p| -> Arc<dyn Model> {
             let model = p.model.clone().unwrap_or_default();
             match p.kind {
-                ProviderKind::Openai => Arc::new(openai::OpenAi::new(
-                    p.base_url.as_deref().unwrap_or("https://api.openai.com/v1"),
-                    &model,
-                    p.api_key.clone(),
-                    p.tool_mode,
-                    p.structured_output,
-                )),
+                ProviderKind::Openai => Arc::new(
+                    openai::OpenAi::new(
+                        p.base_url.as_deref().unwrap_or("https://api.openai.com/v1"),
+                        &model,
+                        p.api_key.clone(),
+                        p.tool_mode,
+                        p.structured_output,
+                    )
+                    .with_sampling(openai::Sampling { temperature: p.temperature, seed: p.seed }),
+                ),
                 ProviderKind::Anthropic => Arc::new(anthropic::Anthropic::new(
                     p.base_url.as_deref().unwrap_or("https://api.anthropic.com"),
                     &model,

@@ -36,7 +36,16 @@ pub struct OpenAi {
     /// How this server takes `response_format`, learnt from its refusals: servers differ
     /// (llama-cpp-python refuses `json_schema`), and a refusal is not the model failing.
     format: AtomicU8,
+    sampling: Sampling,
     http: Http,
+}
+
+/// Sampling settings sent with every request when set: `temperature` 0 and a fixed
+/// `seed` make a server such as llama.cpp's answer the same prompt the same way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Deserialize)]
+pub struct Sampling {
+    pub temperature: Option<f64>,
+    pub seed: Option<u64>,
 }
 
 /// The `response_format` levels, most to least constrained.
@@ -60,8 +69,14 @@ impl OpenAi {
             tool_mode,
             structured_output,
             format: AtomicU8::new(FORMAT_SCHEMA),
+            sampling: Sampling::default(),
             http: Http::new(),
         }
+    }
+
+    pub fn with_sampling(mut self, sampling: Sampling) -> OpenAi {
+        self.sampling = sampling;
+        self
     }
 
     fn json_mode(&self, req: &ModelRequest) -> bool {
@@ -81,6 +96,12 @@ impl OpenAi {
         let json_mode = self.json_mode(req);
         let mut messages: Vec<Value> = req.messages.iter().map(|m| wire_message(m, json_mode)).collect();
         let mut body = json!({"model": self.model, "max_tokens": req.max_tokens});
+        if let Some(t) = self.sampling.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(seed) = self.sampling.seed {
+            body["seed"] = json!(seed);
+        }
         let format = if json_mode {
             messages.insert(1.min(messages.len()), json!({"role": "system", "content": json_mode_instructions(req)}));
             self.response_format("tool_call_or_answer", &json_mode_schema(req))

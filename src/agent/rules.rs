@@ -9,6 +9,7 @@ use super::model::{
     BoxFuture, Finish, GroupedAlarm, Message, Model, ModelError, ModelReply, ModelRequest, TaskFacts, ToolCall, Usage,
 };
 use super::note::{Evidence, TriageNote, Urgency};
+use crate::domain::shown;
 
 pub struct Rules;
 
@@ -362,19 +363,44 @@ fn readings(sensor_id: Option<&str>, details: &Value, history: &Value, summary: 
         }
     }
     if let Some(stats) = history.get("stats") {
-        summary.push_str(&format!(
-            " Trend over the last {} h: {} {unit} per day.",
-            history["window"]["hours"], stats["trend_per_day"]
-        ));
+        let trend = &stats["trend"];
+        let said = trend_sentence(trend, unit);
+        summary.push_str(&format!(" {said}"));
         evidence.push(Evidence {
             claim: format!(
-                "over {} h: min {}, max {}, mean {}, trend {} {unit}/day",
-                history["window"]["hours"], stats["min"], stats["max"], stats["mean"], stats["trend_per_day"]
+                "over the {} h window: min {}, max {}, mean {} {unit}; {said}",
+                history["window"]["hours"], stats["min"], stats["max"], stats["mean"]
             ),
             source: "get_sensor_history".into(),
         });
     }
     evidence
+}
+
+/// The history's trend in words: the change across the span the readings cover, never
+/// a rate stretched beyond it, or why there is no trend.
+fn trend_sentence(trend: &Value, unit: &str) -> String {
+    if let Some(note) = trend["note"].as_str() {
+        return format!("Trend: {note}.");
+    }
+    let change = trend["change"].as_f64().unwrap_or(0.0);
+    let span = trend["span"].as_str().unwrap_or("window");
+    let mut said = match change.partial_cmp(&0.0) {
+        Some(std::cmp::Ordering::Equal) | None => format!("The least-squares trend is flat over the last {span}"),
+        Some(o) => format!(
+            "The least-squares trend {} {} {unit} over the last {span}",
+            if o.is_gt() { "rose" } else { "fell" },
+            shown(change.abs())
+        ),
+    };
+    said.push_str(&format!(" ({} readings)", trend["readings"]));
+    if let Some(per_day) = trend.get("per_day") {
+        said.push_str(&format!(", {per_day} {unit} per day"));
+    } else if let Some(per_hour) = trend.get("per_hour") {
+        said.push_str(&format!(", {per_hour} {unit} per hour"));
+    }
+    said.push('.');
+    said
 }
 
 /// An alarm response procedure as `read_doc` returns it.

@@ -14,15 +14,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::OptionalExtension;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::audit::{Audit, Step, StepKind};
+use super::checks::{Flaw, Review, WITHHELD};
 use super::config::AgentLimits;
-use super::guard::{
-    StateClaim, as_data, citations, claims_approval, claims_own_action, clip, redact, state_claim, ungrounded_numbers,
-};
+use super::guard::{as_data, clip, redact};
 use super::model::{
     Finish, Message, Model, ModelReply, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall, ToolSpec, Usage,
 };
@@ -145,30 +143,6 @@ pub struct RunReport {
     pub model_calls: u32,
     pub tool_calls: u32,
     pub usage: Usage,
-}
-
-/// What is wrong with a final answer: its flag, the repair message for the model, and
-/// What an operator reads in place of an answer that claims an action the agent cannot
-/// take, after its repair turn failed.
-const WITHHELD: &str = "The model's answer said it had approved, dispatched or operated something, which it cannot do, so the answer is withheld. Only a supervisor approves work orders (Approvals tab); ask again, or check the plant directly.";
-
-/// the warning an operator reads before the answer when it is kept anyway.
-struct Flaw {
-    flag: &'static str,
-    for_model: String,
-    for_operator: String,
-}
-
-impl Flaw {
-    fn cut(max_output_tokens: u32) -> Flaw {
-        Flaw {
-            flag: "truncated",
-            for_model: format!("Your answer was cut off at the output limit of {max_output_tokens} tokens."),
-            for_operator: format!(
-                "This answer was cut off at the output limit ({max_output_tokens} tokens) and is incomplete."
-            ),
-        }
-    }
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -463,6 +437,7 @@ impl<'a> RunState<'a> {
     fn out_of_budget(&mut self, what: &str, audit: &mut Audit) -> Option<Outcome> {
         if self.task.profile.structured_note && self.note.is_none() && !self.on_rules_plan() {
             let why = format!("the run's {what} budget ran out before a valid note");
+            crate::metrics::count("twinops_agent_notes_set_aside_total", &[("flaw", &format!("budget:{what}"))], 1.0);
             self.start_over_with_rules(audit, Some(format!("set_aside:budget:{what}")), &why);
             return None;
         }
@@ -545,12 +520,12 @@ impl<'a> RunState<'a> {
     /// in place of a triage note that failed its checks twice.
     fn settle(&mut self, text: String, cut: bool, rules: bool, last_step: bool, audit: &mut Audit) -> Option<Outcome> {
         let structured = self.task.profile.structured_note;
-        if structured && !rules && !self.model_called_tools && !self.flags.iter().any(|f| f == "no_tool_use") {
-            self.flags.push("no_tool_use".into());
+        if structured && !rules && !self.model_called_tools {
             tracing::warn!(stage = "agent", run = self.run_id, provider = ?self.provider,
                 "the model wrote a triage note without calling a tool; with llama.cpp, run llama-server with --jinja and a tool-capable chat template");
         }
-        let mut flaws = self.check_final(&text);
+        let review = Review { store: &self.agent.store, task: self.task, messages: &self.request.messages };
+        let mut flaws = review.flaws(&text);
         if cut {
             flaws.insert(0, Flaw::cut(self.agent.limits.max_output_tokens));
         }
@@ -562,10 +537,18 @@ impl<'a> RunState<'a> {
             self.output_repair_used = true;
             audit.record(guardrail("output_check", &for_model, "repair turn requested"));
             self.retract("the draft failed its checks; a corrected answer follows");
-            self.ask_for_final(format!("{for_model} Correct this and give your final answer again."));
+            if flaws.iter().any(|f| f.needs_tools) {
+                // The model must read the twin first: tools stay offered, no schema yet.
+                self.request
+                    .messages
+                    .push(Message::User { content: format!("{for_model} Then give your final answer.") });
+            } else {
+                self.ask_for_final(format!("{for_model} Correct this and give your final answer again."));
+            }
             return None;
         }
         if structured && !rules {
+            crate::metrics::count("twinops_agent_notes_set_aside_total", &[("flaw", flaws[0].flag)], 1.0);
             let flag = format!("set_aside:{}", flaws[0].flag);
             self.start_over_with_rules(audit, Some(flag), &for_model);
             return None;
@@ -752,134 +735,6 @@ impl<'a> RunState<'a> {
                 tokens,
             });
         }
-    }
-
-    /// The output contract: a triage answer parses as a note; every number is observed;
-    /// every citation resolves. Returns what is wrong, for the model and the operator.
-    fn check_final(&self, text: &str) -> Vec<Flaw> {
-        if self.task.profile.structured_note
-            && let Err(e) = TriageNote::parse(text)
-        {
-            return vec![Flaw {
-                flag: "invalid_note",
-                for_model: format!(
-                    "Your answer is not a valid triage note ({e}). Reply with only the JSON object: summary, urgency (immediate, urgent, soon or monitor), likely_causes, recommended_actions, proposed_work_order, evidence."
-                ),
-                for_operator: "This is not a valid triage note.".into(),
-            }];
-        }
-        // What the model was shown or chose itself: tool results, the task, and the
-        // arguments of its own tool calls (it may say "over the last 48 hours").
-        let arguments: Vec<String> = self
-            .request
-            .messages
-            .iter()
-            .flat_map(|m| match m {
-                Message::Assistant { tool_calls, .. } => tool_calls.iter().map(ToolCall::arguments_text).collect(),
-                _ => Vec::new(),
-            })
-            .collect();
-        // Not the harness's own repair turns: they quote the very numbers in question.
-        let observed: Vec<&str> = self
-            .request
-            .messages
-            .iter()
-            .filter_map(|m| match m {
-                Message::Tool { content, .. } => Some(content.as_str()),
-                _ => None,
-            })
-            .chain(std::iter::once(self.task.user_message.as_str()))
-            .chain(arguments.iter().map(String::as_str))
-            .collect();
-        let mut flaws = self.false_claims(text);
-        let numbers = ungrounded_numbers(text, &observed);
-        if !numbers.is_empty() {
-            flaws.push(Flaw {
-                flag: "ungrounded",
-                for_model: format!(
-                    "These numbers in your answer appear in no tool result: {}. Every figure must come from a tool result; call a tool for it or leave it out.",
-                    numbers.join(", ")
-                ),
-                for_operator: format!(
-                    "Unverified: these figures appear in no tool result: {}. Check them before acting.",
-                    numbers.join(", ")
-                ),
-            });
-        }
-        let unresolved = self.unresolved_citations(text);
-        if !unresolved.is_empty() {
-            flaws.push(Flaw {
-                flag: "ungrounded",
-                for_model: format!(
-                    "These citations do not exist: {}. Cite only keys that search_docs or read_doc returned.",
-                    unresolved.join(", ")
-                ),
-                for_operator: format!("These citations do not exist: {}.", unresolved.join(", ")),
-            });
-        }
-        flaws
-    }
-
-    /// What a triage note must not say: an alarm state the twin contradicts, or an
-    /// approval. The numbers check cannot see these, and operators act on them.
-    fn false_claims(&self, text: &str) -> Vec<Flaw> {
-        let mut flaws = Vec::new();
-        if claims_own_action(text) {
-            flaws.push(Flaw {
-                flag: "claims_action",
-                for_model: "You are read-only: you cannot approve, dispatch, acknowledge, shelve or operate anything, and must not say you did. Say what a person must do instead (a supervisor approves work orders in the HMI).".into(),
-                for_operator: WITHHELD.into(),
-            });
-        }
-        let (true, Some(alarm)) = (self.task.profile.structured_note, self.task.facts.alarm_id) else {
-            return flaws;
-        };
-        let active: Option<bool> = self.agent.store.read().ok().and_then(|db| {
-            db.query_row("SELECT cleared_at IS NULL FROM alarms WHERE id = ?1", [alarm], |r| r.get(0))
-                .optional()
-                .ok()
-                .flatten()
-        });
-        let wrong = match (state_claim(text), active) {
-            (Some(StateClaim::NotActive), Some(true)) => Some("active"),
-            (Some(StateClaim::Active), Some(false)) => Some("no longer active (cleared)"),
-            _ => None,
-        };
-        if let Some(state) = wrong {
-            flaws.push(Flaw {
-                flag: "wrong_state",
-                for_model: format!("Your note misstates the alarm's state: alarm {alarm} is {state}. State it as the tools show it, or leave it out."),
-                for_operator: format!("This note misstates the alarm's state: alarm {alarm} is {state}."),
-            });
-        }
-        if claims_approval(text) {
-            flaws.push(Flaw {
-                flag: "claims_approval",
-                for_model: "A triage note cannot report an approval: only a supervisor approves a work order, in the HMI, after your note. Leave approval out.".into(),
-                for_operator: "This note speaks of an approval, which only a supervisor can give.".into(),
-            });
-        }
-        flaws
-    }
-
-    /// Citation keys in `text` that name no stored chunk.
-    fn unresolved_citations(&self, text: &str) -> Vec<String> {
-        let Ok(db) = self.agent.store.read() else { return citations(text) };
-        citations(text)
-            .into_iter()
-            .filter(|c| {
-                let Ok(c) = crate::domain::Citation::parse(c) else { return true };
-                db.query_row(
-                    "SELECT 1 FROM chunks ch JOIN documents d ON d.id = ch.document_id WHERE d.path = ?1 AND ch.seq = ?2",
-                    rusqlite::params![c.path(), c.seq()],
-                    |_| Ok(()),
-                )
-                .optional()
-                .ok()
-                .flatten()
-                .is_none()
-            })
-            .collect()
     }
 
     /// Keeps the conversation inside the context budget: the oldest tool results are

@@ -148,7 +148,13 @@ fn sensors(
     for (key, sensor_id, kind, description, unit, limits, lost_at, range) in rows {
         let last: Option<(i64, f64)> =
             latest.query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
-        let day_ago: Option<f64> = latest.query_row(params![key, now - 86_400], |r| r.get(1)).optional()?;
+        // The change over 24 h needs a reading from then (within the hour), not just
+        // any older one: a sensor that was silent for days has no day's change.
+        let day_ago: Option<f64> = latest
+            .query_row(params![key, now - 86_400], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?)))
+            .optional()?
+            .filter(|(ts, _)| *ts >= now - 86_400 - 3_600)
+            .map(|(_, v)| v);
         let mut sensor = json!({
             "id": sensor_id,
             "kind": kind,

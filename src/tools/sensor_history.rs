@@ -13,7 +13,9 @@ use crate::store::{Limits, Summary};
 
 const NAME: &str = "get_sensor_history";
 const DESCRIPTION: &str = "History of one sensor over a window ending now (or at `until`): sample count, min and max \
-(with their times), mean, standard deviation, first and last value, the least-squares trend per hour and per day, \
+(with their times), mean, standard deviation, first and last value, the least-squares trend (`trend`: the span it \
+was fitted over and the change across that span; a rate per hour or per day only when the readings span most of an hour \
+or a day, never stretched beyond the data; too few readings or too short a span says so instead), \
 minutes spent beyond each alarm limit (ll, l, h, hh), and a downsampled series of `points` buckets \
 [start, mean, min, max]. All values are in the sensor's unit, given in the result. sensor_id format: \
 PUMP-007.VIB-DE (asset id, a dot, the tag); get_asset_details lists an asset's sensors. Use it to tell a developing \
@@ -208,6 +210,50 @@ fn pin(ctx: &ToolContext, key: i64, (_, start, n): (f64, i64, i64), sql: &str) -
     Ok(ts.unwrap_or(start))
 }
 
+/// Fewer readings, or a shorter span, give no trend: a line through them says nothing.
+const MIN_TREND_READINGS: i64 = 3;
+const MIN_TREND_SECS: i64 = 10;
+/// A rate per hour or per day is given only when the readings span this share of it.
+const RATE_COVERAGE: f64 = 0.9;
+
+/// The least-squares trend as what it is: a change across the span the readings cover
+/// (`slope_per_hour` times the span), with a rate per hour or per day only when the
+/// span covers most of one. A slope from 45 s of data is never stretched to a day.
+fn trend(n: i64, slope_per_hour: f64, first: i64, last: i64) -> Value {
+    let span = last - first;
+    if n < MIN_TREND_READINGS || span < MIN_TREND_SECS {
+        return json!({
+            "readings": n, "span_s": span,
+            "note": format!(
+                "no trend: {n} readings over {} (at least {MIN_TREND_READINGS} readings over {MIN_TREND_SECS} s are needed)",
+                span_text(span)
+            ),
+        });
+    }
+    let mut trend = json!({
+        "readings": n, "from": Timestamp::from_unix(first), "to": Timestamp::from_unix(last),
+        "span_s": span, "span": span_text(span),
+        "change": shown(slope_per_hour * span as f64 / 3600.0),
+    });
+    if span as f64 >= RATE_COVERAGE * 3600.0 {
+        trend["per_hour"] = json!(shown(slope_per_hour));
+    }
+    if span as f64 >= RATE_COVERAGE * 86_400.0 {
+        trend["per_day"] = json!(shown(slope_per_hour * 24.0));
+    }
+    trend
+}
+
+/// A span as said in a note: seconds, minutes or hours, to 4 significant figures, so
+/// that 23 h 59 min reads "23.98 h", not "23 h" or "a day".
+fn span_text(secs: i64) -> String {
+    match secs {
+        s if s < 120 => format!("{s} s"),
+        s if s < 7_200 => format!("{} min", shown(s as f64 / 60.0)),
+        s => format!("{} h", shown(s as f64 / 3600.0)),
+    }
+}
+
 /// Combines summaries (single samples and hourly rollups) into window statistics, a
 /// least-squares trend and per-bucket series.
 struct Accumulator {
@@ -276,7 +322,7 @@ impl Accumulator {
             "mean": shown(mean), "std_dev": shown(var.sqrt()),
             "first": shown(first.1), "first_at": Timestamp::from_unix(first.0),
             "last": shown(last.1), "last_at": Timestamp::from_unix(last.0),
-            "trend_per_hour": shown(slope), "trend_per_day": shown(slope * 24.0),
+            "trend": trend(t.n, slope, first.0, last.0),
         })
     }
 

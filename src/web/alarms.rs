@@ -59,7 +59,18 @@ pub(super) async fn alarm_points(State(s): State<S>) -> Result<Json<Value>, ApiE
 
 pub(super) async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, ApiError> {
     let record = alarms::list::one(&*s.store.read()?, id)?;
-    Ok(Json(record.ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?))
+    let mut record = record.ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?;
+    // Why the model's note was set aside, in words, for the note's header.
+    let reasons: Vec<String> = record["note"]["flags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| crate::agent::checks::set_aside_reason(f.as_str()?))
+        .collect();
+    if let Some(note) = record.get_mut("note").filter(|n| n.is_object()) {
+        note["set_aside"] = json!(reasons.first());
+    }
+    Ok(Json(record))
 }
 
 pub(super) fn action_error(e: alarms::ActionError) -> ApiError {

@@ -346,5 +346,7 @@ export function noteView(note) {
         ),
       ]
     : [markdown(b.text)];
+  // Why the model's own note is not the one shown (the rules model's is).
+  if (note.set_aside) content.unshift(h('p', { class: 'set-aside' }, `⚠ ${note.set_aside}.`));
   return advisory({ id: 'note' }, note.flags, note.run_id, content);
 }
