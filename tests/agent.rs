@@ -91,7 +91,7 @@ async fn triage_reads_searches_and_ends_with_a_grounded_cited_note() {
     let requests = server.requests();
     assert_eq!(requests.len(), 4);
     let first = &requests[0];
-    assert_eq!(first["tools"].as_array().unwrap().len(), 9);
+    assert_eq!(first["tools"].as_array().unwrap().len(), 10);
     let results = tool_messages(&requests[1]);
     assert!(
         results[0].starts_with("<data source=\"tool:get_asset_details\">") && results[0].contains("\"band\":\"high\"")
@@ -1101,4 +1101,25 @@ async fn each_flaw_of_a_note_sets_it_aside() {
         let report = agent(&p, vec![openai(&server)], limits()).triage(alarm).await.unwrap();
         assert_eq!((report.outcome, report.flags.clone()), (Outcome::Final, vec![]), "{text}");
     }
+}
+
+/// A handover's claims about alarms are held to the tools as a note's are: an asset,
+/// an alarm code or a time the tools never showed is flagged, and the handover carries
+/// the warning first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handover_naming_alarms_the_tools_never_showed_is_flagged() {
+    let p = Plant::new();
+    let invented = "Shift handover: PUMP-099 tripped at 03:17 on MTR-TRIP-HIHI; everything else is normal.";
+    let server = ScriptedServer::start(vec![
+        Reply::call("s", "get_system_summary", json!({})),
+        Reply::text(invented),
+        Reply::text(invented),
+    ])
+    .await;
+    let h = agent(&p, vec![openai(&server)], limits()).write_handover("schedule:handover").await.unwrap();
+    assert_eq!(h.flags, ["ungrounded"], "{}", h.text);
+    assert!(h.text.starts_with("⚠ Unverified: these dates or times appear in no tool result: 03:17."), "{}", h.text);
+    assert!(h.text.contains("these ids appear in no tool result: PUMP-099, MTR-TRIP-HIHI."), "{}", h.text);
+    let rules = agent(&p, Vec::new(), limits()).write_handover("schedule:handover").await.unwrap();
+    assert!(rules.flags.is_empty(), "the rules model's handover passes: {:?}: {}", rules.flags, rules.text);
 }

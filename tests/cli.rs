@@ -90,7 +90,7 @@ fn tools_list_prints_openai_and_anthropic_definitions() {
     assert!(out.status.success());
     let defs: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let defs = defs.as_array().unwrap();
-    assert_eq!(defs.len(), 9);
+    assert_eq!(defs.len(), 10);
     assert!(defs.iter().all(|d| d["type"] == "function" && d["function"]["parameters"]["type"] == "object"));
     let out = twinops(&p, &["tools", "list", "--format", "anthropic"]);
     let defs: Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -557,4 +557,51 @@ fn users_and_tokens_are_managed_from_the_command_line() {
     let out = twinops(&p, &["token", "revoke", "99"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no API token 99"));
+}
+
+/// `twinops alarms kpi` prints the figures with their targets and definitions (text,
+/// Markdown, JSON alike), and `twinops alarms export` writes the journal as CSV, one
+/// row per event, to the millisecond, with spreadsheet formulas defused.
+#[test]
+fn alarm_kpis_and_the_journal_export_from_the_command_line() {
+    let p = Plant::new();
+    let window = ["--from", "2026-11-23T12:00:00Z", "--to", "2026-11-30T12:00:00Z"];
+    let json_out = twinops(&p, &[&["alarms", "kpi", "--format", "json"][..], &window].concat());
+    assert!(json_out.status.success(), "{}", String::from_utf8_lossy(&json_out.stderr));
+    let k: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
+    let annunciated = k["annunciated"].as_i64().unwrap();
+    assert!(annunciated > 0, "{k}");
+    let text = stdout(&twinops(&p, &[&["alarms", "kpi"][..], &window].concat()));
+    assert!(text.contains(&format!("annunciated activations                    {annunciated}")), "{text}");
+    assert!(text.contains("~1 very likely acceptable, ~2 maximum manageable"), "{text}");
+    assert!(text.contains("chattering: a point with 3 or more activations within 60 s"), "{text}");
+    let md =
+        stdout(&twinops(&p, &[&["alarms", "kpi", "--format", "md", "--chatter-count", "4"][..], &window].concat()));
+    assert!(
+        md.starts_with("# Alarm performance from 2026-11-23T12:00:00Z") && md.contains("| figure | value |"),
+        "{md}"
+    );
+    assert!(md.contains("4 or more activations"), "{md}");
+    let bad = twinops(&p, &["alarms", "kpi", "--from", "2026-12-01", "--to", "2026-11-01"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("must be before to"));
+
+    p.write(
+        "INSERT INTO alarms (event_id, asset_id, code, severity, state, message, raised_at, last_raised_at)
+         VALUES ('csv-1', 'PUMP-007', 'CSV-TEST', 'low', 'unacknowledged', '=HYPERLINK(\"x\")', 1795953600, 1795953600);
+         INSERT INTO alarm_events (alarm_id, event_id, kind, at, millis, actor, detail)
+         VALUES (last_insert_rowid(), 'csv-1', 'raised', 1795953600, 250, 'scada', '=HYPERLINK(\"x\")');",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("journal.csv");
+    let out = twinops(&p, &[&["alarms", "export"][..], &window, &[file.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let csv = std::fs::read_to_string(&file).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows[0], "time,asset_id,sensor_id,code,severity,event,actor,alarm_id,event_id,detail");
+    let events = p.count("SELECT count(*) FROM alarm_events WHERE at >= 1795435200 AND at < 1796040000");
+    assert_eq!(rows.len() as i64 - 1, events, "one row per journal event");
+    let row = rows.iter().find(|r| r.contains("CSV-TEST")).unwrap();
+    assert!(row.starts_with("2026-11-29T12:00:00.250Z,PUMP-007,,CSV-TEST,low,raised,scada,"), "{row}");
+    assert!(row.ends_with(",csv-1,\"'=HYPERLINK(\"\"x\"\")\""), "a formula is defused: {row}");
+    assert!(rows.iter().any(|r| r.contains(",acked,") || r.contains(",cleared,")), "every kind of event");
 }

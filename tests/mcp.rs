@@ -11,7 +11,7 @@ use twinops::accounts;
 use twinops::app::{Daemon, ServeOptions};
 use twinops::domain::Role;
 
-const READ_TOOLS: [&str; 8] = [
+const READ_TOOLS: [&str; 9] = [
     "get_system_summary",
     "list_assets",
     "get_asset_details",
@@ -20,6 +20,7 @@ const READ_TOOLS: [&str; 8] = [
     "search_docs",
     "read_doc",
     "get_shift_handover",
+    "get_alarm_kpis",
 ];
 
 fn text_of(result: &rmcp::model::CallToolResult) -> String {

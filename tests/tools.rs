@@ -26,6 +26,7 @@ fn tool_schemas_are_strict_and_bounded() {
             "search_docs",
             "read_doc",
             "get_shift_handover",
+            "get_alarm_kpis",
             "propose_work_order"
         ]
     );
@@ -516,4 +517,25 @@ fn sensor_history_from_rollups_matches_the_raw_readings() {
             .unwrap();
         assert_eq!(at_min, min, "min_at points at the minimum sample");
     }
+}
+
+/// "What are our worst alarms this week?": the seeded week's alarm figures, with their
+/// definitions and targets, lists cut for the model; a bad window says what to send.
+#[test]
+fn alarm_kpis_answer_for_the_week() {
+    let p = Plant::new();
+    let week = p.ok("get_alarm_kpis", json!({}));
+    let journal = p.count(
+        "SELECT count(*) FROM alarm_events WHERE kind = 'raised' AND at >= strftime('%s', '2026-11-23T12:00:00')",
+    );
+    assert_eq!(week["annunciated"].as_i64(), Some(journal), "{week:#}");
+    assert_eq!(week["window"]["from"], "2026-11-23T12:00:00Z");
+    let top = &week["bad_actors"][0];
+    assert!(top["asset_id"].is_string() && top["activations"].as_i64().unwrap() >= 1, "{top}");
+    assert!(week["definitions"]["annunciated"].as_str().unwrap().contains("not shelved and not out of service"));
+    assert!(week.get("per_10min").is_none(), "the chart's series is not for the model");
+    let err = p.err("get_alarm_kpis", json!({"from": "2026-11-30", "to": "2026-11-01"}));
+    assert!(err.contains("from (2026-11-30T00:00:00Z) must be before to"), "{err}");
+    let err = p.err("get_alarm_kpis", json!({"from": "last tuesday"}));
+    assert!(err.contains("from: 'last tuesday' is not a time: use RFC 3339"), "{err}");
 }

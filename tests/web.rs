@@ -1147,3 +1147,43 @@ async fn a_set_aside_note_says_why_in_its_header() {
     let metrics = hmi.http.get(hmi.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("twinops_agent_notes_set_aside_total{flaw=\"no_observation\"} 1"), "{metrics}");
 }
+
+/// `GET /api/alarm-kpis`: the figures over a window, with the JSON keys other tools
+/// read; a bad window is a 400 that says what to send; it is in the OpenAPI description.
+#[tokio::test(flavor = "multi_thread")]
+async fn alarm_kpis_over_http() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let viewer = hmi.session("viewer.ng").await;
+    let r = hmi.get("/api/alarm-kpis?from=2026-11-23T12:00:00Z&to=2026-11-30T12:00:00Z", &viewer).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let k: Value = r.json().await.unwrap();
+    for key in [
+        "annunciated",
+        "rate_per_10min",
+        "peak_10min",
+        "pct_periods_over_10",
+        "pct_time_in_flood",
+        "floods",
+        "top10_share_pct",
+        "bad_actors",
+        "chattering",
+        "stale",
+        "priority_pct",
+    ] {
+        assert!(k.get(key).is_some(), "{key} missing: {k}");
+    }
+    let raised = p.count("SELECT count(*) FROM alarm_events WHERE kind = 'raised' AND at >= strftime('%s', '2026-11-23T12:00:00') AND at < strftime('%s', '2026-11-30T12:00:00')");
+    assert_eq!(k["annunciated"].as_i64(), Some(raised));
+    assert_eq!(k["window"]["periods_10min"], 1008);
+    let r = hmi.get("/api/alarm-kpis?from=2026-12-01&to=2026-11-01", &viewer).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"].as_str().unwrap().contains("must be before to"), "{e}");
+    let r = hmi.get("/api/alarm-kpis?chatter_count=1", &viewer).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let spec: Value = hmi.http.get(hmi.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let params = &spec["paths"]["/api/alarm-kpis"]["get"]["parameters"];
+    assert!(params.as_array().unwrap().iter().any(|p| p["name"] == "chatter_window_secs"), "{params}");
+}

@@ -130,6 +130,17 @@ impl Review<'_> {
                 format!("Unverified: these dates or times appear in no tool result: {}.", times.join(", ")),
             ));
         }
+        let unknown = self.unobserved_ids(text, &observed);
+        if !unknown.is_empty() {
+            flaws.push(Flaw::new(
+                "ungrounded",
+                format!(
+                    "These asset, sensor or alarm ids appear in no tool result: {}. Speak only of alarms and assets the tools showed you.",
+                    unknown.join(", ")
+                ),
+                format!("Unverified: these ids appear in no tool result: {}.", unknown.join(", ")),
+            ));
+        }
         let unresolved = self.unresolved_citations(text);
         if !unresolved.is_empty() {
             flaws.push(Flaw::new(
@@ -142,6 +153,26 @@ impl Review<'_> {
             ));
         }
         flaws
+    }
+
+    /// In a shift handover, the ids it names (PUMP-007, VIB-HI) that no observation
+    /// holds: a handover's claims about alarms must be the tools', as a note's are.
+    fn unobserved_ids(&self, text: &str, observed: &[&str]) -> Vec<String> {
+        if self.task.profile.name != "handover" {
+            return Vec::new();
+        }
+        let mut out: Vec<String> = Vec::new();
+        for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))) {
+            let id = word.trim_matches(['.', '-', '_']);
+            let looks_like_id = id.len() >= 3
+                && id.chars().any(|c| c.is_ascii_uppercase())
+                && id.chars().any(|c| c.is_ascii_digit() || c == '-')
+                && id.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || matches!(c, '-' | '.' | '_'));
+            if looks_like_id && !observed.iter().any(|o| o.contains(id)) && !out.iter().any(|o| o == id) {
+                out.push(id.to_string());
+            }
+        }
+        out
     }
 
     /// The model's own tool calls in this run.

@@ -5,6 +5,9 @@
 //! is journalled in `alarm_events` (append-only) with who and when, in the same
 //! transaction as the change.
 
+pub mod journal;
+pub mod kpi;
+pub mod kpi_report;
 pub mod limits;
 pub mod list;
 

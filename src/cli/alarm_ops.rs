@@ -1,6 +1,7 @@
 //! `twinops alarms`: list alarms and act on them as an operator does in the HMI.
 
 use super::*;
+use crate::alarms::kpi;
 use crate::alarms::list::{AlarmFilter, Scope};
 
 #[derive(Subcommand)]
@@ -63,6 +64,41 @@ pub(super) enum AlarmsCommand {
         #[arg(long, env = "USER", default_value = "cli")]
         user: String,
     },
+    /// The alarm system's performance over a window, as ISA-18.2 (Table 7) and EEMUA 191
+    /// measure it: rates, peaks, floods, bad actors, chattering, fleeting and stale
+    /// alarms, priority distribution, shelved and out-of-service points.
+    #[command(
+        after_help = "Examples:\n  twinops alarms kpi                       # the last 7 days\n  twinops alarms kpi --from 2026-11-01 --to 2026-12-01 --format md > november.md\n  twinops alarms kpi --format json --chatter-count 5 --chatter-window 120"
+    )]
+    Kpi {
+        /// Start of the window, RFC 3339 or a date (default: 7 days before --to).
+        #[arg(long)]
+        from: Option<String>,
+        /// End of the window, exclusive (default: now).
+        #[arg(long)]
+        to: Option<String>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: crate::alarms::kpi_report::Format,
+        /// Chattering: this many activations of one point ...
+        #[arg(long, default_value_t = 3)]
+        chatter_count: usize,
+        /// ... within this many seconds.
+        #[arg(long, default_value_t = 60)]
+        chatter_window: i64,
+    },
+    /// Export the alarm journal as CSV, one row per event (raised, reraised, cleared,
+    /// acked, shelved, unshelved, out_of_service, in_service), to the millisecond.
+    #[command(
+        after_help = "Examples:\n  twinops alarms export --from 2026-11-01 --to 2026-12-01 november.csv\n  twinops alarms export - | head"
+    )]
+    Export {
+        #[arg(long)]
+        from: Option<String>,
+        #[arg(long)]
+        to: Option<String>,
+        /// The CSV file to write, or - for standard output.
+        file: PathBuf,
+    },
     /// Return an alarm's point to service; if its condition is still present, the alarm
     /// annunciates again and is triaged.
     #[command(name = "in-service", after_help = "Example:\n  twinops alarms in-service 46")]
@@ -75,6 +111,37 @@ pub(super) enum AlarmsCommand {
 
 pub(super) fn run(global: &Global, cmd: AlarmsCommand) -> anyhow::Result<ExitCode> {
     match cmd {
+        AlarmsCommand::Kpi { from, to, format, chatter_count, chatter_window } => {
+            let store = global.open()?;
+            let (from, to) =
+                kpi::window(from.as_deref(), to.as_deref(), Timestamp::now()).map_err(anyhow::Error::msg)?;
+            let settings = kpi::KpiSettings {
+                chatter_activations: chatter_count,
+                chatter_window_secs: chatter_window,
+                ..Default::default()
+            };
+            settings.validate().map_err(anyhow::Error::msg)?;
+            let figures = kpi::compute(&*store.read()?, from, to, settings)?.to_json();
+            println!("{}", crate::alarms::kpi_report::render(&figures, format));
+        }
+        AlarmsCommand::Export { from, to, file } => {
+            let store = global.open()?;
+            let (from, to) =
+                kpi::window(from.as_deref(), to.as_deref(), Timestamp::now()).map_err(anyhow::Error::msg)?;
+            let db = store.read()?;
+            if file.as_os_str() == "-" {
+                crate::alarms::journal::export(&db, from, to, std::io::stdout().lock())?;
+            } else {
+                let out = std::fs::File::create(&file).with_context(|| format!("creating {}", file.display()))?;
+                let n = crate::alarms::journal::export(&db, from, to, std::io::BufWriter::new(out))?;
+                eprintln!(
+                    "wrote {n} journal events from {} to {} to {}",
+                    from.to_rfc3339(),
+                    to.to_rfc3339(),
+                    file.display()
+                );
+            }
+        }
         AlarmsCommand::List { active, asset, limit } => {
             let store = global.open()?;
             let asset = asset.map(|a| AssetId::parse(&a)).transpose()?;

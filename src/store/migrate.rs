@@ -318,6 +318,13 @@ const MIGRATIONS: &[&str] = &[
          model    TEXT NOT NULL,
          vector   BLOB NOT NULL
      ) STRICT;",
+    // 19: the alarm system's performance figures (`alarms::kpi`) read the journal in time
+    // order, the service events (shelving, out of service) before a window to know each
+    // point's state at its start, and the occurrences still standing at its end.
+    "CREATE INDEX alarm_events_at ON alarm_events(at, millis);
+     CREATE INDEX alarm_events_service ON alarm_events(at)
+         WHERE kind IN ('shelved', 'unshelved', 'out_of_service', 'returned_to_service');
+     CREATE INDEX alarms_cleared ON alarms(cleared_at) WHERE cleared_at IS NOT NULL;",
 ];
 
 /// The schema version this build writes.

@@ -4,6 +4,7 @@
 //! Architecture Invariant: a handler gets a read-only connection and, at most, the
 //! [`Approvals`] capability. No tool can write anything but a `pending_approval` row.
 
+mod alarm_kpis;
 mod asset_details;
 mod hints;
 
@@ -241,6 +242,7 @@ static REGISTRY: LazyLock<Vec<ToolDef>> = LazyLock::new(|| {
         search_docs::def(),
         read_doc::def(),
         shift_handover::def(),
+        alarm_kpis::def(),
         propose_work_order::def(),
     ]
 });

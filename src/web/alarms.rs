@@ -49,6 +49,41 @@ pub(super) async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>)
     Ok(Json(json!({"alarms": alarms})))
 }
 
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct KpiQuery {
+    /// Start of the window, RFC 3339 UTC or a date, e.g. 2026-11-23T00:00:00Z (default: 7 days before `to`).
+    from: Option<String>,
+    /// End of the window, exclusive, RFC 3339 UTC or a date (default: now).
+    to: Option<String>,
+    /// Chattering: this many activations of one point within `chatter_window_secs`, 2 to 100 (default 3).
+    #[schemars(range(min = 2, max = 100))]
+    chatter_count: Option<u32>,
+    /// The chattering window in seconds, 1 to 3600 (default 60).
+    #[schemars(range(min = 1, max = 3600))]
+    chatter_window_secs: Option<u32>,
+}
+
+/// The alarm system's performance over a window (ISA-18.2 Table 7, EEMUA 191), every
+/// figure with its definition and target. A year of a large site's journal takes a
+/// second or two: it runs off the async workers.
+pub(super) async fn alarm_kpis(State(s): State<S>, Query(q): Query<KpiQuery>) -> Result<Json<Value>, ApiError> {
+    let (from, to) =
+        alarms::kpi::window(q.from.as_deref(), q.to.as_deref(), Timestamp::now()).map_err(ApiError::bad_request)?;
+    let defaults = alarms::kpi::KpiSettings::default();
+    let settings = alarms::kpi::KpiSettings {
+        chatter_activations: q.chatter_count.map_or(defaults.chatter_activations, |n| n as usize),
+        chatter_window_secs: q.chatter_window_secs.map_or(defaults.chatter_window_secs, i64::from),
+        ..defaults
+    };
+    settings.validate().map_err(ApiError::bad_request)?;
+    let store = s.store.clone();
+    let figures = tokio::task::spawn_blocking(move || -> Result<Value, ApiError> {
+        Ok(alarms::kpi::compute(&*store.read()?, from, to, settings)?.to_json())
+    })
+    .await??;
+    Ok(Json(figures))
+}
+
 /// The alarm summary an operator works from: one row per point, so that a point that
 /// went in and out of alarm nine times is one row saying 9, not nine rows alike.
 pub(super) async fn alarm_points(State(s): State<S>) -> Result<Json<Value>, ApiError> {

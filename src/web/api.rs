@@ -111,6 +111,17 @@ pub fn endpoints() -> Vec<Endpoint> {
              unacknowledged first, then active acknowledged, then returned to normal, each by priority then age",
             get(alarm_points),
         ),
+        ep(
+            M::GET,
+            "/api/alarm-kpis",
+            viewer,
+            "The alarm system's performance over a window (query: from, to, chatter_count, chatter_window_secs), as \
+             ISA-18.2 Table 7 and EEMUA 191 define it: annunciated activations, rates, peak 10-minute count, floods, \
+             bad actors, chattering, fleeting and stale alarms, priority distribution, shelved and out-of-service \
+             points, each definition and target stated",
+            get(alarm_kpis),
+        )
+        .query::<KpiQuery>(),
         ep(M::GET, "/api/alarms/{id}", viewer, "One alarm with its journal and triage note", get(alarm)),
         ep(M::POST, "/api/alarms/{id}/ack", operator, "Acknowledge an alarm", post(ack)),
         ep(
