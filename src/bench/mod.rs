@@ -10,12 +10,14 @@ use crate::seed::{self, SeedOptions};
 use crate::store::Store;
 
 mod agent;
+mod alarms;
 mod docs;
 mod ingest;
 mod readings;
 mod tools;
 
 pub use agent::{AgentBenchArgs, agent};
+pub use alarms::{AlarmsBenchArgs, alarms};
 pub use docs::{DocsBenchArgs, docs};
 pub use ingest::{IngestBenchArgs, SparkplugBenchArgs, ingest, sparkplug};
 pub use readings::{ReadingsBenchArgs, readings};

@@ -284,6 +284,9 @@ enum BenchCommand {
     /// `readings import` of a historian export beside the raw insert rate of the same rows.
     #[command(after_help = "Examples:\n  twinops bench readings\n  twinops bench readings --rows 1000000")]
     Readings(bench::ReadingsBenchArgs),
+    /// The alarm performance figures over a year of a large utility's journal, and the
+    /// KPI tool over a week, beside plain SQL over the same rows.
+    Alarms(bench::AlarmsBenchArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -384,6 +387,7 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Ingest(args) => bench::ingest(&args),
         BenchCommand::Sparkplug(args) => bench::sparkplug(&args),
         BenchCommand::Readings(args) => bench::readings(&args),
+        BenchCommand::Alarms(args) => bench::alarms(&args),
         BenchCommand::Docs(args) => bench::docs(&args),
     }
 }
