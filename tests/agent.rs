@@ -490,10 +490,14 @@ async fn prompt_injection_in_an_alarm_message_stays_data() {
     assert!(!messages[0]["content"].as_str().unwrap().contains("ignore previous"), "not in the system prompt");
     let user = messages[1]["content"].as_str().unwrap();
     let open = user.find("<data source=\"alarm\">").unwrap();
-    let close = user.rfind("</data>").unwrap();
+    let close = open + user[open..].find("</data>").unwrap();
     let hostile = user.find("ignore previous instructions").unwrap();
     assert!(open < hostile && hostile < close, "inside the delimiters: {user}");
-    assert_eq!(user.matches("</data>").count(), 1, "the message cannot close the delimiter early");
+    assert_eq!(
+        user.matches("</data>").count(),
+        user.matches("<data source=").count(),
+        "the message cannot close the delimiter early: {user}"
+    );
     assert_eq!(p.count("SELECT count(*) FROM work_orders WHERE status <> 'pending_approval'"), 0);
     assert_eq!(report.flags, ["set_aside:invalid_note"], "the obeying text is set aside");
     assert_eq!(report.provider.as_deref(), Some("rules"));
@@ -1122,4 +1126,77 @@ async fn a_handover_naming_alarms_the_tools_never_showed_is_flagged() {
     assert!(h.text.contains("these ids appear in no tool result: PUMP-099, MTR-TRIP-HIHI."), "{}", h.text);
     let rules = agent(&p, Vec::new(), limits()).write_handover("schedule:handover").await.unwrap();
     assert!(rules.flags.is_empty(), "the rules model's handover passes: {:?}: {}", rules.flags, rules.text);
+}
+
+/// A note says when its point is a bad actor (issue 29): the fourth activation of a
+/// chattering point in a minute is said to be chattering, a repeat of an occurrence
+/// triaged within the hour points to that note, and the seeded VIB-HI, this week's
+/// bad actor standing for hours, says so; the figures are given to a model as data.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_note_says_when_its_point_is_a_bad_actor() {
+    let p = Plant::new();
+    let end = common::end();
+    let send = |n: usize, state: &str, at: twinops::domain::Timestamp| {
+        let ev = json!({"type": "alarm", "event_id": format!("chat-{n}"), "asset_id": "PUMP-002",
+                        "sensor_id": "PUMP-002.BRG-TEMP-DE", "code": "BRG-TEMP-HI", "severity": "medium",
+                        "state": state, "value": 81.0, "threshold": 80.0, "time": at.to_rfc3339()});
+        twinops::ingest::apply(p.store.writer(), "scada/alarms", ev.to_string().as_bytes(), end, Default::default())
+            .unwrap();
+    };
+    for k in 0..4 {
+        send(2 * k, "raised", end.plus_secs(-50 + 12 * k as i64));
+        if k < 3 {
+            send(2 * k + 1, "cleared", end.plus_secs(-46 + 12 * k as i64));
+        }
+    }
+    let latest = p.count("SELECT max(id) FROM alarms WHERE code = 'BRG-TEMP-HI' AND asset_id = 'PUMP-002'");
+    p.write(
+        "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at)
+         SELECT 'triage', id - 1, NULL, '{}', '[]', raised_at FROM alarms
+         WHERE id = (SELECT max(id) FROM alarms WHERE code = 'BRG-TEMP-HI' AND asset_id = 'PUMP-002')",
+    );
+    let note_id = p.count("SELECT max(id) FROM notes");
+    let rules = agent(&p, Vec::new(), limits());
+    let report = rules.triage(latest).await.unwrap();
+    assert!(report.flags.is_empty(), "{:?}", report.flags);
+    let summary = report.note.unwrap().summary;
+    assert!(summary.contains("This point is chattering: 4 activations in the last hour."), "{summary}");
+    assert!(
+        summary.contains(&format!("A repeat: alarm {} on this point, raised ", latest - 1))
+            && summary.contains(&format!("was triaged within the hour (note {note_id})")),
+        "{summary}"
+    );
+
+    let vib = vib_alarm(&p);
+    let vib_note = rules.triage(vib).await.unwrap().note.unwrap().summary;
+    assert!(vib_note.contains("A bad actor: number 2 of this week's most frequent alarms"), "{vib_note}");
+    assert!(vib_note.contains("Active for "), "{vib_note}");
+    let task = rules.triage_task(&[vib]).unwrap();
+    assert!(task.user_message.contains("<data source=\"alarm_standing\">"), "the model is shown it as data");
+}
+
+/// Without a model (air-gapped sites, the default), the questions operators ask most
+/// go to the tools that answer them: the active alarms with their state, and the
+/// week's alarm figures; the shift handover carries the shift's alarm figures.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rules_model_answers_what_operators_ask_most() {
+    let p = Plant::new();
+    let a = agent(&p, Vec::new(), limits());
+    let active = a.ask("Which alarms are active right now?", "kaur", None).await.unwrap().answer.unwrap();
+    let n = p.count("SELECT count(*) FROM alarms WHERE cleared_at IS NULL");
+    assert_eq!(n, 1, "the seeded plant has one active alarm");
+    assert!(active.starts_with("1 alarm is active now:"), "{active}");
+    assert!(
+        active.contains("- VIB-HI on PUMP-007 (PUMP-007.VIB-DE): medium, acknowledged, raised 2026-11-29T12:31:00Z"),
+        "{active}"
+    );
+    let worst = a.ask("What are our worst alarms this week?", "kaur", None).await.unwrap();
+    let text = worst.answer.unwrap();
+    assert!(worst.flags.is_empty(), "{:?}: {text}", worst.flags);
+    assert!(text.starts_with("Alarm performance from 2026-11-23T12:00:00Z to 2026-11-30T12:00:00Z"), "{text}");
+    assert!(text.contains("- PRESS-SUC-LO PUMP-004.PRESS-SUC on PUMP-004 ("), "{text}");
+    let h = a.write_handover("schedule:handover").await.unwrap();
+    assert!(h.flags.is_empty(), "{:?}", h.flags);
+    assert!(h.text.contains("\nAlarms in the last 8 h: "), "{}", h.text);
+    assert!(h.text.contains("peak ") && h.text.contains(" floods."), "{}", h.text);
 }

@@ -134,6 +134,8 @@ pub struct TaskFacts {
     pub not_in_twin: Vec<String>,
     /// Occurrences on the same asset triaged in the same run, after the lead alarm.
     pub grouped: Vec<GroupedAlarm>,
+    /// Where the lead alarm's point stands: chattering, a bad actor, a repeat, long active.
+    pub standing: Option<crate::alarms::standing::Standing>,
 }
 
 /// One of the alarms a triage run covers besides its lead.

@@ -156,6 +156,19 @@ fn question_step(s: &Seen, question: &str) -> ModelReply {
                 .into(),
         });
     }
+    // The questions operators ask most, answered by the tool that holds the answer.
+    if t.mentioned.is_empty() && asks_for_alarm_performance(question) && s.offered("get_alarm_kpis") {
+        if !s.done("get_alarm_kpis") {
+            return reply_calls(vec![call(s.next_id(&[]), "get_alarm_kpis", json!({}))]);
+        }
+        return reply_text(alarm_performance(s));
+    }
+    if t.mentioned.is_empty() && asks_for_active_alarms(question) && s.offered("list_alarms") {
+        if !s.done("list_alarms") {
+            return reply_calls(vec![call(s.next_id(&[]), "list_alarms", json!({"state": "active", "limit": 50}))]);
+        }
+        return reply_text(active_alarms(s));
+    }
     if t.mentioned.is_empty()
         && t.not_in_twin.is_empty()
         && asks_for_status(question)
@@ -219,12 +232,70 @@ fn documented_answer(text: String, hits: &[Value]) -> String {
     answer
 }
 
-/// Shift handover: the summary, stated plainly.
+/// The shift a handover covers, in hours.
+const SHIFT_HOURS: i64 = 8;
+
+/// Shift handover: the summary and the shift's alarm figures, stated plainly.
 fn handover_step(s: &Seen) -> ModelReply {
-    if s.offered("get_system_summary") && !s.done("get_system_summary") {
-        return reply_calls(vec![call(s.next_id(&[]), "get_system_summary", json!({}))]);
+    let plan = [
+        ("get_system_summary", json!({})),
+        ("get_alarm_kpis", json!({"hours": SHIFT_HOURS})),
+        ("list_alarms", json!({"last_hours": SHIFT_HOURS, "limit": 50})),
+    ];
+    let mut calls = Vec::new();
+    for (name, args) in plan {
+        if s.offered(name) && !s.done(name) {
+            calls.push(call(s.next_id(&calls), name, args));
+        }
     }
-    reply_text(plant_status("Shift handover", s))
+    if !calls.is_empty() {
+        return reply_calls(calls);
+    }
+    let mut text = plant_status("Shift handover", s);
+    text.push_str(&shift_alarms(s));
+    reply_text(text)
+}
+
+/// The shift's alarms: activations and their peak, floods, bad actors, what was raised
+/// and cleared, points shelved or out of service, stale alarms.
+fn shift_alarms(s: &Seen) -> String {
+    let Some(k) = s.result("get_alarm_kpis") else { return String::new() };
+    let list = |key: &str| k[key].as_array().cloned().unwrap_or_default();
+    let named = |p: &Value| {
+        format!("{} on {}", p["code"].as_str().unwrap_or_default(), p["asset_id"].as_str().unwrap_or_default())
+    };
+    let mut text = format!(
+        "\nAlarms in the last {SHIFT_HOURS} h: {} activations, peak {} in one 10-minute period, {} floods.",
+        k["annunciated"],
+        k["peak_10min"],
+        list("floods").len()
+    );
+    let raised = s.result("list_alarms").and_then(|r| r["alarms"].as_array().cloned()).unwrap_or_default();
+    if !raised.is_empty() {
+        let cleared = raised.iter().filter(|a| !a["cleared_at"].is_null()).count();
+        text.push_str(&format!(
+            "\nRaised this shift: {} occurrences, {cleared} of them cleared since: {}.",
+            raised.len(),
+            raised.iter().map(named).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let bad: Vec<String> =
+        list("bad_actors").iter().take(3).map(|p| format!("{} ({} activations)", named(p), p["activations"])).collect();
+    if !bad.is_empty() {
+        text.push_str(&format!("\nMost frequent: {}.", bad.join(", ")));
+    }
+    for (key, label) in [
+        ("chattering", "Chattering"),
+        ("shelved", "Shelved"),
+        ("out_of_service", "Out of service"),
+        ("stale", "Stale (active 24 h or more)"),
+    ] {
+        let points: Vec<String> = list(key).iter().map(named).collect();
+        if !points.is_empty() {
+            text.push_str(&format!("\n{label}: {}.", points.join(", ")));
+        }
+    }
+    text
 }
 
 /// The system summary, stated plainly: counts, then each asset that needs attention.
@@ -243,6 +314,116 @@ fn plant_status(title: &str, s: &Seen) -> String {
         ));
     }
     text
+}
+
+/// Whether a question asks how the alarm system performs: bad actors, rates, floods.
+fn asks_for_alarm_performance(question: &str) -> bool {
+    let q = question.to_lowercase();
+    [
+        "bad actor",
+        "worst alarm",
+        "most frequent alarm",
+        "nuisance",
+        "chattering",
+        "alarm rate",
+        "alarm performance",
+        "kpi",
+        "alarm load",
+        "how many alarms",
+    ]
+    .iter()
+    .any(|w| q.contains(w))
+}
+
+/// Whether a question asks which alarms are active now.
+fn asks_for_active_alarms(question: &str) -> bool {
+    let q = question.to_lowercase();
+    ["alarms are active", "active alarms", "alarms active", "in alarm", "standing alarms", "current alarms"]
+        .iter()
+        .any(|w| q.contains(w))
+}
+
+/// The week's alarm figures from `get_alarm_kpis`, as an alarm engineer reads them.
+fn alarm_performance(s: &Seen) -> String {
+    let Some(k) = s.result("get_alarm_kpis") else {
+        return "The alarm figures could not be read; try `twinops alarms kpi`.".into();
+    };
+    let point = |p: &Value| {
+        format!(
+            "{} {} on {} ({} activations)",
+            p["code"].as_str().unwrap_or_default(),
+            p["sensor_id"].as_str().unwrap_or("-"),
+            p["asset_id"].as_str().unwrap_or_default(),
+            p["activations"]
+        )
+    };
+    let list = |key: &str| k[key].as_array().cloned().unwrap_or_default();
+    let mut text = format!(
+        "Alarm performance from {} to {} (ISA-18.2 / EEMUA-191, annunciated activations only): {} activations, {} per 10 minutes on average ({}; the lines are about 1 and 2), peak {} in one 10-minute period, {}% of the time in flood.",
+        k["window"]["from"].as_str().unwrap_or("-"),
+        k["window"]["to"].as_str().unwrap_or("-"),
+        k["annunciated"],
+        k["rate_per_10min"],
+        k["rate_verdict"].as_str().unwrap_or("-"),
+        k["peak_10min"],
+        k["pct_time_in_flood"]
+    );
+    let bad: Vec<String> = list("bad_actors").iter().take(5).map(point).collect();
+    if !bad.is_empty() {
+        text.push_str(&format!(
+            "\nMost frequent (the top 10 make {}% of all; the target is under 5%):\n- {}",
+            k["top10_share_pct"],
+            bad.join("\n- ")
+        ));
+    }
+    let chattering: Vec<String> = list("chattering").iter().take(5).map(point).collect();
+    text.push_str(&match chattering.is_empty() {
+        true => "\nNo chattering points.".to_string(),
+        false => format!("\nChattering (3 or more activations within 60 s): {}.", chattering.join("; ")),
+    });
+    let stale: Vec<String> = list("stale")
+        .iter()
+        .map(|a| {
+            format!(
+                "{} on {} since {}",
+                a["code"].as_str().unwrap_or_default(),
+                a["asset_id"].as_str().unwrap_or_default(),
+                a["active_since"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    if !stale.is_empty() {
+        text.push_str(&format!("\nStale (active 24 h or more): {}.", stale.join("; ")));
+    }
+    text
+}
+
+/// The active alarms from `list_alarms`, most recent first, each with its state.
+fn active_alarms(s: &Seen) -> String {
+    let rows = s.result("list_alarms").and_then(|r| r["alarms"].as_array().cloned()).unwrap_or_default();
+    if rows.is_empty() {
+        return "No alarms are active now (list_alarms, state active).".into();
+    }
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|a| {
+            format!(
+                "- {} on {} ({}): {}, {}, raised {}, value {} against limit {}",
+                a["code"].as_str().unwrap_or_default(),
+                a["asset_id"].as_str().unwrap_or_default(),
+                a["sensor_id"].as_str().unwrap_or("the asset"),
+                a["severity"].as_str().unwrap_or_default(),
+                a["state"].as_str().unwrap_or_default().replace('_', " "),
+                a["raised_at"].as_str().unwrap_or_default(),
+                a["value"],
+                a["threshold"]
+            )
+        })
+        .collect();
+    let total = s.result("list_alarms").and_then(|r| r["total"].as_i64()).unwrap_or(rows.len() as i64);
+    let shown = if total > rows.len() as i64 { format!(" (the first {} shown)", rows.len()) } else { String::new() };
+    let are = if total == 1 { "alarm is" } else { "alarms are" };
+    format!("{total} {are} active now{shown}:\n{}", lines.join("\n"))
 }
 
 /// Whether a question about no asset in particular asks how the plant is.
@@ -290,6 +471,12 @@ fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> Triage
     }
     if !t.grouped.is_empty() {
         summary.push_str(&grouped_sentence(&t.grouped));
+    }
+    // A bad actor, a repeat or a long-standing alarm is said as such: the tenth
+    // activation of a chattering point is not news.
+    for said in t.standing.iter().filter(|s| s.is_notable()).flat_map(|s| s.sentences()) {
+        summary.push(' ');
+        summary.push_str(&said);
     }
 
     let procedure = Procedure::read(&doc);

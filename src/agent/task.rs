@@ -58,6 +58,13 @@ impl Agent {
                 as_data("alarm", &serde_json::to_string_pretty(&records[1..]).unwrap_or_default())
             ));
         }
+        let standing = crate::alarms::standing::of(&db, alarm_id, (self.clock)())?;
+        if let Some(standing) = standing.as_ref().filter(|s| s.is_notable()) {
+            user_message.push_str(&format!(
+                "\n\nWhere this alarm's point stands in the alarm system (chattering, this week's bad actors, a repeat triaged within the hour, how long it has been active). Say it in the summary:\n{}",
+                as_data("alarm_standing", &serde_json::to_string_pretty(&standing.to_json()).unwrap_or_default())
+            ));
+        }
         let grouped = records[1..]
             .iter()
             .zip(others)
@@ -76,6 +83,7 @@ impl Agent {
                 sensor_id: sensor,
                 code: Some(code),
                 grouped,
+                standing,
                 ..TaskFacts::default()
             },
             user_message,

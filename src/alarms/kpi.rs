@@ -539,6 +539,17 @@ impl Kpis {
         v
     }
 
+    /// A point's annunciated activations in the window, its rank among the ten most
+    /// frequent (1 to 10) if it is one, and whether it chattered.
+    pub fn point(&self, asset_id: &str, sensor_id: Option<&str>, code: &str) -> (i64, Option<usize>, bool) {
+        let same = |p: &Point| p.asset_id == asset_id && p.sensor_id.as_deref() == sensor_id && p.code == code;
+        let rank = self.ranked().iter().take(10).position(|(p, _)| same(p)).map(|i| i + 1);
+        self.points
+            .iter()
+            .find(|(p, _)| same(p))
+            .map_or((0, None, false), |(_, s)| (s.activations, rank, s.chatter_episodes > 0))
+    }
+
     pub fn top10_share_pct(&self) -> f64 {
         pct(self.ranked().iter().take(10).map(|(_, s)| s.activations).sum(), self.annunciated)
     }

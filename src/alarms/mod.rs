@@ -10,6 +10,7 @@ pub mod kpi;
 pub mod kpi_report;
 pub mod limits;
 pub mod list;
+pub mod standing;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;

@@ -320,6 +320,11 @@ fn observe(
             |r| r.get(0),
         )?;
         sources.push(task);
+        // Where the point stands (bad actor, chattering, how long active): the harness
+        // gives it to the model as data, computed from the twin, as a tool would.
+        if let Some(standing) = crate::alarms::standing::of(&db, id, Timestamp::from_unix(END))? {
+            sources.push(standing.to_json().to_string());
+        }
     }
     let known: std::collections::HashMap<i64, &str> = before.iter().map(|(id, s)| (*id, s.as_str())).collect();
     let mut proposals = Vec::new();

@@ -18,7 +18,8 @@ pct_time_in_flood and floods (start, end, activations, top contributors), top10_
 points with most activations: asset_id, sensor_id, code, activations, share_pct), chattering and fleeting points, \
 stale alarms (active 24 h or more at the end), priority_pct against the 80/15/5 target, shelved and out-of-service \
 points with minutes. Each figure's definition is in `definitions`, its target in `targets`: quote them when you \
-judge a figure. from and to are RFC 3339 UTC (e.g. 2026-11-23T00:00:00Z) or a date; to is exclusive. Lists are cut \
+judge a figure. from and to are RFC 3339 UTC (e.g. 2026-11-23T00:00:00Z) or a date; to is exclusive; hours=8 \
+instead of from gives the last shift. Lists are cut \
 to 10 rows, the count in *_total.";
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -28,6 +29,9 @@ pub struct Args {
     from: Option<String>,
     /// End of the window, exclusive. Default: now.
     to: Option<String>,
+    /// Instead of `from`: the window's length in hours, ending at `to`, 1 to 9600 (8 for a shift).
+    #[schemars(range(min = 1, max = 9600))]
+    hours: Option<i64>,
 }
 
 pub fn def() -> ToolDef {
@@ -40,8 +44,21 @@ pub fn def() -> ToolDef {
 const ROWS: usize = 10;
 
 fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
-    let (from, to) =
-        kpi::window(args.from.as_deref(), args.to.as_deref(), ctx.now).map_err(ToolError::InvalidArguments)?;
+    let from = match (args.hours, args.from) {
+        (Some(_), Some(_)) => return Err(ToolError::InvalidArguments("give from or hours, not both".into())),
+        (Some(hours), None) => {
+            super::check_range("hours", hours, 1, 9600)?;
+            let to = args
+                .to
+                .as_deref()
+                .map(crate::domain::parse_time)
+                .transpose()
+                .map_err(|e| ToolError::InvalidArguments(format!("to: {e}")))?;
+            Some(to.unwrap_or(ctx.now).plus_secs(-3600 * hours).to_rfc3339())
+        }
+        (None, from) => from,
+    };
+    let (from, to) = kpi::window(from.as_deref(), args.to.as_deref(), ctx.now).map_err(ToolError::InvalidArguments)?;
     let mut figures = kpi::compute(ctx.db, from, to, kpi::KpiSettings::default())?.to_json();
     let Some(map) = figures.as_object_mut() else { return Ok(figures) };
     // The chart's series is for the page, not for reading.
