@@ -179,18 +179,26 @@ pub fn compute(conn: &Connection, from: Timestamp, to: Timestamp, settings: KpiS
         floods: Floods::default(),
     };
     pass.state_at_start(conn)?;
+    // A return to normal needs only its occurrence (the pass knows its point from the
+    // raise): the join, and the point's strings, are for the other kinds.
     let mut stmt = conn.prepare_cached(
         "SELECT e.alarm_id, e.kind, e.at * 1000 + e.millis, a.asset_id, coalesce(a.sensor_id, ''), a.code, a.severity
-         FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
+         FROM alarm_events e LEFT JOIN alarms a ON a.id = e.alarm_id AND e.kind <> 'cleared'
          WHERE e.at >= ?1 AND e.at < ?2
            AND e.kind IN ('raised', 'cleared', 'shelved', 'unshelved', 'out_of_service', 'returned_to_service')
          ORDER BY e.at, e.millis, e.id",
     )?;
     let mut rows = stmt.query(params![from.unix(), to.unix()])?;
     while let Some(r) = rows.next()? {
+        let (alarm, at): (i64, i64) = (r.get(0)?, r.get(2)?);
+        let kind = r.get_ref(1)?.as_str()?;
+        if kind == "cleared" {
+            pass.cleared(alarm, at);
+            continue;
+        }
         let point = pass.point(r.get_ref(3)?.as_str()?, r.get_ref(4)?.as_str()?, r.get_ref(5)?.as_str()?);
         let severity = Severity::parse(r.get_ref(6)?.as_str()?).unwrap_or(Severity::Low);
-        pass.event(r.get(0)?, r.get_ref(1)?.as_str()?, r.get(2)?, point, severity);
+        pass.event(alarm, kind, at, point, severity);
     }
     pass.finish_periods(periods);
     let stale = stale(conn, to, settings.stale_hours)?;
@@ -268,9 +276,9 @@ impl Pass {
         let mut stmt = conn.prepare_cached(
             "SELECT e.alarm_id, e.kind, e.at * 1000 + e.millis, a.asset_id, coalesce(a.sensor_id, ''), a.code,
                     a.cleared_at
-             FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
+             FROM alarm_events e INDEXED BY alarm_events_service JOIN alarms a ON a.id = e.alarm_id
              WHERE e.at < ?1 AND e.kind IN ('shelved', 'unshelved', 'out_of_service', 'returned_to_service')
-             ORDER BY e.at, e.millis, e.id",
+             ORDER BY e.at, e.id",
         )?;
         let mut rows = stmt.query([self.from_ms / 1000])?;
         while let Some(r) = rows.next()? {
@@ -304,14 +312,6 @@ impl Pass {
     fn event(&mut self, alarm: i64, kind: &str, at: i64, point: usize, severity: Severity) {
         match kind {
             "raised" => self.raised(alarm, at, point, severity),
-            "cleared" => {
-                if let Some((p, raised)) = self.open.remove(&alarm)
-                    && at - raised <= self.settings.fleeting_secs * 1000
-                {
-                    self.points[p].1.fleeting += 1;
-                }
-                self.unshelve(alarm, at);
-            }
             "shelved" => {
                 self.shelved.insert(alarm, (point, at));
                 self.points[point].1.shelved_now = true;
@@ -333,6 +333,17 @@ impl Pass {
             }
             _ => {}
         }
+    }
+
+    /// A return to normal: a fleeting activation if within `fleeting_secs`; shelving
+    /// ends with it.
+    fn cleared(&mut self, alarm: i64, at: i64) {
+        if let Some((p, raised)) = self.open.remove(&alarm)
+            && at - raised <= self.settings.fleeting_secs * 1000
+        {
+            self.points[p].1.fleeting += 1;
+        }
+        self.unshelve(alarm, at);
     }
 
     fn unshelve(&mut self, alarm: i64, at: i64) {

@@ -127,7 +127,7 @@ fn plain_per_period(db: &rusqlite::Connection, from: Timestamp, to: Timestamp) -
 /// bad actors and chattering points take a large share, the rest spread thin; most
 /// alarms stand minutes, some return within seconds; half are acknowledged. Written
 /// straight into the journal's tables (as ingest writes them, without triage jobs),
-/// 10,000 occurrences a job: the writer runs each job in a savepoint, whose statement
+/// 2,000 occurrences a job: the writer runs each job in a savepoint, whose statement
 /// journal SQLite walks at every statement's end, so a larger job grows quadratically.
 fn generate(store: &Store, args: &AlarmsBenchArgs) -> anyhow::Result<()> {
     seed::seed(
@@ -144,7 +144,7 @@ fn generate(store: &Store, args: &AlarmsBenchArgs) -> anyhow::Result<()> {
     let step = (args.days as f64 * 86_400.0) / args.activations as f64;
     let mut done = 0u64;
     while done < args.activations {
-        let batch = (args.activations - done).min(10_000);
+        let batch = (args.activations - done).min(2_000);
         let points = points.clone();
         store.writer().call(move |c| -> Result<(), StoreError> {
             let mut rng = Rng::from_label(&format!("bench-alarms-{done}"));
