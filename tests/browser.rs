@@ -136,6 +136,7 @@ async fn the_hmi_in_a_real_browser() {
     accounts::add_user(&p.store, "admin.lee", Role::Admin, PASSWORD, "test").unwrap();
     let server = ScriptedServer::start(vec![
         Reply::calls(&[
+            ("c0", "get_asset_details", json!({"asset_id": "PUMP-007"})),
             ("c1", "search_docs", json!({"query": "VIB-HI pump bearing vibration", "limit": 3})),
             (
                 "c2",
@@ -146,7 +147,7 @@ async fn the_hmi_in_a_real_browser() {
             ),
         ]),
         Reply::Text(
-            json!({"summary": "PUMP-007 drive-end vibration is high and rising: bearing wear.", "urgency": "urgent",
+            json!({"summary": "VIB-HIHI on PUMP-007: drive-end vibration is high and rising: bearing wear.", "urgency": "urgent",
                    "likely_causes": ["drive-end bearing wear"], "recommended_actions": ["Plan a changeover to the standby pump [arp-vibration.md#1]"],
                    "proposed_work_order": null, "evidence": [{"claim": "Response procedure for VIB-HI", "source": "arp-vibration.md#1"}]})
             .to_string(),
@@ -154,6 +155,7 @@ async fn the_hmi_in_a_real_browser() {
         Reply::text(
             "The pump needs attention. <script>window.pwned = true</script> ![chart](http://evil.example/chart.png) **Check the bearing.**",
         ),
+        Reply::call("h1", "get_system_summary", json!({})),
         Reply::text(
             "Shift handover: PUMP-007 drive-end vibration is rising.\n- PUMP-007: watch the bearing <img src=x onerror=\"window.pwned = true\">",
         ),

@@ -279,8 +279,14 @@ fn shift_alarms(s: &Seen) -> String {
             raised.iter().map(named).collect::<Vec<_>>().join(", ")
         ));
     }
-    let bad: Vec<String> =
-        list("bad_actors").iter().take(3).map(|p| format!("{} ({} activations)", named(p), p["activations"])).collect();
+    let bad: Vec<String> = list("bad_actors")
+        .iter()
+        .take(3)
+        .map(|p| {
+            let n = p["activations"].as_i64().unwrap_or(0);
+            format!("{} ({n} activation{})", named(p), if n == 1 { "" } else { "s" })
+        })
+        .collect();
     if !bad.is_empty() {
         text.push_str(&format!("\nMost frequent: {}.", bad.join(", ")));
     }
@@ -536,12 +542,16 @@ fn readings(sensor_id: Option<&str>, details: &Value, history: &Value, summary: 
             sensor["band"].as_str().unwrap_or("unknown"),
             if limits.is_empty() { "none".to_string() } else { limits.join(", ") }
         ));
+        // The day's change only where there is a reading from a day ago.
+        let change = match sensor.get("change_24h") {
+            Some(c) => format!(", change over 24 h {c}"),
+            None => String::new(),
+        };
         evidence.push(Evidence {
             claim: format!(
-                "{} latest {} {unit}, change over 24 h {}",
+                "{} latest {} {unit}{change}",
                 sensor["id"].as_str().unwrap_or_default(),
-                sensor["latest"]["value"],
-                sensor["change_24h"]
+                sensor["latest"]["value"]
             ),
             source: "get_asset_details".into(),
         });
