@@ -108,49 +108,47 @@ impl Review<'_> {
         let arguments: Vec<String> = self.calls().map(ToolCall::arguments_text).collect();
         let observed = self.observed(&arguments);
         flaws.extend(self.false_claims(text));
-        let numbers = ungrounded_numbers(text, &observed);
-        if !numbers.is_empty() {
-            flaws.push(Flaw::new(
-                "ungrounded",
-                format!(
-                    "These numbers in your answer appear in no tool result: {}. Every figure must come from a tool result; call a tool for it or leave it out.",
-                    numbers.join(", ")
-                ),
-                format!("Unverified: these figures appear in no tool result: {}. Check them before acting.", numbers.join(", ")),
-            ));
-        }
-        let times = ungrounded_times(text, &observed);
-        if !times.is_empty() {
-            flaws.push(Flaw::new(
-                "ungrounded",
-                format!(
-                    "These dates or times in your answer appear in no tool result: {}. Quote times as the tools give them (RFC 3339 UTC, e.g. raised_at), or leave them out.",
-                    times.join(", ")
-                ),
-                format!("Unverified: these dates or times appear in no tool result: {}.", times.join(", ")),
-            ));
-        }
-        let unknown = self.unobserved_ids(text, &observed);
-        if !unknown.is_empty() {
-            flaws.push(Flaw::new(
-                "ungrounded",
-                format!(
-                    "These asset, sensor or alarm ids appear in no tool result: {}. Speak only of alarms and assets the tools showed you.",
-                    unknown.join(", ")
-                ),
-                format!("Unverified: these ids appear in no tool result: {}.", unknown.join(", ")),
-            ));
-        }
-        let unresolved = self.unresolved_citations(text);
-        if !unresolved.is_empty() {
-            flaws.push(Flaw::new(
-                "ungrounded",
-                format!(
-                    "These citations do not exist: {}. Cite only keys that search_docs or read_doc returned.",
-                    unresolved.join(", ")
-                ),
-                format!("These citations do not exist: {}.", unresolved.join(", ")),
-            ));
+        // What was not observed, each kind with what the model should do instead and
+        // the warning an operator reads; the messages keep their wording.
+        let unobserved = [
+            (
+                ungrounded_numbers(text, &observed),
+                "These numbers in your answer appear in no tool result",
+                "Every figure must come from a tool result; call a tool for it or leave it out.",
+                "Unverified: these figures appear in no tool result",
+                " Check them before acting.",
+            ),
+            (
+                ungrounded_times(text, &observed),
+                "These dates or times in your answer appear in no tool result",
+                "Quote times as the tools give them (RFC 3339 UTC, e.g. raised_at), or leave them out.",
+                "Unverified: these dates or times appear in no tool result",
+                "",
+            ),
+            (
+                self.unobserved_ids(text, &observed),
+                "These asset, sensor or alarm ids appear in no tool result",
+                "Speak only of alarms and assets the tools showed you.",
+                "Unverified: these ids appear in no tool result",
+                "",
+            ),
+            (
+                self.unresolved_citations(text),
+                "These citations do not exist",
+                "Cite only keys that search_docs or read_doc returned.",
+                "These citations do not exist",
+                "",
+            ),
+        ];
+        for (found, said, next, warned, then) in unobserved {
+            if !found.is_empty() {
+                let list = found.join(", ");
+                flaws.push(Flaw::new(
+                    "ungrounded",
+                    format!("{said}: {list}. {next}"),
+                    format!("{warned}: {list}.{then}"),
+                ));
+            }
         }
         flaws
     }

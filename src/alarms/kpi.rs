@@ -599,27 +599,20 @@ impl Kpis {
                 v
             })
             .collect();
-        let minutes = |ms: i64| round2(ms as f64 / 60_000.0);
-        let shelved: Vec<Value> = self
-            .points
-            .iter()
-            .filter(|(_, s)| s.shelved_ms > 0 || s.shelved_now)
-            .map(|(p, s)| {
-                let mut v = point_json(p, "shelved_minutes", json!(minutes(s.shelved_ms)));
-                v["shelved_at_end"] = json!(s.shelved_now);
-                v
-            })
-            .collect();
-        let out_of_service: Vec<Value> = self
-            .points
-            .iter()
-            .filter(|(_, s)| s.oos_ms > 0 || s.out_of_service)
-            .map(|(p, s)| {
-                let mut v = point_json(p, "out_of_service_minutes", json!(minutes(s.oos_ms)));
-                v["out_of_service_at_end"] = json!(s.out_of_service);
-                v
-            })
-            .collect();
+        // Points shelved or out of service in the window: minutes, and whether still so.
+        let held = |minutes_key: &str, at_end_key: &str, of: &dyn Fn(&PointStats) -> (i64, bool)| -> Vec<Value> {
+            self.points
+                .iter()
+                .filter(|(_, s)| of(s).0 > 0 || of(s).1)
+                .map(|(p, s)| {
+                    let mut v = point_json(p, minutes_key, json!(round2(of(s).0 as f64 / 60_000.0)));
+                    v[at_end_key] = json!(of(s).1);
+                    v
+                })
+                .collect()
+        };
+        let shelved = held("shelved_minutes", "shelved_at_end", &|s| (s.shelved_ms, s.shelved_now));
+        let out_of_service = held("out_of_service_minutes", "out_of_service_at_end", &|s| (s.oos_ms, s.out_of_service));
         let fleeting_total: i64 = self.points.iter().map(|(_, s)| s.fleeting).sum();
         let severity = |i: usize| (Severity::ALL[i].as_str(), self.by_severity[i]);
         let priority: serde_json::Map<String, Value> =
