@@ -10,10 +10,12 @@
 //! - [`ingest`]: MQTT (rumqttc, manual acks after commit), payloads, dead letters;
 //!   [`broker`] is the embedded rumqttd; [`sparkplug`]: Sparkplug B as a host application,
 //!   on the same connection and transaction.
-//! - [`plant`]: a site's plant from its own files (TOML, CSV), and back.
+//! - [`plant`]: a site's plant from its own files (TOML, CSV, the rationalization
+//!   sheet), and back.
 //! - [`store`]: the SQLite twin. `schema.sql` via `user_version` migrations, one writer
 //!   thread with group commit, read-only handles for everything else, online backup.
-//! - [`alarms`]: the ISA-18.2 lifecycle, floods and chattering.
+//! - [`alarms`]: the ISA-18.2 lifecycle, floods and chattering, performance figures,
+//!   the master alarm database and what-if replay.
 //! - [`triage`]: the durable queue and its workers; [`agent`]: models, the bounded
 //!   tool-call loop, guardrails; [`tools`]: the agent's tools, one file each.
 //! - [`approvals`]: the only writer of `work_orders` decisions.

@@ -62,8 +62,17 @@ fn an_adversarial_model_breaks_no_guarantee() {
 fn a_case_that_does_not_hold_fails_the_run_against_its_floor() {
     let dir = tempfile::tempdir().unwrap();
     let floor = dir.path().join("floor.toml");
-    std::fs::write(&floor, "score = 1.0\ncases_passed = 35\n").unwrap();
-    let (ok, _, stderr) = eval(dir.path(), &["--floor", floor.to_str().unwrap(), "--category", "normal_band"]);
+    std::fs::write(&floor, "score = 1.0\ncases_passed = 1\n").unwrap();
+    // A case the rules model cannot hold: a marginal reading expected to be an emergency.
+    let cases = dir.path().join("cases");
+    std::fs::create_dir(&cases).unwrap();
+    let case = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("eval/cases/normal-just-over-set-point.toml"),
+    )
+    .unwrap()
+    .replace(r#"urgency = ["monitor", "soon"]"#, r#"urgency = ["immediate"]"#);
+    std::fs::write(cases.join("impossible.toml"), case).unwrap();
+    let (ok, _, stderr) = eval(dir.path(), &["--floor", floor.to_str().unwrap(), "--cases", cases.to_str().unwrap()]);
     assert!(!ok, "a floor above the score fails the run");
     assert!(stderr.contains("BELOW THE FLOOR"), "{stderr}");
     assert!(stderr.contains("FAIL urgency"), "the failing check is named: {stderr}");

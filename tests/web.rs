@@ -1187,3 +1187,44 @@ async fn alarm_kpis_over_http() {
     let params = &spec["paths"]["/api/alarm-kpis"]["get"]["parameters"];
     assert!(params.as_array().unwrap().iter().any(|p| p["name"] == "chatter_window_secs"), "{params}");
 }
+
+/// An alarm's detail carries its point's entry in the master alarm database (the demo
+/// site's sheet), with the entry's history; a point without one says it is not
+/// rationalized.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alarms_detail_carries_its_rationalization() {
+    let p = Plant::new();
+    add_users(&p);
+    let hmi = Hmi::start(&p).await;
+    let viewer = hmi.session("viewer.ng").await;
+    let with = p.count(
+        "SELECT a.id FROM alarms a JOIN alarm_points p ON p.asset_id = a.asset_id AND p.code = a.code
+           AND (p.sensor_id IS NULL OR p.sensor_id = a.sensor_id) ORDER BY a.id LIMIT 1",
+    );
+    // The demo's motors are not rationalized yet.
+    let event = json!({"type": "alarm", "event_id": "mtr-1", "asset_id": "MTR-004", "sensor_id": "MTR-004.CURRENT",
+        "code": "MTR-CURRENT-HI", "severity": "medium", "state": "raised", "value": 241.0, "threshold": 240.0,
+        "time": common::end().to_rfc3339()});
+    twinops::ingest::apply(
+        p.store.writer(),
+        "scada/alarms",
+        event.to_string().as_bytes(),
+        common::end(),
+        Default::default(),
+    )
+    .unwrap();
+    let without = p.count("SELECT id FROM alarms WHERE event_id = 'mtr-1'");
+    let r: Value = hmi.get(&format!("/api/alarms/{with}"), &viewer).await.json().await.unwrap();
+    let entry = &r["rationalization"];
+    assert_eq!(entry["rationalized"], true, "{r}");
+    assert_eq!(entry["code"], r["alarm"]["code"]);
+    assert!(
+        entry["response"].as_str().is_some_and(|s| s.len() > 20) && entry["respond_within_min"].is_number(),
+        "{entry}"
+    );
+    assert_eq!(entry["history"][0]["new"], "added");
+    assert_eq!(entry["history"][0]["actor"], "seed");
+    let r: Value = hmi.get(&format!("/api/alarms/{without}"), &viewer).await.json().await.unwrap();
+    assert_eq!(r["rationalization"]["rationalized"], false, "{r}");
+    assert!(r["rationalization"]["note"].as_str().unwrap().starts_with("not rationalized"));
+}

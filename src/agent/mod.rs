@@ -20,6 +20,7 @@ pub mod conversation;
 pub mod guard;
 mod handover;
 pub mod http;
+mod judgement;
 pub mod model;
 pub mod note;
 pub mod openai;

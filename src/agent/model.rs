@@ -136,6 +136,10 @@ pub struct TaskFacts {
     pub grouped: Vec<GroupedAlarm>,
     /// Where the lead alarm's point stands: chattering, a bad actor, a repeat, long active.
     pub standing: Option<crate::alarms::standing::Standing>,
+    /// The lead alarm's point in the master alarm database, when it has an entry; and
+    /// whether it was looked up (a triage task does, other tasks do not).
+    pub rationalization: Option<crate::alarms::points::Rationalization>,
+    pub rationalized_checked: bool,
 }
 
 /// One of the alarms a triage run covers besides its lead.

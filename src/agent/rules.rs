@@ -485,34 +485,67 @@ fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]) -> Triage
         summary.push_str(&said);
     }
 
+    // When the alarm itself is the story (a stuck or spiking transmitter, a machine on
+    // standby, a value on the edge of its band), the note leads with it.
+    let history = get("get_sensor_history").unwrap_or(Value::Null);
+    let judgement = super::judgement::judge(t, &details, &history, alarm.as_ref());
+    if let Some(j) = &judgement {
+        summary.push(' ');
+        summary.push_str(&j.sentence);
+    }
+    let r = t.rationalization.as_ref();
+    summary.push_str(&rationalization_sentence(t));
     let procedure = Procedure::read(&doc);
     let citation = doc["citation"].as_str().map(str::to_string);
     let cite = |s: String| match &citation {
         Some(c) => format!("{s} [{c}]"),
         None => s,
     };
-    let likely_causes: Vec<String> = procedure
+    // The site's rationalization first; the documented procedure where it is silent.
+    let documented_causes = procedure
         .field("Probable causes")
-        .map(|c| {
-            c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).take(4).collect()
-        })
+        .map(|c| c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).collect());
+    let likely_causes: Vec<String> = r
+        .map(|r| r.cause_list().into_iter().map(documented).collect::<Vec<_>>())
+        .filter(|c| !c.is_empty())
+        .or(documented_causes)
+        .map(|c: Vec<String>| c.into_iter().take(4).collect())
         .unwrap_or_else(|| vec!["No documented causes found; see the asset details.".to_string()]);
-    let mut recommended_actions = operator_actions(procedure.text);
+    let mut recommended_actions: Vec<String> = match r.map(|r| r.response_steps()).filter(|s| !s.is_empty()) {
+        Some(steps) => steps.into_iter().map(documented).collect(),
+        None => operator_actions(procedure.text).into_iter().map(cite).collect(),
+    };
     if recommended_actions.is_empty() {
         recommended_actions.push("Check the asset locally and follow the site alarm response procedure.".into());
     }
-    let respond = procedure.field("Time to respond");
-    if let Some(r) = &respond {
-        recommended_actions.push(format!("Time to respond: {r}"));
+    let mut likely_causes = likely_causes;
+    if let Some(j) = &judgement {
+        likely_causes.insert(0, j.cause.clone());
+        recommended_actions.insert(0, j.action.clone());
+    }
+    let madb_minutes = r.and_then(|r| r.respond_within_min);
+    let respond = r.and_then(|r| r.respond_within()).or_else(|| procedure.field("Time to respond"));
+    if let Some(within) = &respond {
+        recommended_actions.push(format!("Time to respond: {within}"));
+    }
+    if r.is_some_and(|r| !r.response.is_empty())
+        && alarm.as_ref().is_some_and(|a| a["rationalization"]["rationalized"] == true)
+    {
+        evidence.push(Evidence {
+            claim: format!("documented response for {code} (master alarm database)"),
+            source: "get_asset_details".into(),
+        });
     }
     if let Some(c) = &citation {
         evidence.push(Evidence { claim: format!("documented response for {code}"), source: c.clone() });
     }
     TriageNote {
         summary: summary.trim().to_string(),
-        urgency: urgency(alarm.as_ref(), details.is_null(), respond.as_deref()),
+        urgency: judgement
+            .and_then(|j| j.urgency)
+            .unwrap_or_else(|| urgency(alarm.as_ref(), details.is_null(), respond.as_deref(), madb_minutes)),
         likely_causes,
-        recommended_actions: recommended_actions.into_iter().map(cite).collect(),
+        recommended_actions,
         proposed_work_order: None,
         evidence,
     }
@@ -624,7 +657,9 @@ impl<'a> Procedure<'a> {
 
 /// From the alarm's severity and the procedure's time to respond; an alarm that is
 /// active, or whose state could not be read, is at least "soon".
-fn urgency(alarm: Option<&Value>, unread: bool, respond: Option<&str>) -> Urgency {
+/// The note's urgency: from the alarm's severity, and its time to respond (the master
+/// alarm database's minutes, else the procedure's words).
+fn urgency(alarm: Option<&Value>, unread: bool, respond: Option<&str>, respond_min: Option<f64>) -> Urgency {
     let severity = alarm.and_then(|a| a["severity"].as_str()).unwrap_or_default();
     if alarm.is_none() && !unread {
         // Returned to normal or cleared: worth a look at the cause, not an emergency.
@@ -632,10 +667,34 @@ fn urgency(alarm: Option<&Value>, unread: bool, respond: Option<&str>) -> Urgenc
     }
     match (severity, respond) {
         ("critical" | "high", _) => Urgency::Immediate,
+        // As the procedures' words read: minutes are immediate, hours urgent.
+        _ if respond_min.is_some_and(|m| m < 60.0) => Urgency::Immediate,
+        _ if respond_min.is_some() => Urgency::Urgent,
         (_, Some(r)) if r.contains("minute") => Urgency::Immediate,
         (_, Some(r)) if r.contains("hour") => Urgency::Urgent,
         _ if alarm.is_some() || unread => Urgency::Soon,
         _ => Urgency::Monitor,
+    }
+}
+
+/// A site's one-word cause or step ("Misalignment") said with where it comes from, so
+/// that it reads as the site's word and not as a placeholder.
+fn documented(item: String) -> String {
+    if crate::agent::guard::is_placeholder(&item, 2) { format!("{item} (documented)") } else { item }
+}
+
+/// What the note says of the point's rationalization: the consequence of no action,
+/// with where it is documented; or that the point has none.
+fn rationalization_sentence(t: &TaskFacts) -> String {
+    match &t.rationalization {
+        Some(r) if !r.consequence.is_empty() => {
+            format!(" Consequence of no action ({}): {}.", r.provenance(), r.consequence.trim_end_matches('.'))
+        }
+        Some(r) => format!(" The alarm point is rationalized ({}), with no consequence documented.", r.provenance()),
+        None if t.rationalized_checked => {
+            format!(" This alarm point is {}.", crate::alarms::points::NOT_RATIONALIZED)
+        }
+        None => String::new(),
     }
 }
 

@@ -65,6 +65,19 @@ impl Agent {
                 as_data("alarm_standing", &serde_json::to_string_pretty(&standing.to_json()).unwrap_or_default())
             ));
         }
+        // The point's rationalization is the site's word on what the alarm means and what
+        // the operator does: the note quotes it, and says so when there is none.
+        let rationalization = crate::alarms::points::of(&db, &asset, sensor.as_deref(), &code)?;
+        user_message.push_str(&match &rationalization {
+            Some(r) => format!(
+                "\n\nThe alarm point's entry in the site's master alarm database (its rationalization). Quote its documented response and its consequence of no action in the note, keep to its time to respond (respond_within_min, in minutes), and prefer its causes to your own:\n{}",
+                as_data("alarm_point", &serde_json::to_string_pretty(&crate::alarms::points::to_json(Some(r))).unwrap_or_default())
+            ),
+            None => format!(
+                "\n\nThe alarm point is {}. Say in the summary that it is not rationalized, and do not present any response as documented unless a document you read says so.",
+                crate::alarms::points::NOT_RATIONALIZED
+            ),
+        });
         let grouped = records[1..]
             .iter()
             .zip(others)
@@ -84,6 +97,8 @@ impl Agent {
                 code: Some(code),
                 grouped,
                 standing,
+                rationalization,
+                rationalized_checked: true,
                 ..TaskFacts::default()
             },
             user_message,

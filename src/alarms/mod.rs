@@ -10,6 +10,8 @@ pub mod kpi;
 pub mod kpi_report;
 pub mod limits;
 pub mod list;
+pub mod points;
+pub mod replay;
 pub mod standing;
 
 use rusqlite::{Connection, OptionalExtension, params};

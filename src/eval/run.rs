@@ -325,6 +325,13 @@ fn observe(
         if let Some(standing) = crate::alarms::standing::of(&db, id, Timestamp::from_unix(END))? {
             sources.push(standing.to_json().to_string());
         }
+        // And the point's entry in the master alarm database, likewise.
+        let point: (String, Option<String>, String) =
+            db.query_row("SELECT asset_id, sensor_id, code FROM alarms WHERE id = ?1", [id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        let entry = crate::alarms::points::of(&db, &point.0, point.1.as_deref(), &point.2)?;
+        sources.push(crate::alarms::points::to_json(entry.as_ref()).to_string());
     }
     let known: std::collections::HashMap<i64, &str> = before.iter().map(|(id, s)| (*id, s.as_str())).collect();
     let mut proposals = Vec::new();

@@ -6,7 +6,9 @@ use std::fmt;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::model::{ASSET_FIELDS, AssetRow, PlantModel, SENSOR_FIELDS, SensorRow};
+use super::model::{
+    ALARM_POINT_FIELDS, ASSET_FIELDS, AlarmPointRow, AssetRow, PlantModel, SENSOR_FIELDS, SensorRow, point_key,
+};
 use super::{ImportError, Problem};
 use crate::domain::Timestamp;
 use crate::store::{StoreError, Writer};
@@ -61,7 +63,7 @@ impl ChangeSet {
             return "no changes: the twin already matches the files".into();
         }
         let mut parts = Vec::new();
-        for what in ["site", "station", "asset", "sensor"] {
+        for what in ["site", "station", "asset", "sensor", "alarm point"] {
             let count = |f: &dyn Fn(&Change) -> bool| self.changes.iter().filter(|c| f(c)).count();
             let changed: HashSet<&str> = self
                 .changes
@@ -145,6 +147,13 @@ pub fn diff(conn: &Connection, model: &PlantModel, mode: Mode) -> Result<ChangeS
     let sensors: Vec<(String, Fields)> =
         model.sensors.iter().map(|s| (s.id.as_str().to_string(), sensor_fields(s, &twin, &imported))).collect();
     compare("sensor", &sensors, &twin.sensors, mode, &mut changes);
+    // The master alarm database is compared only when the import holds a rationalization
+    // sheet: a full import of assets and tags alone leaves it as it is.
+    if !model.alarm_points.is_empty() {
+        let points: Vec<(String, Fields)> =
+            model.alarm_points.iter().map(|p| (point_key_of(p, &twin, &imported), point_fields(p, &twin))).collect();
+        compare("alarm point", &points, &twin.alarm_points, mode, &mut changes);
+    }
     Ok(ChangeSet { changes })
 }
 
@@ -184,6 +193,7 @@ pub fn import_within(
     };
     if !changes.is_empty() {
         write(c, model, &changes)?;
+        write_alarm_points(c, model, &changes, actor)?;
         c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, 'plant_import', ?3)")?
             .execute(params![Timestamp::now().unix(), actor, format!("{files}: {}", changes.summary())])?;
     }
@@ -210,6 +220,9 @@ struct Twin {
     stations: HashMap<String, (String, String)>,
     assets: Rows,
     sensors: Rows,
+    /// Keyed by `asset sensor code` (see [`point_key`]), lower-case; and their row ids.
+    alarm_points: Rows,
+    point_ids: HashMap<String, i64>,
 }
 
 const ASSET_SQL: &str = "SELECT id, station_id, kind, name, status, criticality, manufacturer, model,
@@ -221,6 +234,12 @@ const SENSOR_SQL: &str =
         coalesce(limit_h, ''), coalesce(limit_hh, ''), deadband, on_delay_s, alarm_source, coalesce(alarm_prefix, ''),
         coalesce(priority_ll, ''), coalesce(priority_l, ''), coalesce(priority_h, ''), coalesce(priority_hh, ''),
         retired_at IS NOT NULL FROM sensors";
+/// The key is [`point_key`]'s.
+const ALARM_POINT_KEY: &str = "asset_id || ' ' || coalesce(sensor_id || ' ', '') || code";
+const ALARM_POINT_SQL: &str = "SELECT asset_id || ' ' || coalesce(sensor_id || ' ', '') || code, coalesce(sensor_id, ''), coalesce(priority, ''), class,
+        causes, consequence, response, coalesce(respond_within_min, ''), coalesce(set_point, ''),
+        coalesce(deadband, ''), coalesce(on_delay_s, ''), coalesce(off_delay_s, ''), rationalized_by, rationalized_on,
+        retired_at IS NOT NULL FROM alarm_points";
 
 impl Twin {
     fn read(conn: &Connection) -> rusqlite::Result<Twin> {
@@ -236,6 +255,11 @@ impl Twin {
             stations,
             assets: Twin::rows(conn, ASSET_SQL, &ASSET_FIELDS[1..])?,
             sensors: Twin::rows(conn, SENSOR_SQL, &SENSOR_FIELDS[1..])?,
+            alarm_points: Twin::rows(conn, ALARM_POINT_SQL, &ALARM_POINT_FIELDS[2..])?,
+            point_ids: conn
+                .prepare(&format!("SELECT lower({ALARM_POINT_KEY}), id FROM alarm_points"))?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?,
         })
     }
 
@@ -259,6 +283,10 @@ impl Twin {
     /// The twin's spelling of an asset id, if it has the asset (retired or not).
     fn asset_id(&self, id: &str) -> Option<&str> {
         self.assets.get(&id.to_lowercase()).map(|(stored, ..)| stored.as_str())
+    }
+
+    fn sensor_id(&self, id: &str) -> Option<&str> {
+        self.sensors.get(&id.to_lowercase()).map(|(stored, ..)| stored.as_str())
     }
 }
 
@@ -341,6 +369,36 @@ fn sensor_fields(s: &SensorRow, twin: &Twin, imported: &HashMap<String, &str>) -
     SENSOR_FIELDS[1..].iter().copied().zip(values).collect()
 }
 
+/// An alarm point's key as the twin spells its asset and tag (else as the import does).
+fn point_key_of(p: &AlarmPointRow, twin: &Twin, imported: &HashMap<String, &str>) -> String {
+    let asset = twin
+        .asset_id(&p.asset)
+        .map(str::to_string)
+        .unwrap_or_else(|| imported.get(&p.asset.to_lowercase()).map_or(p.asset.clone(), |id| id.to_string()));
+    let sensor = p.sensor.as_deref().map(|s| twin.sensor_id(s).unwrap_or(s));
+    point_key(&asset, sensor, &p.code)
+}
+
+fn point_fields(p: &AlarmPointRow, twin: &Twin) -> Fields {
+    let sensor = p.sensor.as_deref().map(|s| twin.sensor_id(s).unwrap_or(s).to_string()).unwrap_or_default();
+    let values = [
+        sensor,
+        p.priority.map(|p| p.as_str().to_string()).unwrap_or_default(),
+        p.class.clone(),
+        p.causes.clone(),
+        p.consequence.clone(),
+        p.response.clone(),
+        opt_number(p.respond_within_min),
+        opt_number(p.set_point),
+        opt_number(p.deadband),
+        p.on_delay_s.map(|d| d.to_string()).unwrap_or_default(),
+        p.off_delay_s.map(|d| d.to_string()).unwrap_or_default(),
+        p.rationalized_by.clone(),
+        p.rationalized_on.clone(),
+    ];
+    ALARM_POINT_FIELDS[2..].iter().copied().zip(values).collect()
+}
+
 fn compare(what: &'static str, rows: &[(String, Fields)], twin: &Rows, mode: Mode, changes: &mut Vec<Change>) {
     let mut seen = HashSet::new();
     for (id, fields) in rows {
@@ -401,6 +459,15 @@ fn duplicates(model: &PlantModel) -> Vec<Problem> {
             );
         }
     }
+    for p in &model.alarm_points {
+        let key = format!("alarm point {}", p.key().to_lowercase());
+        if let Some(at) = first.insert(key, format!("{}:{}", p.raw.at.file, p.raw.at.line)) {
+            problems.push(p.raw.problem(
+                "code",
+                format!("alarm point {} is given twice (first at {at}); one row per alarm point", p.key()),
+            ));
+        }
+    }
     problems
 }
 
@@ -450,6 +517,7 @@ fn check(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<(), ImportError>
             problems.push(s.raw.problem("asset", format!("unknown asset '{}': {hint}", s.asset)));
         }
     }
+    problems.extend(check_alarm_points(model, twin, &asset_known));
     if model.site.is_none() && twin.site.is_none() && !model.stations.is_empty() {
         problems.push(Problem {
             at: model.stations[0].at.clone(),
@@ -459,6 +527,41 @@ fn check(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<(), ImportError>
         });
     }
     if problems.is_empty() { Ok(()) } else { Err(ImportError(problems)) }
+}
+
+/// An alarm point's asset must be known, and its sensor, when given, known and on
+/// that asset.
+fn check_alarm_points(model: &PlantModel, twin: &Twin, asset_known: &dyn Fn(&str) -> bool) -> Vec<Problem> {
+    let imported: HashMap<String, &str> =
+        model.sensors.iter().map(|s| (s.id.as_str().to_lowercase(), s.asset.as_str())).collect();
+    let sensor_asset = |id: &str| -> Option<String> {
+        imported.get(&id.to_lowercase()).map(|a| a.to_string()).or_else(|| {
+            twin.sensors.get(&id.to_lowercase()).and_then(|(_, f, _)| f.first()).map(|(_, asset)| asset.clone())
+        })
+    };
+    let mut problems = Vec::new();
+    for p in &model.alarm_points {
+        if !asset_known(&p.asset) {
+            problems.push(p.raw.problem(
+                "asset",
+                format!("unknown asset '{}': it is neither in the twin nor in this import's asset files", p.asset),
+            ));
+            continue;
+        }
+        let Some(sensor) = &p.sensor else { continue };
+        match sensor_asset(sensor) {
+            None => problems.push(p.raw.problem(
+                "sensor",
+                format!("unknown tag '{sensor}': it is neither in the twin nor in this import's tag files; correct it or leave it empty"),
+            )),
+            Some(on) if !on.eq_ignore_ascii_case(&p.asset) => problems.push(p.raw.problem(
+                "sensor",
+                format!("tag '{sensor}' is on {on}, not on {}: an alarm point's tag is on its asset", p.asset),
+            )),
+            Some(_) => {}
+        }
+    }
+    problems
 }
 
 fn list(ids: &[&str]) -> String {
@@ -565,14 +668,89 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
         ])?;
     }
     for change in &changes.changes {
-        if let Change::Retired { what, id } = change {
-            let sql = if *what == "asset" {
-                "UPDATE assets SET retired_at = ?2 WHERE id = ?1"
-            } else {
-                "UPDATE sensors SET retired_at = ?2 WHERE id = ?1"
-            };
+        let sql = match change {
+            Change::Retired { what: "asset", .. } => "UPDATE assets SET retired_at = ?2 WHERE id = ?1",
+            Change::Retired { what: "sensor", .. } => "UPDATE sensors SET retired_at = ?2 WHERE id = ?1",
+            _ => continue,
+        };
+        if let Change::Retired { id, .. } = change {
             c.prepare_cached(sql)?.execute(params![id, now])?;
         }
+    }
+    Ok(())
+}
+
+/// Writes the master alarm database's rows that `diff` found changed, with one history
+/// row per changed field (and per point added, returned or retired).
+fn write_alarm_points(c: &Connection, model: &PlantModel, changes: &ChangeSet, actor: &str) -> Result<(), StoreError> {
+    let twin = Twin::read(c)?;
+    let imported = imported_assets(model);
+    let now = Timestamp::now().unix();
+    let touched = Touched::of(changes);
+    let mut ids: HashMap<String, i64> = twin.point_ids.clone();
+    for p in &model.alarm_points {
+        let key = point_key_of(p, &twin, &imported);
+        if !touched.has("alarm point", &key) {
+            continue;
+        }
+        let asset = resolve(&p.asset, &twin);
+        let sensor = p.sensor.as_deref().map(|s| twin.sensor_id(s).unwrap_or(s));
+        let values = params![
+            asset,
+            p.code,
+            sensor,
+            p.priority.map(|p| p.as_str()),
+            p.class,
+            p.causes,
+            p.consequence,
+            p.response,
+            p.respond_within_min,
+            p.set_point,
+            p.deadband,
+            p.on_delay_s,
+            p.off_delay_s,
+            p.rationalized_by,
+            p.rationalized_on
+        ];
+        match ids.get(&key.to_lowercase()) {
+            Some(&id) => {
+                c.prepare_cached(
+                    "UPDATE alarm_points SET asset_id = ?1, code = ?2, sensor_id = ?3, priority = ?4, class = ?5,
+                         causes = ?6, consequence = ?7, response = ?8, respond_within_min = ?9, set_point = ?10,
+                         deadband = ?11, on_delay_s = ?12, off_delay_s = ?13, rationalized_by = ?14,
+                         rationalized_on = ?15, retired_at = NULL
+                     WHERE id = ?16",
+                )?
+                .execute(rusqlite::params_from_iter(values.iter().copied().chain([&id as &dyn rusqlite::ToSql])))?;
+            }
+            None => {
+                c.prepare_cached(
+                    "INSERT INTO alarm_points (asset_id, code, sensor_id, priority, class, causes, consequence, response,
+                         respond_within_min, set_point, deadband, on_delay_s, off_delay_s, rationalized_by, rationalized_on)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                )?
+                .execute(values)?;
+                ids.insert(key.to_lowercase(), c.last_insert_rowid());
+            }
+        }
+    }
+    for change in &changes.changes {
+        let (id, field, old, new) = match change {
+            Change::Added { what: "alarm point", id } => (id, "point", "", "added"),
+            Change::Returned { what: "alarm point", id } => (id, "point", "retired", "returned"),
+            Change::Retired { what: "alarm point", id } => (id, "point", "", "retired"),
+            Change::Changed { what: "alarm point", id, field, from, to } => (id, *field, from.as_str(), to.as_str()),
+            _ => continue,
+        };
+        let Some(&point) = ids.get(&id.to_lowercase()) else { continue };
+        if matches!(change, Change::Retired { .. }) {
+            c.prepare_cached("UPDATE alarm_points SET retired_at = ?2 WHERE id = ?1")?.execute(params![point, now])?;
+        }
+        c.prepare_cached(
+            "INSERT INTO alarm_point_changes (point_id, at, actor, source, field, old, new)
+             VALUES (?1, ?2, ?3, 'import', ?4, ?5, ?6)",
+        )?
+        .execute(params![point, now, actor, field, old, new])?;
     }
     Ok(())
 }

@@ -1,10 +1,11 @@
-//! CSV as SCADA tag exports and CMMS asset registers come: headers matched
+//! CSV as SCADA tag exports, CMMS asset registers and alarm rationalization sheets
+//! come: headers matched
 //! case-insensitively with the usual aliases, UTF-8 with or without BOM, CRLF, and `,`,
 //! `;` or tab as the separator (detected from the header line; with `;`, European
 //! spreadsheets write decimal commas, and `12,5` is read as 12.5).
 
 use super::Problem;
-use super::model::{Origin, PlantModel, RawField, RawRow, asset_row, sensor_row};
+use super::model::{Origin, PlantModel, RawField, RawRow, alarm_point_row, asset_row, sensor_row};
 
 /// Canonical field, then the headers that mean it (compared lower-case, with spaces,
 /// `_`, `-` and `.` folded to one space).
@@ -49,9 +50,122 @@ const TAG_COLUMNS: &[(&str, &[&str])] = &[
     ("priority_hh", &["hh priority", "hihi priority", "priority hh"]),
 ];
 
-/// Columns a file needs, per kind of file, for the error that names them.
-const TAG_REQUIRED: [&str; 2] = ["id", "asset"];
-const ASSET_REQUIRED: [&str; 3] = ["id", "station", "kind"];
+/// A rationalization sheet (the master alarm database's rows), with the headers alarm
+/// management tools and spreadsheets use for them.
+const RATIONALIZATION_COLUMNS: &[(&str, &[&str])] = &[
+    ("asset", &["asset", "asset id", "equipment", "equipment id", "device"]),
+    ("code", &["code", "alarm", "alarm code", "alarm type", "alarm id", "alarm name", "condition", "alarm condition"]),
+    ("sensor", &["sensor", "sensor id", "tag", "tag name", "tagname", "point", "point name", "pv tag", "input tag"]),
+    ("priority", &["priority", "alarm priority"]),
+    ("class", &["class", "alarm class", "classification", "category"]),
+    (
+        "causes",
+        &["causes", "cause", "cause s", "potential cause", "potential causes", "probable cause", "probable causes"],
+    ),
+    (
+        "consequence",
+        &[
+            "consequence",
+            "consequences",
+            "consequence of inaction",
+            "consequence of no action",
+            "consequence of deviation",
+            "impact",
+        ],
+    ),
+    (
+        "response",
+        &[
+            "response",
+            "operator action",
+            "operator actions",
+            "corrective action",
+            "corrective actions",
+            "operator response",
+            "required action",
+            "action",
+        ],
+    ),
+    (
+        "respond_within_min",
+        &[
+            "respond within min",
+            "respond within",
+            "allowable response time",
+            "allowable response time min",
+            "allowable response time s",
+            "time to respond",
+            "time to respond min",
+            "time to respond s",
+            "response time",
+            "response time min",
+            "max response time",
+            "maximum response time",
+        ],
+    ),
+    (
+        "set_point",
+        &["set point", "setpoint", "sp", "alarm set point", "alarm setpoint", "alarm limit", "limit", "trip point"],
+    ),
+    ("deadband", &["deadband", "db", "alarm deadband", "hysteresis"]),
+    ("on_delay_s", &["on delay s", "on delay", "on delay sec", "alarm on delay", "delay on", "on delay seconds"]),
+    (
+        "off_delay_s",
+        &["off delay s", "off delay", "off delay sec", "alarm off delay", "delay off", "off delay seconds"],
+    ),
+    ("rationalized_by", &["rationalized by", "rationalised by", "reviewed by", "approved by", "rationalizer"]),
+    (
+        "rationalized_on",
+        &[
+            "rationalized on",
+            "rationalised on",
+            "rationalization date",
+            "rationalisation date",
+            "date rationalized",
+            "reviewed on",
+            "review date",
+        ],
+    ),
+];
+
+/// The columns that make a file a rationalization sheet: what an alarm means to the
+/// operator, which no tag export or asset register carries.
+const RATIONALIZATION_MARKS: [&str; 4] = ["causes", "consequence", "response", "respond_within_min"];
+
+/// The three kinds of CSV a site brings, told apart by their headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Table {
+    Assets,
+    Tags,
+    Rationalization,
+}
+
+impl Table {
+    fn columns(self) -> &'static [(&'static str, &'static [&'static str])] {
+        match self {
+            Table::Assets => ASSET_COLUMNS,
+            Table::Tags => TAG_COLUMNS,
+            Table::Rationalization => RATIONALIZATION_COLUMNS,
+        }
+    }
+
+    /// Columns a file needs, for the error that names them.
+    fn required(self) -> &'static [&'static str] {
+        match self {
+            Table::Assets => &["id", "station", "kind"],
+            Table::Tags => &["id", "asset"],
+            Table::Rationalization => &["asset", "code"],
+        }
+    }
+
+    fn described(self) -> &'static str {
+        match self {
+            Table::Assets => "asset register",
+            Table::Tags => "tag export (it has units or limits)",
+            Table::Rationalization => "rationalization sheet (it has causes, consequences or responses)",
+        }
+    }
+}
 
 fn fold(header: &str) -> String {
     header
@@ -81,27 +195,35 @@ fn separator(text: &str) -> u8 {
     [b',', b';', b'\t'][best]
 }
 
-/// Maps headers to canonical fields; the table is the one whose required columns are
-/// there (a tag export has a unit or a limit column).
-fn columns(headers: &[String]) -> (bool, Vec<Option<&'static str>>) {
+/// Maps headers to canonical fields, in the table the headers show: a rationalization
+/// sheet has a cause, consequence or response column; a tag export a unit or a limit;
+/// anything else is an asset register.
+fn columns(headers: &[String]) -> (Table, Vec<Option<&'static str>>) {
     let folded: Vec<String> = headers.iter().map(|h| fold(h)).collect();
-    let is_tags = folded.iter().any(|h| {
-        TAG_COLUMNS.iter().any(|(name, aliases)| {
-            matches!(*name, "unit" | "range_low" | "range_high" | "ll" | "l" | "h" | "hh" | "deadband")
-                && aliases.contains(&h.as_str())
-        })
-    });
-    let table = if is_tags { TAG_COLUMNS } else { ASSET_COLUMNS };
+    let has = |table: &[(&str, &[&str])], marks: &[&str]| {
+        folded.iter().any(|h| table.iter().any(|(name, aliases)| marks.contains(name) && aliases.contains(&h.as_str())))
+    };
+    let table = if has(RATIONALIZATION_COLUMNS, &RATIONALIZATION_MARKS) {
+        Table::Rationalization
+    } else if has(TAG_COLUMNS, &["unit", "range_low", "range_high", "ll", "l", "h", "hh", "deadband"]) {
+        Table::Tags
+    } else {
+        Table::Assets
+    };
     let mut taken: Vec<&str> = Vec::new();
     let mapped = folded
         .iter()
         .map(|h| {
-            let name = table.iter().find(|(name, aliases)| aliases.contains(&h.as_str()) && !taken.contains(name))?.0;
+            let name = table
+                .columns()
+                .iter()
+                .find(|(name, aliases)| aliases.contains(&h.as_str()) && !taken.contains(name))?
+                .0;
             taken.push(name);
             Some(name)
         })
         .collect();
-    (is_tags, mapped)
+    (table, mapped)
 }
 
 pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Problem>> {
@@ -121,8 +243,8 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
             }]);
         }
     };
-    let (is_tags, mapped) = columns(&headers);
-    missing_columns(is_tags, &mapped, &at(1))?;
+    let (table, mapped) = columns(&headers);
+    missing_columns(table, &mapped, &at(1))?;
     let mut problems = Vec::new();
     for record in reader.records() {
         let record = match record {
@@ -168,10 +290,10 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
             })
             .collect();
         let raw = RawRow { at: at(line), fields };
-        let row = if is_tags {
-            sensor_row(raw).map(|s| model.sensors.push(s))
-        } else {
-            asset_row(raw).map(|a| model.assets.push(a))
+        let row = match table {
+            Table::Tags => sensor_row(raw).map(|s| model.sensors.push(s)),
+            Table::Assets => asset_row(raw).map(|a| model.assets.push(a)),
+            Table::Rationalization => alarm_point_row(raw).map(|p| model.alarm_points.push(p)),
         };
         if let Err(p) = row {
             problems.extend(p);
@@ -181,21 +303,20 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
 }
 
 /// A problem for each required column the header lacks, naming the headers that fit.
-fn missing_columns(is_tags: bool, mapped: &[Option<&'static str>], header: &Origin) -> Result<(), Vec<Problem>> {
-    let (table, required) =
-        if is_tags { (TAG_COLUMNS, &TAG_REQUIRED[..]) } else { (ASSET_COLUMNS, &ASSET_REQUIRED[..]) };
-    let missing: Vec<Problem> = required
+fn missing_columns(table: Table, mapped: &[Option<&'static str>], header: &Origin) -> Result<(), Vec<Problem>> {
+    let missing: Vec<Problem> = table
+        .required()
         .iter()
         .filter(|r| !mapped.contains(&Some(**r)))
         .map(|r| {
-            let aliases = table.iter().find(|(n, _)| n == r).map_or(&[][..], |(_, a)| *a);
+            let aliases = table.columns().iter().find(|(n, _)| n == r).map_or(&[][..], |(_, a)| *a);
             Problem {
                 at: header.clone(),
                 column: 0,
                 field: None,
                 message: format!(
                     "no column for {r} in this {}: name one of {} (any case)",
-                    if is_tags { "tag export (it has units or limits)" } else { "asset register" },
+                    table.described(),
                     aliases.iter().take(6).map(|a| format!("'{a}'")).collect::<Vec<_>>().join(", ")
                 ),
             }
@@ -219,12 +340,31 @@ mod tests {
     fn headers_are_matched_with_their_aliases() {
         let headers: Vec<String> =
             ["Tag Name", "Eng Units", "Equipment", "LoLo", "Hi_Hi", "Desc"].iter().map(|s| s.to_string()).collect();
-        let (is_tags, mapped) = columns(&headers);
-        assert!(is_tags);
+        let (table, mapped) = columns(&headers);
+        assert_eq!(table, Table::Tags);
         assert_eq!(mapped, [Some("id"), Some("unit"), Some("asset"), Some("ll"), Some("hh"), Some("description")]);
-        let (is_tags, mapped) = columns(&["Asset ID".into(), "Equipment Type".into(), "Area".into()]);
-        assert!(!is_tags);
+        let (table, mapped) = columns(&["Asset ID".into(), "Equipment Type".into(), "Area".into()]);
+        assert_eq!(table, Table::Assets);
         assert_eq!(mapped, [Some("id"), Some("kind"), Some("station")]);
+        let sheet: Vec<String> =
+            ["Equipment", "Alarm", "Tag", "Priority", "Corrective Action", "Allowable Response Time (min)", "Deadband"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        let (table, mapped) = columns(&sheet);
+        assert_eq!(table, Table::Rationalization, "a deadband column does not make a sheet a tag export");
+        assert_eq!(
+            mapped,
+            [
+                Some("asset"),
+                Some("code"),
+                Some("sensor"),
+                Some("priority"),
+                Some("response"),
+                Some("respond_within_min"),
+                Some("deadband")
+            ]
+        );
     }
 
     #[test]

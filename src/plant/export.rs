@@ -1,6 +1,7 @@
 //! `twinops plant export DIR`: the twin's plant in the files an import reads, so a
 //! site can round-trip it through a spreadsheet: `plant.toml` (site and stations),
-//! `assets.csv` and `tags.csv`, with the columns' canonical names. Retired assets and
+//! `assets.csv`, `tags.csv` and `alarm_points.csv` (the master alarm database, as a
+//! rationalization sheet), with the columns' canonical names. Retired assets and
 //! sensors are left out, as an import of the files would retire them.
 
 use std::path::Path;
@@ -8,9 +9,9 @@ use std::path::Path;
 use anyhow::Context;
 use rusqlite::Connection;
 
-use super::model::{ASSET_FIELDS, SENSOR_FIELDS};
+use super::model::{ALARM_POINT_FIELDS, ASSET_FIELDS, SENSOR_FIELDS};
 
-/// Writes the three files into `dir`; returns their paths.
+/// Writes the four files into `dir`; returns their paths.
 pub fn export(db: &Connection, dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut toml =
@@ -38,7 +39,16 @@ pub fn export(db: &Connection, dir: &Path) -> anyhow::Result<Vec<std::path::Path
                 alarm_source, alarm_prefix, priority_ll, priority_l, priority_h, priority_hh
          FROM sensors WHERE retired_at IS NULL ORDER BY id",
     )?;
-    let files = [("plant.toml", toml), ("assets.csv", assets), ("tags.csv", tags)];
+    let points = table(
+        db,
+        &ALARM_POINT_FIELDS,
+        "SELECT p.asset_id, p.code, p.sensor_id, p.priority, p.class, p.causes, p.consequence, p.response,
+                p.respond_within_min, p.set_point, p.deadband, p.on_delay_s, p.off_delay_s, p.rationalized_by,
+                p.rationalized_on
+         FROM alarm_points p JOIN assets a ON a.id = p.asset_id
+         WHERE p.retired_at IS NULL AND a.retired_at IS NULL ORDER BY p.asset_id, p.code",
+    )?;
+    let files = [("plant.toml", toml), ("assets.csv", assets), ("tags.csv", tags), ("alarm_points.csv", points)];
     let mut written = Vec::new();
     for (name, text) in files {
         let path = dir.join(name);

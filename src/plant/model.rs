@@ -165,12 +165,67 @@ pub struct SensorRow {
     pub raw: RawRow,
 }
 
+/// An alarm point's fields by their canonical names (the rationalization sheet's
+/// headers as `plant export` writes them).
+pub const ALARM_POINT_FIELDS: [&str; 15] = [
+    "asset",
+    "code",
+    "sensor",
+    "priority",
+    "class",
+    "causes",
+    "consequence",
+    "response",
+    "respond_within_min",
+    "set_point",
+    "deadband",
+    "on_delay_s",
+    "off_delay_s",
+    "rationalized_by",
+    "rationalized_on",
+];
+
+/// One alarm point of the master alarm database, as a rationalization sheet gives it:
+/// what the alarm means and what the operator does about it.
+#[derive(Debug, Clone)]
+pub struct AlarmPointRow {
+    pub asset: String,
+    /// The alarm code as alarms carry it (`PRESS-SUC-LO`), compared in any case.
+    pub code: String,
+    pub sensor: Option<String>,
+    pub priority: Option<Severity>,
+    pub class: String,
+    pub causes: String,
+    pub consequence: String,
+    pub response: String,
+    /// Allowable response time, in minutes.
+    pub respond_within_min: Option<f64>,
+    pub set_point: Option<f64>,
+    pub deadband: Option<f64>,
+    pub on_delay_s: Option<i64>,
+    pub off_delay_s: Option<i64>,
+    pub rationalized_by: String,
+    /// `YYYY-MM-DD`.
+    pub rationalized_on: String,
+    pub raw: RawRow,
+}
+
+impl AlarmPointRow {
+    /// The point as the sheet names it: `RWP-101A VT-10010 VIBRATION-HI`, or
+    /// `PUMP-004 PRESS-SUC-LO` without a tag.
+    pub fn key(&self) -> String {
+        point_key(&self.asset, self.sensor.as_deref(), &self.code)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct PlantModel {
     pub site: Option<(Site, Origin)>,
     pub stations: Vec<StationRow>,
     pub assets: Vec<AssetRow>,
     pub sensors: Vec<SensorRow>,
+    /// The master alarm database's rows, when the import holds a rationalization sheet.
+    pub alarm_points: Vec<AlarmPointRow>,
 }
 
 impl PlantModel {
@@ -305,14 +360,7 @@ pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
     if deadband < 0.0 {
         problems.push(raw.problem("deadband", "the deadband cannot be negative"));
     }
-    let on_delay_s = match raw.number("on_delay_s", &mut problems) {
-        Some(d) if d < 0.0 || d.fract() != 0.0 => {
-            problems.push(raw.problem("on_delay_s", "the on-delay is a whole number of seconds, 0 or more"));
-            0
-        }
-        Some(d) => d as i64,
-        None => 0,
-    };
+    let on_delay_s = raw.seconds("on_delay_s", "on-delay", &mut problems).unwrap_or(0);
     let alarm_source = raw.text("alarm_source").map_or("scada".to_string(), |s| s.to_lowercase());
     if !matches!(alarm_source.as_str(), "scada" | "limits") {
         problems.push(raw.problem(
@@ -345,4 +393,147 @@ pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
         raw,
     };
     if problems.is_empty() { Ok(row) } else { Err(problems) }
+}
+
+/// An alarm point's name in change lists and errors: asset, tag (when it has one), code.
+pub fn point_key(asset: &str, sensor: Option<&str>, code: &str) -> String {
+    match sensor {
+        Some(sensor) => format!("{asset} {sensor} {code}"),
+        None => format!("{asset} {code}"),
+    }
+}
+
+/// A site's priority word as the twin's: ISA-18.2 leaves the names to the site, and
+/// numbers mean opposite things at different sites, so they are refused.
+fn priority_word(s: &str) -> &str {
+    match s.trim().to_lowercase().as_str() {
+        "emergency" | "critical" | "urgent critical" => "critical",
+        "high" | "urgent" => "high",
+        "medium" | "med" | "normal" => "medium",
+        "low" | "advisory" | "warning" => "low",
+        _ => s,
+    }
+}
+
+/// An allowable response time as sheets write it (`10`, `10 min`, `< 5 min`, `3-10 min`,
+/// `30 s`, `1 h`), in minutes; a range is taken at its upper end. A header that names a
+/// unit (`Time to Respond (s)`) sets it for bare numbers.
+fn response_minutes(value: &str, header: &str) -> Result<f64, String> {
+    let v = value.trim().to_lowercase();
+    let v = v.trim_start_matches(['<', '≤', '=', '~']).trim_start_matches("within").trim();
+    let split = v.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | ' '))).unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let upper = number.rsplit('-').next().unwrap_or_default().trim();
+    let n: f64 = upper.parse().map_err(|_| {
+        format!("'{value}' is not a response time: write minutes (10), or a number with a unit (30 s, 10 min, 1 h)")
+    })?;
+    let header = header.to_lowercase();
+    let unit = if unit.trim().is_empty() {
+        if header.contains("(s)") || header.contains("sec") {
+            "s"
+        } else if header.contains("(h)") || header.contains("hour") {
+            "h"
+        } else {
+            "min"
+        }
+    } else {
+        unit.trim()
+    };
+    let factor = match unit {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1.0 / 60.0,
+        "m" | "min" | "mins" | "minute" | "minutes" => 1.0,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 60.0,
+        _ => return Err(format!("'{value}': unknown unit '{unit}'; use s, min or h")),
+    };
+    if n < 0.0 || !n.is_finite() {
+        return Err(format!("'{value}': a response time is 0 or more"));
+    }
+    Ok(n * factor)
+}
+
+impl RawRow {
+    /// A whole number of seconds, 0 or more, if given.
+    fn seconds(&self, name: &str, what: &str, problems: &mut Vec<Problem>) -> Option<i64> {
+        match self.number(name, problems) {
+            Some(d) if d < 0.0 || d.fract() != 0.0 => {
+                problems.push(self.problem(name, format!("the {what} is a whole number of seconds, 0 or more")));
+                None
+            }
+            d => d.map(|d| d as i64),
+        }
+    }
+}
+
+pub fn alarm_point_row(raw: RawRow) -> Result<AlarmPointRow, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let asset = raw.required("asset", "the asset the alarm is on", &mut problems);
+    let code = raw.required("code", "the alarm code (as alarms carry it, e.g. PRESS-SUC-LO)", &mut problems);
+    if code.chars().count() > 64 || code.chars().any(char::is_control) {
+        problems.push(raw.problem("code", "an alarm code is at most 64 characters, with no control characters"));
+    }
+    let priority = raw.text("priority").and_then(|p| match Severity::parse(priority_word(&p)) {
+        Ok(s) => Some(s),
+        Err(_) => {
+            problems.push(raw.problem(
+                "priority",
+                format!("'{p}' is not a priority: write low, medium, high or critical (or emergency, urgent); numbered priorities mean different things at different sites, so name them"),
+            ));
+            None
+        }
+    });
+    let respond_within_min = raw.get("respond_within_min").and_then(|f| {
+        response_minutes(&f.value, &f.header).map_err(|e| problems.push(raw.problem("respond_within_min", e))).ok()
+    });
+    let deadband = raw.number("deadband", &mut problems);
+    if deadband.is_some_and(|d| d < 0.0) {
+        problems.push(raw.problem("deadband", "the deadband cannot be negative"));
+    }
+    let rationalized_on = raw.text("rationalized_on").unwrap_or_default();
+    if !rationalized_on.is_empty() && chrono::NaiveDate::parse_from_str(&rationalized_on, "%Y-%m-%d").is_err() {
+        problems.push(raw.problem(
+            "rationalized_on",
+            format!("'{rationalized_on}' is not a date: write it as YYYY-MM-DD (2026-03-14)"),
+        ));
+    }
+    let row = AlarmPointRow {
+        asset,
+        code,
+        sensor: raw.text("sensor"),
+        priority,
+        class: raw.text("class").unwrap_or_default(),
+        causes: raw.text("causes").unwrap_or_default(),
+        consequence: raw.text("consequence").unwrap_or_default(),
+        response: raw.text("response").unwrap_or_default(),
+        respond_within_min,
+        set_point: raw.number("set_point", &mut problems),
+        deadband,
+        on_delay_s: raw.seconds("on_delay_s", "on-delay", &mut problems),
+        off_delay_s: raw.seconds("off_delay_s", "off-delay", &mut problems),
+        rationalized_by: raw.text("rationalized_by").unwrap_or_default(),
+        rationalized_on,
+        raw,
+    };
+    if problems.is_empty() { Ok(row) } else { Err(problems) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_times_are_read_as_sheets_write_them() {
+        assert_eq!(response_minutes("10", "Time to Respond"), Ok(10.0));
+        assert_eq!(response_minutes("< 5 min", "Response"), Ok(5.0));
+        assert_eq!(response_minutes("3-10 min", "Allowable Response Time"), Ok(10.0));
+        assert_eq!(response_minutes("30", "Time to Respond (s)"), Ok(0.5));
+        assert_eq!(response_minutes("1 h", "x"), Ok(60.0));
+        assert!(response_minutes("soon", "x").unwrap_err().contains("not a response time"));
+        assert!(response_minutes("5 days", "x").unwrap_err().contains("unknown unit"));
+    }
+
+    #[test]
+    fn numbered_priorities_are_refused() {
+        assert_eq!(priority_word("Emergency"), "critical");
+        assert!(Severity::parse(priority_word("1")).is_err());
+    }
 }

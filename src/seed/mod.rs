@@ -92,7 +92,13 @@ pub fn seed(store: &Store, opts: &SeedOptions) -> anyhow::Result<SeedReport> {
         );
     }
     let file = opts.dir.join("plant.toml").display().to_string();
-    let model = plant_model(&spec, opts.scale, &file)?;
+    let mut model = plant_model(&spec, opts.scale, &file)?;
+    // The demo site's rationalization sheet: some points rationalized, others not yet,
+    // as at a site part-way through its alarm rationalization.
+    let sheet = opts.dir.join("alarm_rationalization.csv");
+    if sheet.exists() {
+        model.alarm_points = plant::read(&[sheet])?.alarm_points;
+    }
     let mut report = SeedReport { assets: model.assets.len(), sensors: model.sensors.len(), ..SeedReport::default() };
     plant::import(store.writer(), model, Mode::Full, false, "seed", &file)?;
     let keys: Arc<HashMap<String, i64>> = Arc::new(

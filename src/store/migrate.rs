@@ -325,6 +325,43 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX alarm_events_service ON alarm_events(at)
          WHERE kind IN ('shelved', 'unshelved', 'out_of_service', 'returned_to_service');
      CREATE INDEX alarms_cleared ON alarms(cleared_at) WHERE cleared_at IS NOT NULL;",
+    // 20: the master alarm database (`alarms::points`): each alarm point's rationalization
+    // as the site's sheet gives it (`plant import`), and every change to it, by whom and
+    // why (an import, or an approved alarm change), so a point's settings have a history.
+    "CREATE TABLE alarm_points (
+         id                 INTEGER PRIMARY KEY,
+         asset_id           TEXT NOT NULL REFERENCES assets(id),
+         code               TEXT NOT NULL COLLATE NOCASE,  -- PRESS-SUC-LO, as alarms carry it
+         sensor_id          TEXT REFERENCES sensors(id),
+         priority           TEXT CHECK (priority IN ('low', 'medium', 'high', 'critical')),
+         class              TEXT NOT NULL DEFAULT '',      -- safety, environmental, process, ...
+         causes             TEXT NOT NULL DEFAULT '',
+         consequence        TEXT NOT NULL DEFAULT '',      -- of no action
+         response           TEXT NOT NULL DEFAULT '',      -- the operator's corrective action
+         respond_within_min REAL,                          -- allowable response time, minutes
+         set_point          REAL,
+         deadband           REAL,
+         on_delay_s         INTEGER,
+         off_delay_s        INTEGER,
+         rationalized_by    TEXT NOT NULL DEFAULT '',
+         rationalized_on    TEXT NOT NULL DEFAULT '',      -- YYYY-MM-DD
+         retired_at         INTEGER
+     ) STRICT;
+     -- One entry per point: an entry without a sensor covers the code on every sensor of
+     -- its asset (and SCADA alarms that name none).
+     CREATE UNIQUE INDEX alarm_points_point ON alarm_points(asset_id, coalesce(sensor_id, ''), code);
+     CREATE TABLE alarm_point_changes (
+         id       INTEGER PRIMARY KEY,
+         point_id INTEGER NOT NULL REFERENCES alarm_points(id),
+         at       INTEGER NOT NULL,
+         actor    TEXT NOT NULL,
+         source   TEXT NOT NULL CHECK (source IN ('import', 'approval')),
+         field    TEXT NOT NULL,                          -- 'point' when added or retired
+         old      TEXT NOT NULL,
+         new      TEXT NOT NULL,
+         reason   TEXT NOT NULL DEFAULT ''
+     ) STRICT;
+     CREATE INDEX alarm_point_changes_point ON alarm_point_changes(point_id, at);",
 ];
 
 /// The schema version this build writes.
@@ -428,6 +465,14 @@ mod tests {
         assert!(rows > 80_000, "the copy held the plant: {rows} rows");
         let broken: i64 = check.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| r.get(0)).unwrap();
         assert_eq!(broken, 0);
+        // The release before had no master alarm database: the site imports its sheet
+        // after the upgrade, as the demo's seed did.
+        check
+            .execute_batch(
+                "INSERT INTO main.alarm_points SELECT * FROM cur.alarm_points;
+                 INSERT INTO main.alarm_point_changes SELECT * FROM cur.alarm_point_changes; DETACH cur",
+            )
+            .unwrap();
         drop(check);
 
         let answers = |path: &Path| {

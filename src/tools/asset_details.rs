@@ -15,7 +15,7 @@ const DESCRIPTION: &str = "Everything about one asset in one call: its data (kin
 make/model, installed and last-maintenance dates, which motor drives it or which pump it drives); every sensor with \
 its latest value, unit, alarm limits (ll, l, h, hh), the band the value is in (normal, low, low_low, high, high_high), \
 the change over the last 24 hours, and for vibration the ISO 10816-3 zone (A good, B acceptable, C restricted \
-operation, D damage likely); active alarms; open work orders; the 5 latest maintenance records. asset_id format: \
+operation, D damage likely); active alarms, each with its rationalization from the master alarm database (causes, consequence of no action, the operator's documented response, respond_within_min in minutes) or rationalized: false when the site has not rationalized it; open work orders; the 5 latest maintenance records. asset_id format: \
 PUMP-007 (not a sensor id like PUMP-007.VIB-DE). Next: get_sensor_history for a sensor's trend, list_alarms for \
 alarm history, search_docs for procedures.";
 
@@ -42,12 +42,19 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let alarms: Vec<Value> = crate::alarms::list::list(ctx.db, &active, 100, 0)?
         .into_iter()
         .map(|a| {
-            json!({
+            let entry = crate::alarms::points::of(ctx.db, id.as_str(), a.sensor_id.as_deref(), &a.code)?;
+            let mut rationalization = crate::alarms::points::to_json(entry.as_ref());
+            if let Some(r) = rationalization.as_object_mut() {
+                r.remove("asset_id");
+                r.remove("code");
+            }
+            Ok(json!({
                 "alarm_id": a.id, "code": a.code, "sensor_id": a.sensor_id, "severity": a.severity, "state": a.state,
                 "raised_at": a.raised_at, "value": a.value, "threshold": a.threshold, "reraise_count": a.reraise_count,
-            })
+                "rationalization": rationalization,
+            }))
         })
-        .collect();
+        .collect::<rusqlite::Result<_>>()?;
     let work_orders = rows_json(
         ctx,
         "SELECT id, status, action, priority, title, proposed_at

@@ -93,8 +93,18 @@ pub(super) async fn alarm_points(State(s): State<S>) -> Result<Json<Value>, ApiE
 }
 
 pub(super) async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Json<Value>, ApiError> {
-    let record = alarms::list::one(&*s.store.read()?, id)?;
+    let db = s.store.read()?;
+    let record = alarms::list::one(&db, id)?;
     let mut record = record.ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?;
+    // The point's entry in the master alarm database, with its last changes.
+    let a = &record["alarm"];
+    let (asset, sensor, code) = (a["asset_id"].as_str(), a["sensor_id"].as_str(), a["code"].as_str());
+    let entry = alarms::points::of(&db, asset.unwrap_or_default(), sensor, code.unwrap_or_default())?;
+    let mut rationalization = alarms::points::to_json(entry.as_ref());
+    if let Some(e) = &entry {
+        rationalization["history"] = json!(alarms::points::history(&db, e.id, 20)?);
+    }
+    record["rationalization"] = rationalization;
     // Why the model's note was set aside, in words, for the note's header.
     let reasons: Vec<String> = record["note"]["flags"]
         .as_array()

@@ -119,7 +119,7 @@ export async function openAlarm(id, quiet) {
   state.alarm = id;
   for (const r of document.querySelectorAll('#alarm-rows tr'))
     r.classList.toggle('selected', Number(r.dataset.alarm) === id);
-  const { alarm: a, journal, note } = await api(`/api/alarms/${id}`);
+  const { alarm: a, journal, note, rationalization } = await api(`/api/alarms/${id}`);
   const point = state.points?.get(pointKey(a));
   const unit = a.unit ? ` ${a.unit}` : '';
   const returned = point?.returned_unacknowledged || 0;
@@ -180,6 +180,7 @@ export async function openAlarm(id, quiet) {
       h('dd', {}, a.state.replaceAll('_', ' ')),
     ),
     actions,
+    rationalizationView(rationalization),
     notePart,
     h('h3', {}, `Occurrences of this point (${occurrences.length}${occurrences.length === 50 ? '+' : ''})`),
     h(
@@ -212,6 +213,53 @@ export async function openAlarm(id, quiet) {
     ),
   );
   if (!quiet) panel.scrollTop = 0;
+}
+
+// The point's entry in the master alarm database: what the alarm means and what the
+// operator does, as the site rationalized it; or that it has no entry.
+function rationalizationView(r) {
+  if (!r?.rationalized) {
+    return h(
+      'div',
+      { class: 'rationalization missing' },
+      h('h3', {}, 'Rationalization'),
+      h('p', {}, `This alarm point is ${r?.note ?? 'not rationalized'}.`),
+    );
+  }
+  const rows = [
+    ['Response', r.response],
+    ['Time to respond', r.respond_within_min != null ? `${r.respond_within_min} min` : null],
+    ['Consequence', r.consequence],
+    ['Causes', r.causes],
+    ['Priority', [r.priority, r.class].filter(Boolean).join(', ')],
+    [
+      'Set point',
+      r.set_point != null ? `${r.set_point}${r.deadband != null ? ` (deadband ${r.deadband})` : ''}` : null,
+    ],
+    [
+      'Delays',
+      r.on_delay_s != null || r.off_delay_s != null ? `on ${r.on_delay_s ?? 0} s, off ${r.off_delay_s ?? 0} s` : null,
+    ],
+    ['Rationalized', [r.rationalized_by, r.rationalized_on].filter(Boolean).join(', ')],
+  ].filter(([, v]) => v);
+  const history = (r.history || []).map((c) =>
+    h(
+      'li',
+      {},
+      `${time(c.at)} ${c.actor} (${c.source}): ${c.field} ${c.old ? `${c.old} → ` : ''}${c.new}${c.reason ? `, ${c.reason}` : ''}`,
+    ),
+  );
+  return h(
+    'div',
+    { class: 'rationalization' },
+    h('h3', {}, 'Rationalization'),
+    h(
+      'dl',
+      { class: 'kv' },
+      rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]),
+    ),
+    history.length ? h('details', {}, h('summary', {}, `Changes (${history.length})`), h('ul', {}, history)) : null,
+  );
 }
 
 // The buttons and inputs for what the user may do with alarm `a` in its state.

@@ -1,0 +1,232 @@
+//! The master alarm database, loaded from a rationalization sheet as an alarm management
+//! tool exports it (`tests/fixtures/lakeside/alarm_rationalization.csv`: its own headers,
+//! `;` with decimal commas, BOM, CRLF), for a plant we did not write: imported, exported
+//! and imported again, changed with a history, refused whole when wrong, and quoted by
+//! the triage note.
+
+use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
+
+use twinops::agent::Agent;
+use twinops::alarms::points;
+use twinops::config::AgentLimits;
+use twinops::domain::Timestamp;
+use twinops::plant::{self, Mode};
+use twinops::store::Store;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lakeside").join(name)
+}
+
+fn lakeside() -> Vec<PathBuf> {
+    ["site.toml", "assets.csv", "tags.csv"].map(fixture).to_vec()
+}
+
+fn with_sheet() -> Vec<PathBuf> {
+    let mut files = lakeside();
+    files.push(fixture("alarm_rationalization.csv"));
+    files
+}
+
+struct Twin {
+    dir: TempDir,
+    store: Store,
+}
+
+impl Twin {
+    fn empty() -> Twin {
+        let dir = TempDir::new().unwrap();
+        let store = Store::open(&dir.path().join("twin.db")).unwrap();
+        Twin { dir, store }
+    }
+
+    fn import(&self, files: &[PathBuf], mode: Mode) -> Result<plant::ChangeSet, plant::ImportError> {
+        plant::import_files(self.store.writer(), files, mode, false, "engineer.li")
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.store.read().unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    fn entry(&self, asset: &str, sensor: Option<&str>, code: &str) -> Option<points::Rationalization> {
+        points::of(&self.store.read().unwrap(), asset, sensor, code).unwrap()
+    }
+
+    /// A sheet written beside the twin, from the fixture's header and the given rows.
+    fn sheet(&self, name: &str, rows: &[&str]) -> PathBuf {
+        let fixture = std::fs::read_to_string(fixture("alarm_rationalization.csv")).unwrap();
+        let header = fixture.lines().next().unwrap();
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, format!("{header}\r\n{}\r\n", rows.join("\r\n"))).unwrap();
+        path
+    }
+}
+
+#[test]
+fn a_sites_rationalization_sheet_imports_with_its_own_headers() {
+    let t = Twin::empty();
+    let changes = t.import(&with_sheet(), Mode::Full).unwrap();
+    assert!(changes.summary().ends_with("alarm points: 5 added"), "{}", changes.summary());
+    let hihi = t.entry("RWP-101A", Some("VT-10010"), "vibration-hihi").expect("codes are found in any case");
+    assert_eq!(
+        (hihi.priority.as_deref(), hihi.respond_within_min, hihi.set_point, hihi.deadband),
+        (Some("high"), Some(5.0), Some(7.1), Some(0.3)),
+        "decimal commas read as decimals"
+    );
+    assert!(hihi.response.starts_with("Stop RWP-101A now"), "{}", hihi.response);
+    assert_eq!((hihi.on_delay_s, hihi.off_delay_s), (Some(3), Some(5)));
+    let lolo = t.entry("RWP-101A", Some("LIT-1201"), "LEVEL-LOLO").unwrap();
+    assert_eq!(
+        (lolo.priority.as_deref(), lolo.respond_within_min),
+        (Some("critical"), Some(3.0)),
+        "Emergency, < 3 min"
+    );
+    assert_eq!(lolo.rationalized_by, "A. Kowalski; J. Murray");
+    let dp = t.entry("FLT-401", Some("PDIT-4112"), "DIFFERENTIAL-PRESSURE-HI").unwrap();
+    assert_eq!(dp.respond_within_min, Some(10.0), "a range of response times is taken at its upper end");
+    assert_eq!(t.entry("RWP-101B", Some("VT-10021"), "VIBRATION-HI"), None, "pump B is not rationalized");
+    assert_eq!(t.entry("RWP-101A", Some("VT-10010"), "VIBRATION-LO"), None);
+    let added = t.count(
+        "SELECT count(*) FROM alarm_point_changes WHERE field = 'point' AND new = 'added' AND actor = 'engineer.li' AND source = 'import'",
+    );
+    assert_eq!(added, 5, "each entry's history starts with its import");
+
+    // Exported, it reads back as it was, into the same twin and a new one.
+    let out = TempDir::new().unwrap();
+    let files = plant::export(&t.store.read().unwrap(), out.path()).unwrap();
+    assert!(files.iter().any(|f| f.ends_with("alarm_points.csv")));
+    let again = t.import(&files, Mode::Full).unwrap();
+    assert!(again.is_empty(), "the export is the twin: {again}");
+    let second = Twin::empty();
+    second.import(&files, Mode::Full).unwrap();
+    assert_eq!(second.entry("RWP-101A", Some("VT-10010"), "VIBRATION-HIHI").map(|e| e.response), Some(hihi.response));
+
+    // A full import of assets and tags alone leaves the master alarm database as it is.
+    assert!(t.import(&lakeside(), Mode::Full).unwrap().is_empty());
+    assert_eq!(t.count("SELECT count(*) FROM alarm_points WHERE retired_at IS NULL"), 5);
+}
+
+#[test]
+fn a_changed_entry_keeps_its_history_and_a_dropped_one_is_retired() {
+    let t = Twin::empty();
+    t.import(&with_sheet(), Mode::Full).unwrap();
+    let fixture = std::fs::read_to_string(fixture("alarm_rationalization.csv")).unwrap();
+    let rows: Vec<&str> = fixture.lines().skip(1).collect();
+    let changed = rows[1].replace(";5;7,1;", ";10;7,1;");
+    assert_ne!(changed, rows[1]);
+    let sheet = t.sheet("revised.csv", &[rows[0], &changed, rows[2], rows[3]]);
+    let mut files = lakeside();
+    files.push(sheet);
+    let changes = t.import(&files, Mode::Full).unwrap();
+    let shown = changes.to_string();
+    assert!(
+        shown.contains("~ alarm point RWP-101A VT-10010 VIBRATION-HIHI: respond_within_min \"5\" -> \"10\""),
+        "{shown}"
+    );
+    assert!(shown.contains("- alarm point FLT-401 PDIT-4112 DIFFERENTIAL-PRESSURE-HI (retired"), "{shown}");
+    let entry = t.entry("RWP-101A", Some("VT-10010"), "VIBRATION-HIHI").unwrap();
+    let history = points::history(&t.store.read().unwrap(), entry.id, 10).unwrap();
+    let fields: Vec<(&str, &str, &str)> =
+        history.iter().map(|c| (c.field.as_str(), c.old.as_str(), c.new.as_str())).collect();
+    assert_eq!(fields, [("respond_within_min", "5", "10"), ("point", "", "added")]);
+    assert_eq!(t.entry("FLT-401", Some("PDIT-4112"), "DIFFERENTIAL-PRESSURE-HI"), None, "retired, out of use");
+    assert_eq!(t.count("SELECT count(*) FROM alarm_points"), 5, "kept, with its history");
+
+    // A partial import changes what it names and retires nothing.
+    let partial = t.sheet("one.csv", &[&rows[0].replace("Medium", "High")]);
+    let changes = t.import(&[partial], Mode::Partial).unwrap();
+    assert_eq!(changes.summary(), "alarm points: 1 changed");
+    assert_eq!(t.count("SELECT count(*) FROM alarm_points WHERE retired_at IS NULL"), 4);
+}
+
+#[test]
+fn a_bad_sheet_is_refused_whole_at_its_line_and_column() {
+    let t = Twin::empty();
+    let fixture = std::fs::read_to_string(fixture("alarm_rationalization.csv")).unwrap();
+    let good: Vec<&str> = fixture.lines().skip(1).collect();
+    // Each row's fields first, every problem at once...
+    let sheet = t.sheet(
+        "bad.csv",
+        &[
+            &good[0].replace(";Medium;", ";2;"),
+            &good[1].replace(";5;7,1;", ";soon;7,1;"),
+            &good[0].replace("2025-09-17", "17/09/2025").replace("VIBRATION-HI", "VIBRATION-LO"),
+        ],
+    );
+    let mut files = lakeside();
+    files.push(sheet);
+    let err = t.import(&files, Mode::Full).unwrap_err().to_string();
+    for expected in [
+        "bad.csv:2:4 (Priority): '2' is not a priority: write low, medium, high or critical",
+        "bad.csv:3:9 (Allowable Response Time (min)): 'soon' is not a response time",
+        "bad.csv:4:15 (Rationalisation Date): '17/09/2025' is not a date: write it as YYYY-MM-DD",
+        "nothing was imported",
+    ] {
+        assert!(err.contains(expected), "missing «{expected}» in:\n{err}");
+    }
+    // ...then what the rows name, against the import and the twin.
+    let sheet = t.sheet(
+        "refs.csv",
+        &[&good[2].replacen("RWP-101A", "RWP-199", 1), &good[3].replace("AIT-4113", "VT-10010"), good[4], good[4]],
+    );
+    let mut files = lakeside();
+    files.push(sheet);
+    let err = t.import(&files, Mode::Full).unwrap_err().to_string();
+    for expected in [
+        "refs.csv:2:1 (Equipment): unknown asset 'RWP-199'",
+        "refs.csv:3:3 (Tag): tag 'VT-10010' is on RWP-101A, not on FLT-401",
+        "refs.csv:5:2 (Alarm): alarm point FLT-401 PDIT-4112 DIFFERENTIAL-PRESSURE-HI is given twice (first at",
+    ] {
+        assert!(err.contains(expected), "missing «{expected}» in:\n{err}");
+    }
+    assert_eq!(t.count("SELECT count(*) FROM assets") + t.count("SELECT count(*) FROM alarm_points"), 0);
+
+    let headless = t.dir.path().join("headless.csv");
+    std::fs::write(&headless, "Equipment;Corrective Action\nRWP-101A;Stop it\n").unwrap();
+    let err = t.import(&[headless], Mode::Partial).unwrap_err().to_string();
+    assert!(err.contains("headless.csv:1: no column for code in this rationalization sheet"), "{err}");
+}
+
+/// The triage note quotes the point's documented response and consequence, and says so
+/// when a point has none.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_note_quotes_the_documented_response_or_says_there_is_none() {
+    let t = Twin::empty();
+    t.import(&with_sheet(), Mode::Full).unwrap();
+    let now = Timestamp::now().to_rfc3339();
+    let alarm = |id: &str, asset: &str, sensor: &str, code: &str| {
+        serde_json::json!({"type": "alarm", "event_id": id, "asset_id": asset, "sensor_id": sensor, "code": code,
+            "severity": "high", "state": "raised", "value": 7.4, "threshold": 7.1, "time": now,
+            "message": format!("{asset} vibration high-high")})
+    };
+    let events = serde_json::json!({"events": [
+        alarm("r-1", "RWP-101A", "VT-10010", "VIBRATION-HIHI"),
+        alarm("r-2", "RWP-101B", "VT-10021", "VIBRATION-HIHI"),
+    ]});
+    let effect = twinops::ingest::apply(
+        t.store.writer(),
+        "scada/lakeside",
+        events.to_string().as_bytes(),
+        Timestamp::now(),
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(effect.alarms.len(), 2);
+    let agent = Agent::new(t.store.clone(), Vec::new(), AgentLimits::default());
+    let id = |event: &str| t.count(&format!("SELECT id FROM alarms WHERE event_id = '{event}'"));
+
+    let report = agent.triage(id("r-1")).await.unwrap();
+    assert!(report.flags.is_empty(), "{:?}", report.flags);
+    let note = report.note.expect("a note");
+    assert!(note.summary.contains("Consequence of no action (master alarm database, rationalized by A. Kowalski on 2025-09-17): Catastrophic bearing failure"), "{}", note.summary);
+    assert_eq!(note.recommended_actions[0], "Stop RWP-101A now and start RWP-101B");
+    assert!(note.recommended_actions.contains(&"Time to respond: 5 min".to_string()), "{:?}", note.recommended_actions);
+    assert_eq!(note.likely_causes[0], "Bearing failure");
+    assert!(note.evidence.iter().any(|e| e.claim.contains("master alarm database") && e.source == "get_asset_details"));
+
+    let report = agent.triage(id("r-2")).await.unwrap();
+    let note = report.note.expect("a note");
+    assert!(note.summary.contains("This alarm point is not rationalized"), "{}", note.summary);
+    assert!(!note.summary.contains("Consequence of no action"), "{}", note.summary);
+}
