@@ -230,3 +230,70 @@ async fn the_note_quotes_the_documented_response_or_says_there_is_none() {
     assert!(note.summary.contains("This alarm point is not rationalized"), "{}", note.summary);
     assert!(!note.summary.contains("Consequence of no action"), "{}", note.summary);
 }
+
+/// `alarms replay` over readings whose answer is known by construction: 100 bursts past
+/// VT-10010's HI (4.5 mm/s, deadband 0.3), each 4.6, 4.4, 4.6 for two seconds apiece.
+/// With the tag's deadband (or the sheet's 5-second off-delay) each burst is one
+/// activation; without both, two; with a 3-second on-delay, none.
+#[test]
+fn replay_compares_the_current_and_proposed_settings_over_stored_readings() {
+    let t = Twin::empty();
+    t.import(&with_sheet(), Mode::Full).unwrap();
+    let start = (Timestamp::now().unix() - 7_200) * 1000;
+    let cycle = [[4.0; 20].as_slice(), &[4.6, 4.6, 4.4, 4.4, 4.6, 4.6], &[4.0; 20]].concat();
+    let rows: Vec<(i64, f64)> =
+        (0..100).flat_map(|_| cycle.iter().copied()).enumerate().map(|(i, v)| (start + i as i64 * 1000, v)).collect();
+    t.store
+        .writer()
+        .call(move |c| {
+            let key: i64 = c.query_row("SELECT key FROM sensors WHERE id = 'VT-10010'", [], |r| r.get(0))?;
+            for (ts, v) in rows {
+                c.execute(
+                    "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![key, ts, v],
+                )?;
+            }
+            Ok::<_, twinops::store::StoreError>(())
+        })
+        .unwrap();
+    let replay = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--db")
+            .arg(t.store.path())
+            .args(["alarms", "replay"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (ok, out, err) = replay(&[args, &["--days", "1", "--format", "json"]].concat());
+        assert!(ok, "{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    // The sheet's off-delay (5 s) holds the alarm through the 2-second dip: the same
+    // 100 activations. Without deadband and off-delay, each dip clears it.
+    let c = json(&["vt-10010:VIBRATION-HI", "--deadband", "0"]);
+    assert_eq!(c["current"]["settings"]["off_delay_s"], 5, "the off-delay comes from the master alarm database");
+    assert_eq!(c["proposed"]["activations"], 100);
+    let c = json(&["vt-10010:VIBRATION-HI", "--deadband", "0", "--off-delay", "0"]);
+    assert_eq!(c["readings"], 4_600);
+    assert_eq!((c["current"]["activations"].as_i64(), c["proposed"]["activations"].as_i64()), (Some(100), Some(200)));
+    assert_eq!(c["current"]["settings"]["deadband"], 0.3, "the tag's own deadband is the current one");
+    assert_eq!((c["episodes"].as_i64(), c["suppressed"].as_i64(), c["added"].as_i64()), (Some(100), Some(0), Some(0)));
+    assert_eq!(c["delay_median_s"], 0.0, "both raise at the burst's first reading");
+    let c = json(&["VT-10010:h", "--on-delay", "3"]);
+    assert_eq!((c["proposed"]["activations"].as_i64(), c["suppressed"].as_i64()), (Some(0), Some(100)));
+    let (ok, text, _) = replay(&["VT-10010:h", "--set-point", "4.3", "--days", "1"]);
+    assert!(ok && text.contains("Replay of VT-10010 high (VIBRATION-HI on RWP-101A): 4600 readings"), "{text}");
+    let (ok, _, err) = replay(&["VT-10010:hh", "--deadband=-1"]);
+    assert!(!ok && err.contains("the deadband 0 or more"), "{err}");
+    let (ok, _, err) = replay(&["VT-10010:lo"]);
+    assert!(!ok && err.contains("VT-10010 has no low set point"), "{err}");
+    let (ok, _, err) = replay(&["VT-10010"]);
+    assert!(!ok && err.contains("names no level: write SENSOR:LEVEL"), "{err}");
+}

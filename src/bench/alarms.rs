@@ -37,6 +37,9 @@ pub struct AlarmsBenchArgs {
     /// Calls of the KPI tool over the journal's last 7 days.
     #[arg(long, default_value_t = 200)]
     iterations: usize,
+    /// Days of 1 Hz readings of one sensor for `alarms replay` (30 days: 2.6 million).
+    #[arg(long, default_value_t = 30)]
+    replay_days: u32,
 }
 
 /// The journal ends here (a fixed time, so runs compare).
@@ -110,6 +113,67 @@ pub fn alarms(args: &AlarmsBenchArgs) -> anyhow::Result<()> {
         ms(sql.p50),
         ms(sql.p99),
         tool.n
+    );
+    replay(&store, args.replay_days)
+}
+
+/// The sensor whose readings `alarms replay` runs through, and its high set point.
+const REPLAY_SENSOR: &str = "PUMP-007.VIB-DE";
+
+/// `alarms replay` of one sensor's 1 Hz readings over `days`, beside a plain SQL pass
+/// over the same rows (count, and readings past the set point).
+fn replay(store: &Store, days: u32) -> anyhow::Result<()> {
+    use crate::alarms::limits::Level;
+    use crate::alarms::replay::{self, Settings};
+    let key: i64 = store.read()?.query_row("SELECT key FROM sensors WHERE id = ?1", [REPLAY_SENSOR], |r| r.get(0))?;
+    let from_ms = (END - days as i64 * 86_400) * 1000;
+    let have: i64 = store.read()?.query_row(
+        "SELECT count(*) FROM readings WHERE sensor_key = ?1 AND ts >= ?2",
+        params![key, from_ms],
+        |r| r.get(0),
+    )?;
+    if have < days as i64 * 86_400 {
+        let started = Instant::now();
+        store.writer().call(move |c| -> Result<(), StoreError> {
+            let mut rng = Rng::from_label("bench replay");
+            let mut insert =
+                c.prepare_cached("INSERT OR REPLACE INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3)")?;
+            // Vibration around 4.2 mm/s with slow swells and noise: it crosses 4.5 often.
+            for s in 0..days as i64 * 86_400 {
+                let swell = 0.35 * ((s as f64) / 5_400.0).sin();
+                insert.execute(params![key, from_ms + s * 1000, 4.2 + swell + 0.04 * rng.gauss()])?;
+            }
+            Ok(())
+        })?;
+        println!(
+            "{} readings of {REPLAY_SENSOR} generated in {:.1} s",
+            days as i64 * 86_400,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let db = store.read()?;
+    let current = Settings { set_point: 4.5, deadband: 0.0, on_delay_s: 0, off_delay_s: 0 };
+    let proposed = Settings { set_point: 4.5, deadband: 0.1, on_delay_s: 10, off_delay_s: 5 };
+    let from = Timestamp::from_unix(from_ms / 1000);
+    let started = Instant::now();
+    let c = replay::replay_sensor(&db, key, from, Level::High, current, proposed)?;
+    let replay_time = started.elapsed();
+    let started = Instant::now();
+    let (n, past): (i64, i64) = db.query_row(
+        "SELECT count(*), coalesce(sum(value > 4.5), 0) FROM readings WHERE sensor_key = ?1 AND ts >= ?2",
+        params![key, from_ms],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let plain_time = started.elapsed();
+    println!(
+        "alarms replay of {REPLAY_SENSOR} over {days} days: {} ms for {} readings ({} activations now, {} proposed); \
+         plain SQL over the same rows: {} ms ({n} readings, {past} past the set point); ratio {:.1}x",
+        ms(replay_time),
+        c.readings,
+        c.current.activations,
+        c.proposed.activations,
+        ms(plain_time),
+        replay_time.as_secs_f64() / plain_time.as_secs_f64().max(1e-9)
     );
     Ok(())
 }
