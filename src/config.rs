@@ -56,7 +56,10 @@ impl Config {
     /// replay's alike.
     pub fn ingest_policy(&self) -> crate::ingest::IngestPolicy {
         crate::ingest::IngestPolicy {
-            queue: crate::alarms::QueuePolicy { capacity: self.triage.queue_capacity },
+            queue: crate::alarms::QueuePolicy {
+                capacity: self.triage.queue_capacity,
+                backfill_after_secs: self.triage.backfill_after_secs,
+            },
             max_ahead_s: (self.mqtt.max_time_ahead_s > 0).then_some(i64::from(self.mqtt.max_time_ahead_s)),
             max_behind_s: (self.mqtt.max_time_behind_s > 0).then_some(i64::from(self.mqtt.max_time_behind_s)),
             sparkplug: self.sparkplug.enabled.then(|| std::sync::Arc::new(self.sparkplug.clone())),

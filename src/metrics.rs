@@ -74,6 +74,11 @@ pub const DEFINED: &[Def] = &[
         "Occurrences of chattering alarm points (3 or more activations in 60 s).",
     ),
     def(
+        "twinops_alarms_backfilled_total",
+        Counter,
+        "New occurrences received long after they were raised (a replayed buffer): journalled, summarised in one note per backfill.",
+    ),
+    def(
         "twinops_alarms_suppressed_total",
         Counter,
         "New occurrences of alarm points out of service: recorded, not annunciated or triaged.",

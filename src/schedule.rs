@@ -14,7 +14,7 @@ use crate::alarms;
 use crate::approvals::Approvals;
 use crate::domain::Timestamp;
 use crate::rag::DocIndex;
-use crate::store::{Store, prune_readings};
+use crate::store::{Store, StoreError, prune_readings};
 
 /// The `[schedule]` part. Cron expressions have six fields, seconds first, in UTC.
 #[derive(Debug, Clone, Deserialize)]
@@ -77,6 +77,7 @@ pub fn check_cron(expr: &str) -> anyhow::Result<()> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Housekeeping {
     pub expired_work_orders: Vec<i64>,
+    pub expired_alarm_changes: Vec<i64>,
     pub unshelved: usize,
     pub docs_changed: usize,
     /// Chunks given an embedding (with `[embeddings]` set).
@@ -94,6 +95,12 @@ pub async fn housekeeping(
     now: Timestamp,
 ) -> anyhow::Result<Housekeeping> {
     let expired_work_orders = Approvals::new(store.writer().clone()).expire_due(now).await?;
+    let expired_alarm_changes = store
+        .writer()
+        .call_async(move |c| -> Result<Vec<i64>, StoreError> {
+            Ok(crate::approvals::alarm_changes::expire_due(c, now)?)
+        })
+        .await?;
     let (s, w, index) = (store.clone(), store.writer().clone(), index.clone());
     let (unshelved, docs_changed, docs_embedded) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let unshelved = alarms::unshelve_expired(&w, now)?;
@@ -115,7 +122,7 @@ pub async fn housekeeping(
         Ok((unshelved, changed, embedded))
     })
     .await??;
-    Ok(Housekeeping { expired_work_orders, unshelved, docs_changed, docs_embedded })
+    Ok(Housekeeping { expired_work_orders, expired_alarm_changes, unshelved, docs_changed, docs_embedded })
 }
 
 /// Starts the scheduler with the three jobs. Shut it down with [`JobScheduler::shutdown`].
@@ -132,6 +139,7 @@ pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> any
                     Ok(h) => tracing::info!(
                         stage = "schedule",
                         expired_work_orders = ?h.expired_work_orders,
+                        expired_alarm_changes = ?h.expired_alarm_changes,
                         unshelved = h.unshelved,
                         docs_changed = h.docs_changed,
                         docs_embedded = h.docs_embedded,

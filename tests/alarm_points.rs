@@ -297,3 +297,125 @@ fn replay_compares_the_current_and_proposed_settings_over_stored_readings() {
     let (ok, _, err) = replay(&["VT-10010"]);
     assert!(!ok && err.contains("names no level: write SENSOR:LEVEL"), "{err}");
 }
+
+/// The agent proposes a deadband for a chattering point; the tool replays 30 days as
+/// evidence and parks it; a supervisor's approval applies it to the sensor and the
+/// master alarm database (a management of change with its history); a change to a
+/// SCADA point is a record for the SCADA engineer and changes nothing.
+#[test]
+fn an_alarm_change_is_proposed_with_its_replay_and_applied_only_when_approved() {
+    use twinops::approvals::{Proposer, alarm_changes};
+    use twinops::domain::AlarmChangeStatus;
+    let t = Twin::empty();
+    t.import(&with_sheet(), Mode::Full).unwrap();
+    let start = (Timestamp::now().unix() - 7_200) * 1000;
+    let cycle = [[4.0; 20].as_slice(), &[4.6, 4.6, 4.4, 4.4, 4.6, 4.6], &[4.0; 20]].concat();
+    let rows: Vec<(i64, f64)> =
+        (0..50).flat_map(|_| cycle.iter().copied()).enumerate().map(|(i, v)| (start + i as i64 * 1000, v)).collect();
+    t.store
+        .writer()
+        .call(move |c| {
+            let key: i64 = c.query_row("SELECT key FROM sensors WHERE id = 'VT-10010'", [], |r| r.get(0))?;
+            for (ts, v) in rows {
+                c.execute(
+                    "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![key, ts, v],
+                )?;
+            }
+            Ok::<_, twinops::store::StoreError>(())
+        })
+        .unwrap();
+    let docs = twinops::rag::DocIndex::new();
+    let call = |args: serde_json::Value| {
+        twinops::tools::with_context(&t.store, &docs, Timestamp::now(), Proposer::Run(7), |ctx| {
+            twinops::tools::call(ctx, "propose_alarm_change", args)
+        })
+        .unwrap()
+    };
+    let reason = "VIBRATION-HI chattered 50 times in two hours; a 3 s on-delay keeps real excursions";
+    let out = call(serde_json::json!({"sensor_id": "vt-10010", "level": "h", "on_delay_s": 3, "reason": reason}));
+    assert!(!out.is_error, "{}", out.content);
+    let v: serde_json::Value = serde_json::from_str(&out.content).unwrap();
+    assert_eq!(
+        (v["status"].as_str(), v["applies"].as_str(), v["created"].as_bool()),
+        (Some("pending_approval"), Some("twin"), Some(true))
+    );
+    assert_eq!(
+        (v["evidence"]["current"]["activations"].as_i64(), v["evidence"]["proposed"]["activations"].as_i64()),
+        (Some(50), Some(0))
+    );
+    assert!(v["message"].as_str().unwrap().contains("nothing has changed"));
+    let id = v["alarm_change_id"].as_i64().unwrap();
+    assert_eq!(t.count("SELECT on_delay_s FROM sensors WHERE id = 'VT-10010'"), 0, "proposing changes nothing");
+    let again = call(serde_json::json!({"sensor_id": "VT-10010", "level": "h", "deadband": 0.5, "reason": reason}));
+    let again: serde_json::Value = serde_json::from_str(&again.content).unwrap();
+    assert_eq!(
+        (again["alarm_change_id"].as_i64(), again["created"].as_bool()),
+        (Some(id), Some(false)),
+        "one pending per point"
+    );
+    for (args, expected) in [
+        (serde_json::json!({"sensor_id": "VT-10010", "level": "h", "reason": reason}), "give at least one new value"),
+        (
+            serde_json::json!({"sensor_id": "VT-10010", "level": "l", "deadband": 0.1, "reason": reason}),
+            "no low set point",
+        ),
+        (serde_json::json!({"sensor_id": "VT-10010", "level": "h", "deadband": 0.1, "reason": "short"}), "reason"),
+        (serde_json::json!({"sensor_id": "VT-99999", "level": "h", "deadband": 0.1, "reason": reason}), "VT-"),
+    ] {
+        let out = call(args.clone());
+        assert!(out.is_error && out.content.contains(expected), "{args}: {}", out.content);
+    }
+
+    // Approved: the sensor and the point's entry change, with history and audit.
+    let w = t.store.writer();
+    assert!(matches!(
+        alarm_changes::decide(w, id, "supervisor.ng", true, " ", Timestamp::now()),
+        Err(alarm_changes::ChangeDecisionError::NoReason)
+    ));
+    let status = alarm_changes::decide(
+        w,
+        id,
+        "supervisor.ng",
+        true,
+        "MOC-2291: agreed with the alarm engineer",
+        Timestamp::now(),
+    )
+    .unwrap();
+    assert_eq!(status, AlarmChangeStatus::Approved);
+    assert_eq!(t.count("SELECT on_delay_s FROM sensors WHERE id = 'VT-10010'"), 3);
+    let entry = t.entry("RWP-101A", Some("VT-10010"), "VIBRATION-HI").unwrap();
+    assert_eq!(entry.on_delay_s, Some(3));
+    let history = points::history(&t.store.read().unwrap(), entry.id, 5).unwrap();
+    assert_eq!(
+        (history[0].field.as_str(), history[0].old.as_str(), history[0].new.as_str(), history[0].source.as_str()),
+        ("on_delay_s", "10", "3", "approval")
+    );
+    assert_eq!(history[0].reason, "MOC-2291: agreed with the alarm engineer");
+    assert_eq!(
+        t.count("SELECT count(*) FROM audit_log WHERE action = 'alarm_change_approved' AND actor = 'supervisor.ng'"),
+        1
+    );
+    assert!(matches!(
+        alarm_changes::decide(w, id, "supervisor.ng", false, "again", Timestamp::now()),
+        Err(alarm_changes::ChangeDecisionError::NotPending { .. })
+    ));
+
+    // A SCADA point: approved, recorded, nothing in the twin changes.
+    let out = call(
+        serde_json::json!({"sensor_id": "PIT-10010", "level": "h", "set_point": 6.8, "reason": "discharge pressure HI stands for days at 6.6 bar on the new impeller"}),
+    );
+    let v: serde_json::Value = serde_json::from_str(&out.content).unwrap();
+    assert_eq!(v["applies"], "scada", "{v}");
+    let scada = v["alarm_change_id"].as_i64().unwrap();
+    alarm_changes::decide(w, scada, "supervisor.ng", true, "for the SCADA engineer", Timestamp::now()).unwrap();
+    assert_eq!(
+        t.count("SELECT count(*) FROM sensors WHERE id = 'PIT-10010' AND limit_h = 6.5"),
+        1,
+        "the SCADA makes it, not twinops"
+    );
+    let listed = alarm_changes::list(&t.store.read().unwrap(), Some(AlarmChangeStatus::Approved)).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0]["applies"], "scada");
+    assert_eq!(listed[1]["evidence"]["proposed"]["activations"], 0);
+}

@@ -30,8 +30,15 @@ fn alarm(event_id: &str, state: &str, min: i64) -> serde_json::Value {
 /// Ingests one message as received a day after the seeded plant's end, so that no event
 /// here is stamped ahead of its receipt.
 fn send(p: &Plant, payload: &serde_json::Value) -> ingest::MessageEffect {
-    ingest::apply(p.store.writer(), "scada/alarms", payload.to_string().as_bytes(), at(24 * 60), Default::default())
-        .unwrap()
+    ingest::apply(p.store.writer(), "scada/alarms", payload.to_string().as_bytes(), at(24 * 60), live()).unwrap()
+}
+
+/// The policy for events that stand for live ones though received later: none is
+/// backfill.
+fn live() -> ingest::IngestPolicy {
+    let mut policy = ingest::IngestPolicy::default();
+    policy.queue.backfill_after_secs = i64::MAX;
+    policy
 }
 
 /// A new activation is an occurrence with a triage job; a redelivery changes nothing;
@@ -1052,4 +1059,94 @@ fn alarm_events_keep_their_milliseconds() {
     assert_eq!(send(&p, &event("ms-1", "raised", "2026-11-30T12:00:00.700Z")).dead_letters, 1);
     let detail = p.text("SELECT detail FROM dead_letters WHERE reason = 'conflict'");
     assert!(detail.contains("differs in: time)"), "{detail}");
+}
+
+/// Backfill is not news: a gateway replaying its buffer delivers occurrences raised
+/// hours ago, most cleared since. They are journalled like any other, share one job and
+/// get one summary note (the same note for each, from one run), while an alarm raised
+/// a minute ago is triaged on its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replayed_buffer_gets_one_summary_note_and_live_alarms_their_own() {
+    let p = Plant::new();
+    p.write("DELETE FROM triage_jobs");
+    let received = at(24 * 60);
+    let deliver = |events: Vec<serde_json::Value>| {
+        let payload = json!({"events": events}).to_string();
+        ingest::apply(p.store.writer(), "scada/alarms", payload.as_bytes(), received, Default::default()).unwrap()
+    };
+    let codes = ["BRG-TEMP-HI", "VIB-HI", "PRESS-SUC-LO", "FLOW-LO"];
+    let mut buffered = Vec::new();
+    for i in 0..12i64 {
+        let (asset, code) = (format!("PUMP-00{}", 1 + i % 4), codes[(i % 4) as usize]);
+        let raised = json!({"type": "alarm", "event_id": format!("buf-{i}"), "asset_id": asset, "code": code,
+            "severity": if i == 11 { "high" } else { "medium" }, "state": "raised", "time": at(60 * i).to_rfc3339()});
+        buffered.push(raised.clone());
+        if i < 9 {
+            let mut cleared = raised;
+            cleared["event_id"] = json!(format!("buf-{i}-clear"));
+            cleared["state"] = json!("cleared");
+            cleared["time"] = json!(at(60 * i + 5).to_rfc3339());
+            buffered.push(cleared);
+        }
+    }
+    let effect = deliver(buffered);
+    assert_eq!(effect.dead_letters, 0, "{:?}", effect.first_refusal);
+    let live = deliver(vec![json!({"type": "alarm", "event_id": "live-1", "asset_id": "PUMP-006", "code": "VIB-HI",
+        "severity": "medium", "state": "raised", "time": at(24 * 60 - 1).to_rfc3339()})]);
+    let Applied::Raised { alarm_id: live_id, .. } = live.alarms[0] else { panic!("{live:?}") };
+    assert_eq!(p.count("SELECT count(*) FROM triage_jobs WHERE backfill = 1"), 1, "one job for the backfill");
+    assert_eq!(
+        p.count("SELECT count(*) FROM alarms WHERE triage_job = (SELECT id FROM triage_jobs WHERE backfill = 1)"),
+        12
+    );
+    assert_eq!(
+        p.count("SELECT count(*) FROM alarm_events WHERE kind = 'raised' AND alarm_id IN (SELECT id FROM alarms WHERE event_id LIKE 'buf-%')"),
+        12,
+        "each occurrence is journalled, so the alarm figures count it"
+    );
+
+    let triage = Triage::new(rules_agent(&p), rules_agent(&p), 10);
+    assert_eq!(triage.drain().await.unwrap(), 2, "the live alarm's job, then the backfill's");
+    let live_flags = p.text(&format!("SELECT flags FROM notes WHERE alarm_id = {live_id}"));
+    assert!(!live_flags.contains("backfill"), "{live_flags}");
+    assert_eq!(
+        p.count("SELECT count(DISTINCT run_id) FROM notes WHERE alarm_id IN (SELECT id FROM alarms WHERE event_id LIKE 'buf-%')"),
+        1,
+        "one summary for the backfill"
+    );
+    assert_eq!(p.count("SELECT count(*) FROM notes WHERE alarm_id IN (SELECT id FROM alarms WHERE event_id LIKE 'buf-%') AND flags LIKE '%backfill%'"), 12);
+    let body: serde_json::Value = serde_json::from_str(
+        &p.text("SELECT body FROM notes n JOIN alarms a ON a.id = n.alarm_id WHERE a.event_id = 'buf-0'"),
+    )
+    .unwrap();
+    let summary = body["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with(&format!(
+            "Backfill: 12 alarm occurrence(s) raised between {} and {}",
+            at(0).to_rfc3339(),
+            at(660).to_rfc3339()
+        )),
+        "{summary}"
+    );
+    assert!(summary.contains("9 cleared since; 3 still active."), "{summary}");
+    assert_eq!(body["urgency"], "urgent", "a high alarm is still active");
+    assert!(body["recommended_actions"][0].as_str().unwrap().starts_with("Review FLOW-LO on PUMP-004 (high"), "{body}");
+}
+
+/// Occurrences on one asset are grouped by when they were raised, not by when they
+/// reached the queue: raised ten hours apart, they are two events with a note each.
+#[tokio::test(flavor = "multi_thread")]
+async fn occurrences_raised_hours_apart_are_not_grouped() {
+    let p = Plant::new();
+    p.write("DELETE FROM triage_jobs");
+    send(&p, &alarm("early", "raised", 0));
+    let mut later = alarm("later", "raised", 600);
+    later["code"] = json!("BRG-TEMP-HIHI");
+    send(&p, &later);
+    assert_eq!(p.count("SELECT count(*) FROM triage_jobs"), 1, "one job for the asset");
+    let triage = Triage::new(rules_agent(&p), rules_agent(&p), 10);
+    let notes = triage.run_next().await.unwrap().unwrap();
+    assert_eq!(notes.len(), 2);
+    assert_ne!(notes[0].run_id, notes[1].run_id, "a run each");
+    assert!(notes.iter().all(|n| !n.flags.contains(&"grouped".to_string())), "{notes:?}");
 }

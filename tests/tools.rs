@@ -27,7 +27,8 @@ fn tool_schemas_are_strict_and_bounded() {
             "read_doc",
             "get_shift_handover",
             "get_alarm_kpis",
-            "propose_work_order"
+            "propose_work_order",
+            "propose_alarm_change"
         ]
     );
     for t in tools::all() {
@@ -41,12 +42,14 @@ fn tool_schemas_are_strict_and_bounded() {
     assert!(propose["required"].as_array().unwrap().contains(&json!("action")));
     assert!(propose["properties"]["action"]["enum"].as_array().unwrap().contains(&json!("replace_bearing")));
     assert_eq!(tools::find("propose_work_order").unwrap().access, twinops::domain::Access::Propose);
-    assert!(
-        tools::all()
-            .iter()
-            .filter(|t| t.name != "propose_work_order")
-            .all(|t| t.access == twinops::domain::Access::Read)
-    );
+    let level = &tools::find("propose_alarm_change").unwrap().schema["properties"]["level"];
+    assert!(level.to_string().contains("\"hh\""), "{level}");
+    let proposers = ["propose_work_order", "propose_alarm_change"];
+    for t in tools::all() {
+        let expected =
+            if proposers.contains(&t.name) { twinops::domain::Access::Propose } else { twinops::domain::Access::Read };
+        assert_eq!(t.access, expected, "{}", t.name);
+    }
 }
 
 /// A tool that does not exist is an error result naming the ones that do.

@@ -1228,3 +1228,40 @@ async fn an_alarms_detail_carries_its_rationalization() {
     assert_eq!(r["rationalization"]["rationalized"], false, "{r}");
     assert!(r["rationalization"]["note"].as_str().unwrap().starts_with("not rationalized"));
 }
+
+/// A proposed alarm change is listed with its replay and decided by a supervisor only;
+/// deciding it twice is a conflict.
+#[tokio::test(flavor = "multi_thread")]
+async fn alarm_changes_are_decided_by_supervisors() {
+    let p = Plant::new();
+    add_users(&p);
+    let proposed = p.ok(
+        "propose_alarm_change",
+        json!({"sensor_id": "PUMP-007.VIB-DE", "level": "h", "deadband": 0.5, "on_delay_s": 120,
+               "reason": "VIB-HI is this week's bad actor: it chatters around 4.5 mm/s"}),
+    );
+    let id = proposed["alarm_change_id"].as_i64().unwrap();
+    let hmi = Hmi::start(&p).await;
+    let (viewer, operator, supervisor) =
+        (hmi.session("viewer.ng").await, hmi.session("operator.kaur").await, hmi.session("supervisor.ruiz").await);
+    let listed: Value = hmi.get("/api/alarm-changes?status=pending_approval", &viewer).await.json().await.unwrap();
+    let change = &listed["alarm_changes"][0];
+    assert_eq!((change["id"].as_i64(), change["applies"].as_str()), (Some(id), Some("scada")), "{listed}");
+    assert!(
+        change["evidence"]["current"]["activations"].as_i64().unwrap()
+            > change["evidence"]["proposed"]["activations"].as_i64().unwrap()
+    );
+    let path = format!("/api/alarm-changes/{id}/approve");
+    assert_eq!(hmi.post(&path, &operator, json!({"reason": "ok"})).await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(hmi.post(&path, &supervisor, json!({"reason": ""})).await.status(), StatusCode::BAD_REQUEST);
+    let r = hmi.post(&path, &supervisor, json!({"reason": "MOC-17 for the SCADA engineer"})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "approved");
+    let r = hmi.post(&format!("/api/alarm-changes/{id}/reject"), &supervisor, json!({"reason": "again"})).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(hmi.get("/api/alarm-changes?status=bogus", &viewer).await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        hmi.post("/api/alarm-changes/999/approve", &supervisor, json!({"reason": "x"})).await.status(),
+        StatusCode::NOT_FOUND
+    );
+}

@@ -78,7 +78,7 @@ impl Profile {
         .read_only()
     }
 
-    /// Read-only: the same tools less `propose_work_order`.
+    /// Read-only: the same tools less the proposing ones.
     pub fn read_only(mut self) -> Profile {
         self.tools.retain(|t| tools::find(t).is_none_or(|d| d.access == Access::Read));
         self

@@ -39,6 +39,21 @@ impl Level {
         matches!(self, Level::LowLow | Level::HighHigh)
     }
 
+    /// Its column and key in the twin: `ll`, `l`, `h`, `hh`.
+    pub fn key(self) -> &'static str {
+        LEVEL_NAMES[self.index()]
+    }
+
+    /// Its place in a sensor's [`Limits`] (ll, l, h, hh).
+    pub fn index(self) -> usize {
+        match self {
+            Level::LowLow => 0,
+            Level::Low => 1,
+            Level::High => 2,
+            Level::HighHigh => 3,
+        }
+    }
+
     pub fn word(self) -> &'static str {
         match self {
             Level::LowLow => "low-low",

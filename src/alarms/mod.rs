@@ -47,11 +47,18 @@ pub struct QueuePolicy {
     /// Most jobs queued at once. Occurrences are never dropped: past capacity they join
     /// the one overflow job, which the rules model triages (see `enqueue_triage`).
     pub capacity: i64,
+    /// An occurrence received this many seconds or more after it was raised is backfill
+    /// (a gateway replaying its buffer): journalled and counted, summarised with the
+    /// rest of its backfill in one note rather than triaged as news.
+    pub backfill_after_secs: i64,
 }
+
+/// By default, an occurrence an hour late is backfill.
+pub const BACKFILL_AFTER_SECS: i64 = 3600;
 
 impl Default for QueuePolicy {
     fn default() -> Self {
-        QueuePolicy { capacity: TRIAGE_QUEUE_CAPACITY }
+        QueuePolicy { capacity: TRIAGE_QUEUE_CAPACITY, backfill_after_secs: BACKFILL_AFTER_SECS }
     }
 }
 
@@ -245,8 +252,36 @@ fn raise(
     crate::metrics::count("twinops_alarms_raised_total", &[("severity", ev.severity.as_str())], 1.0);
     let code = crate::metrics::bounded("twinops_alarms_raised_by_code_total", "code", &ev.code, 500);
     crate::metrics::count("twinops_alarms_raised_by_code_total", &[("code", &code)], 1.0);
-    let job_id = enqueue_triage(conn, alarm_id, ev.asset_id.as_str(), ev.severity, ev.time, received, policy)?;
+    let late = received.unix() - ev.time.unix() >= policy.backfill_after_secs;
+    let job_id = if late {
+        crate::metrics::count("twinops_alarms_backfilled_total", &[], 1.0);
+        enqueue_backfill(conn, alarm_id, received)?
+    } else {
+        enqueue_triage(conn, alarm_id, ev.asset_id.as_str(), ev.severity, ev.time, received, policy)?
+    };
     Ok(Applied::Raised { alarm_id, job_id })
+}
+
+/// Gives a late occurrence the backfill job waiting, or a new one: one job, and one
+/// summary note, per backfill (`triage::backfill`), in `rules` mode and last in line.
+fn enqueue_backfill(conn: &Connection, alarm_id: i64, now: Timestamp) -> rusqlite::Result<i64> {
+    let waiting: Option<i64> = conn
+        .prepare_cached("SELECT id FROM triage_jobs WHERE state = 'queued' AND backfill = 1 LIMIT 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    let job = match waiting {
+        Some(job) => job,
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO triage_jobs (alarm_id, asset_id, state, priority, mode, enqueued_at, backfill)
+                 VALUES (?1, NULL, 'queued', ?2, 'rules', ?3, 1)",
+            )?
+            .execute(params![alarm_id, Severity::Low.rank() + 1, now.unix()])?;
+            conn.last_insert_rowid()
+        }
+    };
+    conn.prepare_cached("UPDATE alarms SET triage_job = ?2 WHERE id = ?1")?.execute(params![alarm_id, job])?;
+    Ok(job)
 }
 
 /// Gives a new occurrence its triage job, in the same transaction. Every occurrence
@@ -278,9 +313,11 @@ fn enqueue_triage(
         || (severity <= Severity::Medium && flood_state(conn, at.plus_secs(1), false)?.flood);
     let rank = severity.rank();
     let waiting = |asset: Option<&str>| -> rusqlite::Result<Option<i64>> {
-        conn.prepare_cached("SELECT id FROM triage_jobs WHERE state = 'queued' AND asset_id IS ?1 LIMIT 1")?
-            .query_row([asset], |r| r.get(0))
-            .optional()
+        conn.prepare_cached(
+            "SELECT id FROM triage_jobs WHERE state = 'queued' AND asset_id IS ?1 AND backfill = 0 LIMIT 1",
+        )?
+        .query_row([asset], |r| r.get(0))
+        .optional()
     };
     let join = |job: i64, routine: bool| -> rusqlite::Result<i64> {
         conn.prepare_cached(

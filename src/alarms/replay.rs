@@ -11,13 +11,13 @@
 //! with itself.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::limits::{Level, back, beyond};
 use crate::domain::Timestamp;
 
 /// An alarm point's settings, as replayed.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub set_point: f64,
     pub deadband: f64,

@@ -1,9 +1,12 @@
 //! The only code that writes `work_orders`.
 //!
-//! Architecture Invariant: the agent can reach [`Approvals::propose`] and nothing else
-//! here. Moving a work order out of `pending_approval` takes an authenticated human,
-//! or the expiry schedule ([`Approvals::expire_due`]) when nobody decided in time; no
-//! tool, model reply or agent code path calls those functions.
+//! Architecture Invariant: the agent can reach [`Approvals::propose`] and
+//! [`Approvals::propose_alarm_change`] and nothing else here. Moving a work order or
+//! an alarm change out of `pending_approval` takes an authenticated human, or the
+//! expiry schedule ([`Approvals::expire_due`], [`alarm_changes::expire_due`]) when
+//! nobody decided in time; no tool, model reply or agent code path calls those functions.
+
+pub mod alarm_changes;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -57,6 +60,19 @@ impl Approvals {
     /// same intent key unchanged.
     pub fn propose(&self, draft: WorkOrderDraft, by: Proposer, now: Timestamp) -> Result<Proposal, StoreError> {
         self.writer.call(move |conn| propose_in(conn, &draft, &by, now))
+    }
+
+    /// Parks a proposed alarm change with its replay as evidence ([`alarm_changes::propose`]).
+    pub fn propose_alarm_change(
+        &self,
+        target: &crate::alarms::replay::Target,
+        proposed: crate::alarms::replay::Settings,
+        reason: &str,
+        evidence: &crate::alarms::replay::Comparison,
+        by: Proposer,
+        now: Timestamp,
+    ) -> Result<alarm_changes::ChangeProposal, StoreError> {
+        alarm_changes::propose(&self.writer, target, proposed, reason, evidence, &by, now)
     }
 }
 

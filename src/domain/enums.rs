@@ -150,6 +150,16 @@ text_enum! {
 }
 
 text_enum! {
+    /// Where a proposed alarm change stands: decided by a supervisor, or expired.
+    AlarmChangeStatus {
+        PendingApproval => "pending_approval",
+        Approved => "approved",
+        Rejected => "rejected",
+        Expired => "expired",
+    }
+}
+
+text_enum! {
     /// How soon the field crew should act on a work order.
     WorkPriority { Emergency => "emergency", Urgent => "urgent", Normal => "normal", Low => "low" }
 }

@@ -362,6 +362,37 @@ const MIGRATIONS: &[&str] = &[
          reason   TEXT NOT NULL DEFAULT ''
      ) STRICT;
      CREATE INDEX alarm_point_changes_point ON alarm_point_changes(point_id, at);",
+    // 21: alarm changes proposed (by the agent or a person) and decided by a supervisor,
+    // as work orders are (`approvals::alarm_changes`): one pending per point, with the
+    // replay that is its evidence; an approved change to a point twinops evaluates
+    // (`applies = 'twin'`) changes the sensor, one to a SCADA point is a record for the
+    // SCADA engineer.
+    "CREATE TABLE alarm_changes (
+         id              INTEGER PRIMARY KEY,
+         sensor_id       TEXT NOT NULL REFERENCES sensors(id),
+         asset_id        TEXT NOT NULL REFERENCES assets(id),
+         code            TEXT NOT NULL,
+         level           TEXT NOT NULL CHECK (level IN ('ll', 'l', 'h', 'hh')),
+         current         TEXT NOT NULL,                  -- JSON settings in force when proposed
+         proposed        TEXT NOT NULL,                  -- JSON settings proposed
+         reason          TEXT NOT NULL,
+         evidence        TEXT NOT NULL,                  -- JSON: the replay's comparison
+         applies         TEXT NOT NULL CHECK (applies IN ('twin', 'scada')),
+         status          TEXT NOT NULL CHECK (status IN ('pending_approval', 'approved', 'rejected', 'expired')),
+         proposed_by     TEXT NOT NULL,
+         run_id          INTEGER,
+         proposed_at     INTEGER NOT NULL,
+         expires_at      INTEGER NOT NULL,
+         decided_by      TEXT,
+         decided_at      INTEGER,
+         decision_reason TEXT
+     ) STRICT;
+     CREATE UNIQUE INDEX alarm_changes_pending ON alarm_changes(sensor_id, level) WHERE status = 'pending_approval';
+     CREATE INDEX alarm_changes_status ON alarm_changes(status, proposed_at);",
+    // 22: occurrences that reach twinops long after they were raised (a gateway replaying
+    // its buffer after an outage) share one backfill job per backfill, with one summary
+    // note, instead of a triage each (`alarms::enqueue_triage`, `triage::backfill`).
+    "ALTER TABLE triage_jobs ADD COLUMN backfill INTEGER NOT NULL DEFAULT 0 CHECK (backfill IN (0, 1));",
 ];
 
 /// The schema version this build writes.

@@ -11,6 +11,7 @@ mod hints;
 pub use hints::{Examples, mentioned_assets};
 mod list_alarms;
 mod list_assets;
+mod propose_alarm_change;
 mod propose_work_order;
 mod read_doc;
 mod search_docs;
@@ -244,6 +245,7 @@ static REGISTRY: LazyLock<Vec<ToolDef>> = LazyLock::new(|| {
         shift_handover::def(),
         alarm_kpis::def(),
         propose_work_order::def(),
+        propose_alarm_change::def(),
     ]
 });
 

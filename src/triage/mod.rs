@@ -8,6 +8,8 @@
 //! again; occurrences that already have a note are skipped, and the proposal
 //! idempotency key keeps a work order single.
 
+pub mod backfill;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,11 +33,19 @@ pub struct TriageConfig {
     /// Most triage jobs queued at once; past it, new occurrences join one overflow job
     /// that the rules model triages. Nothing is dropped.
     pub queue_capacity: i64,
+    /// Seconds between an occurrence's raise and its arrival past which it is backfill
+    /// (a gateway replaying its buffer): summarised in one note per backfill.
+    pub backfill_after_secs: i64,
 }
 
 impl Default for TriageConfig {
     fn default() -> Self {
-        TriageConfig { workers: 2, llm_runs_per_minute: 20, queue_capacity: crate::alarms::TRIAGE_QUEUE_CAPACITY }
+        TriageConfig {
+            workers: 2,
+            llm_runs_per_minute: 20,
+            queue_capacity: crate::alarms::TRIAGE_QUEUE_CAPACITY,
+            backfill_after_secs: crate::alarms::BACKFILL_AFTER_SECS,
+        }
     }
 }
 
@@ -45,6 +55,10 @@ impl TriageConfig {
         anyhow::ensure!(
             self.queue_capacity >= 2,
             "triage.queue_capacity must be at least 2 (one job plus the overflow job)"
+        );
+        anyhow::ensure!(
+            self.backfill_after_secs >= 60,
+            "triage.backfill_after_secs must be at least 60: an occurrence a few seconds late is news, not backfill"
         );
         Ok(())
     }
@@ -102,9 +116,16 @@ struct Job {
     id: i64,
     mode: TriageMode,
     enqueued_at: i64,
-    /// Occurrences still without a note, grouped by asset, most severe first.
+    /// A backfill: its occurrences get one summary note (`backfill`), not a run each.
+    backfill: bool,
+    /// Occurrences still without a note, grouped by asset and by when they were raised
+    /// (within [`GROUP_SECS`] of the group's first), most severe first.
     groups: Vec<Vec<i64>>,
 }
+
+/// Occurrences on one asset raised within this many seconds of each other are triaged
+/// together; further apart, they are separate events, whatever their queue.
+pub const GROUP_SECS: i64 = 600;
 
 impl Triage {
     /// `agent` triages with the configured models; `rules` with the rules model only,
@@ -135,34 +156,48 @@ impl Triage {
     async fn claim(&self) -> Result<Option<Job>, StoreError> {
         let w = self.writer.clone();
         w.call_async(|c| {
-            let Some((id, mode, enqueued_at)) = c
+            let Some((id, mode, enqueued_at, backfill)) = c
                 .prepare_cached(
                     "UPDATE triage_jobs SET state = 'running', started_at = ?1, attempts = attempts + 1
                      WHERE id = (SELECT id FROM triage_jobs WHERE state = 'queued' ORDER BY priority, enqueued_at, id LIMIT 1)
-                     RETURNING id, mode, enqueued_at",
+                     RETURNING id, mode, enqueued_at, backfill",
                 )?
                 .query_row([Timestamp::now().unix()], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, TriageMode>(1)?, r.get::<_, i64>(2)?))
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, TriageMode>(1)?, r.get::<_, i64>(2)?, r.get::<_, bool>(3)?))
                 })
                 .optional()?
             else {
                 return Ok(None);
             };
             let mut stmt = c.prepare_cached(&format!(
-                "SELECT a.id, a.asset_id FROM alarms a
+                "SELECT a.id, a.asset_id, a.raised_at, {} FROM alarms a
                  WHERE a.triage_job = ?1 AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = 'triage' AND n.alarm_id = a.id)
-                 ORDER BY a.asset_id, {}, a.raised_at, a.id",
+                 ORDER BY a.asset_id, a.raised_at, a.id",
                 crate::domain::Severity::sql_rank("a.severity")
             ))?;
-            let mut groups: Vec<(String, Vec<i64>)> = Vec::new();
-            for row in stmt.query_map([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))? {
-                let (alarm, asset) = row?;
+            // (asset, first raised, [(severity rank, raised, alarm id)])
+            type Group = (String, i64, Vec<(i64, i64, i64)>);
+            let mut groups: Vec<Group> = Vec::new();
+            let rows = stmt.query_map([id], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+            })?;
+            for row in rows {
+                let (alarm, asset, raised, rank) = row?;
                 match groups.last_mut() {
-                    Some((a, ids)) if *a == asset => ids.push(alarm),
-                    _ => groups.push((asset, vec![alarm])),
+                    Some((a, first, members)) if *a == asset && (backfill || raised - *first <= GROUP_SECS) => {
+                        members.push((rank, raised, alarm))
+                    }
+                    _ => groups.push((asset, raised, vec![(rank, raised, alarm)])),
                 }
             }
-            Ok(Some(Job { id, mode, enqueued_at, groups: groups.into_iter().map(|(_, ids)| ids).collect() }))
+            let groups = groups
+                .into_iter()
+                .map(|(.., mut members)| {
+                    members.sort();
+                    members.into_iter().map(|(.., id)| id).collect()
+                })
+                .collect();
+            Ok(Some(Job { id, mode, enqueued_at, backfill, groups }))
         })
         .await
     }
@@ -175,7 +210,10 @@ impl Triage {
         let waited = (Timestamp::now().unix() - job.enqueued_at).max(0) as f64;
         crate::metrics::observe("twinops_triage_wait_seconds", &[], waited);
         let mut stored = Vec::new();
-        for group in &job.groups {
+        if job.backfill {
+            stored = self.summarize_backfill(&job).await?;
+        }
+        for group in job.groups.iter().filter(|_| !job.backfill) {
             let use_model = job.mode == TriageMode::Agent && self.budget.lock().expect("budget lock").take();
             let agent = if use_model { &self.agent } else { &self.rules };
             let started = Instant::now();
@@ -213,6 +251,42 @@ impl Triage {
         })
         .await?;
         Ok(Some(stored))
+    }
+
+    /// A backfill's one note, for every occurrence in it, written from the journal by an
+    /// audited run without a model.
+    async fn summarize_backfill(&self, job: &Job) -> Result<Vec<PublishedNote>, StoreError> {
+        let ids: Vec<i64> = job.groups.iter().flatten().copied().collect();
+        let Some(&lead) = ids.first() else { return Ok(Vec::new()) };
+        let received = Timestamp::from_unix(job.enqueued_at);
+        let of = ids.clone();
+        let note = self.writer.call_async(move |c| Ok::<_, StoreError>(backfill::summary(c, &of, received)?)).await?;
+        let mut audit = crate::agent::audit::Audit::start(
+            self.writer.clone(),
+            "backfill",
+            &format!("backfill:job/{}", job.id),
+            Some(lead),
+            Timestamp::now(),
+        )
+        .await?;
+        audit.finish("final", Some("rules"), (0, 0), None, &[]).await?;
+        tracing::info!(stage = "triage", job = job.id, alarms = ids.len(), run = audit.run_id(), "backfill summarised");
+        let report = RunReport {
+            run_id: audit.run_id(),
+            outcome: Outcome::Final,
+            answer: None,
+            note: Some(note),
+            flags: vec!["backfill".into()],
+            provider: Some("rules".into()),
+            model_calls: 0,
+            tool_calls: 0,
+            usage: Default::default(),
+        };
+        let notes = self.store(&ids, report).await?;
+        for note in &notes {
+            let _ = self.notes.send(note.clone());
+        }
+        Ok(notes)
     }
 
     /// Runs jobs until the queue is empty; returns how many notes were stored.

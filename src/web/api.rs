@@ -193,6 +193,30 @@ pub fn endpoints() -> Vec<Endpoint> {
         .body::<ReasonRequest>(),
         ep(
             M::GET,
+            "/api/alarm-changes",
+            viewer,
+            "Proposed alarm changes (set point, deadband, delays) with their replay evidence (query: status)",
+            get(alarm_changes),
+        )
+        .query::<ChangeStatusQuery>(),
+        ep(
+            M::POST,
+            "/api/alarm-changes/{id}/approve",
+            supervisor,
+            "Approve a pending alarm change, with a reason: applied to the twin for points twinops evaluates, recorded for the SCADA engineer otherwise",
+            post(approve_change),
+        )
+        .body::<ReasonRequest>(),
+        ep(
+            M::POST,
+            "/api/alarm-changes/{id}/reject",
+            supervisor,
+            "Reject a pending alarm change, with a reason",
+            post(reject_change),
+        )
+        .body::<ReasonRequest>(),
+        ep(
+            M::GET,
             "/api/handovers",
             viewer,
             "Shift handovers, newest first (query: limit, 1-50, default 10)",

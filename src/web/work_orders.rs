@@ -67,3 +67,54 @@ pub(super) async fn reject(
 ) -> Result<Json<Value>, ApiError> {
     decide(s, user, id, false, req.reason).await
 }
+
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct ChangeStatusQuery {
+    /// Only alarm changes in this status: pending_approval, approved, rejected, expired.
+    status: Option<String>,
+}
+
+pub(super) async fn alarm_changes(
+    State(s): State<S>,
+    Query(q): Query<ChangeStatusQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let status = q.status.as_deref().map(crate::domain::AlarmChangeStatus::parse).transpose();
+    let rows = approvals::alarm_changes::list(&*s.store.read()?, status.map_err(ApiError::bad_request)?)?;
+    Ok(Json(json!({"alarm_changes": rows})))
+}
+
+async fn decide_change(s: S, user: User, id: i64, approve: bool, reason: String) -> Result<Json<Value>, ApiError> {
+    use approvals::alarm_changes::{self, ChangeDecisionError};
+    let w = s.store.writer().clone();
+    let status = tokio::task::spawn_blocking(move || {
+        alarm_changes::decide(&w, id, &user.name, approve, &reason, Timestamp::now())
+    })
+    .await?
+    .map_err(|e| match e {
+        ChangeDecisionError::NotFound(_) => ApiError::not_found(e.to_string()),
+        ChangeDecisionError::NotPending { .. } | ChangeDecisionError::Conflict(_) => {
+            ApiError::new(StatusCode::CONFLICT, e.to_string())
+        }
+        ChangeDecisionError::NoReason => ApiError::bad_request(e.to_string()),
+        ChangeDecisionError::Store(e) => e.into(),
+    })?;
+    Ok(Json(json!({"id": id, "status": status})))
+}
+
+pub(super) async fn approve_change(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ReasonRequest>,
+) -> Result<Json<Value>, ApiError> {
+    decide_change(s, user, id, true, req.reason).await
+}
+
+pub(super) async fn reject_change(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ReasonRequest>,
+) -> Result<Json<Value>, ApiError> {
+    decide_change(s, user, id, false, req.reason).await
+}

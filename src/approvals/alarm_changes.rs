@@ -1,0 +1,262 @@
+//! Alarm changes proposed and decided as work orders are: a new set point, deadband,
+//! on- or off-delay for one alarm point, with the replay of the point's last 30 days as
+//! its evidence, parked as `pending_approval` until a supervisor decides.
+//!
+//! An approved change to a point twinops evaluates from readings (`alarm_source =
+//! limits`) is applied to the sensor and to the point's entry in the master alarm
+//! database, in one transaction with its history and an audit entry: a management of
+//! change. For a SCADA point it is a record for the SCADA engineer, who makes the change
+//! in the SCADA; the twin is left as it is, and the next rationalization sheet import
+//! brings the new settings in.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use super::{DEFAULT_TTL_SECS, Proposer};
+use crate::alarms::replay::{Comparison, Settings, Target};
+use crate::domain::{AlarmChangeStatus, Timestamp};
+use crate::store::{StoreError, Writer};
+
+/// Days of readings the evidence replays.
+pub const EVIDENCE_DAYS: i64 = 30;
+
+/// What proposing did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChangeProposal {
+    pub alarm_change_id: i64,
+    pub status: AlarmChangeStatus,
+    /// False when a change of this point already awaited a decision; nothing new was written.
+    pub created: bool,
+    /// `twin` (applied to the sensor when approved) or `scada` (a record for the SCADA engineer).
+    pub applies: &'static str,
+}
+
+/// Parks a proposed change of `target`'s settings, with the replay as evidence; or
+/// returns the change of the same point already awaiting a decision.
+pub fn propose(
+    writer: &Writer,
+    target: &Target,
+    proposed: Settings,
+    reason: &str,
+    evidence: &Comparison,
+    by: &Proposer,
+    now: Timestamp,
+) -> Result<ChangeProposal, StoreError> {
+    let (t, reason, by) = (target.clone(), reason.trim().to_string(), by.clone());
+    let json = |v: serde_json::Result<String>| v.expect("settings and comparisons serialize");
+    let (current, proposed_json, evidence) = (
+        json(serde_json::to_string(&t.current)),
+        json(serde_json::to_string(&proposed)),
+        json(serde_json::to_string(evidence)),
+    );
+    writer.call(move |c| {
+        let applies = applies(c, &t.sensor_id)?;
+        let run_id = match &by {
+            Proposer::Run(id) => Some(*id),
+            Proposer::User(_) => None,
+        };
+        let inserted = c
+            .prepare_cached(
+                "INSERT INTO alarm_changes (sensor_id, asset_id, code, level, current, proposed, reason, evidence, applies,
+                     status, proposed_by, run_id, proposed_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'pending_approval', ?10, ?11, ?12, ?13)
+                 ON CONFLICT (sensor_id, level) WHERE status = 'pending_approval' DO NOTHING",
+            )?
+            .execute(params![
+                t.sensor_id,
+                t.asset_id,
+                t.code,
+                t.level.key(),
+                current,
+                proposed_json,
+                reason,
+                evidence,
+                applies,
+                by.label(),
+                run_id,
+                now.unix(),
+                now.unix() + DEFAULT_TTL_SECS
+            ])?;
+        let id: i64 = c
+            .prepare_cached(
+                "SELECT id FROM alarm_changes WHERE sensor_id = ?1 AND level = ?2 AND status = 'pending_approval'",
+            )?
+            .query_row(params![t.sensor_id, t.level.key()], |r| r.get(0))?;
+        Ok(ChangeProposal { alarm_change_id: id, status: AlarmChangeStatus::PendingApproval, created: inserted == 1, applies })
+    })
+}
+
+/// `twin` when twinops raises the sensor's alarms from its readings, else `scada`.
+fn applies(c: &Connection, sensor: &str) -> rusqlite::Result<&'static str> {
+    let source: String = c.query_row("SELECT alarm_source FROM sensors WHERE id = ?1", [sensor], |r| r.get(0))?;
+    Ok(if source == "limits" { "twin" } else { "scada" })
+}
+
+/// Why a decision was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeDecisionError {
+    #[error("no alarm change {0}; GET /api/alarm-changes lists them")]
+    NotFound(i64),
+    #[error("alarm change {id} is {status}; only pending_approval changes can be decided")]
+    NotPending { id: i64, status: AlarmChangeStatus },
+    #[error("give a reason for the decision (it goes in the record and the point's history)")]
+    NoReason,
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for ChangeDecisionError {
+    fn from(e: rusqlite::Error) -> Self {
+        ChangeDecisionError::Store(e.into())
+    }
+}
+
+/// A supervisor approves or rejects a pending change (the caller has checked the role).
+/// Approving a `twin` change applies it to the sensor and the master alarm database.
+pub fn decide(
+    writer: &Writer,
+    id: i64,
+    supervisor: &str,
+    approve: bool,
+    reason: &str,
+    now: Timestamp,
+) -> Result<AlarmChangeStatus, ChangeDecisionError> {
+    let reason = reason.trim().to_string();
+    if reason.is_empty() {
+        return Err(ChangeDecisionError::NoReason);
+    }
+    let supervisor = supervisor.to_string();
+    writer.call(move |c| {
+        type Row = (AlarmChangeStatus, String, String, String, String, String, String);
+        let row: Row = c
+            .prepare_cached(
+                "SELECT status, sensor_id, asset_id, code, level, proposed, applies FROM alarm_changes WHERE id = ?1",
+            )?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))
+            .optional()?
+            .ok_or(ChangeDecisionError::NotFound(id))?;
+        let (status, sensor, asset, code, level, proposed, applies) = row;
+        if status != AlarmChangeStatus::PendingApproval {
+            return Err(ChangeDecisionError::NotPending { id, status });
+        }
+        let next = if approve { AlarmChangeStatus::Approved } else { AlarmChangeStatus::Rejected };
+        if approve && applies == "twin" {
+            let s: Settings = serde_json::from_str(&proposed)
+                .map_err(|e| ChangeDecisionError::Conflict(format!("the proposal's settings are unreadable: {e}")))?;
+            apply(c, &sensor, &asset, &code, &level, s, &supervisor, &reason, now)?;
+        }
+        c.prepare_cached(
+            "UPDATE alarm_changes SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5 WHERE id = ?1",
+        )?
+        .execute(params![id, next, supervisor, now.unix(), reason])?;
+        let what = if applies == "twin" || !approve { "" } else { " (for the SCADA engineer to make in the SCADA)" };
+        c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(
+            params![
+                now.unix(),
+                supervisor,
+                format!("alarm_change_{next}"),
+                format!("alarm change {id} of {sensor} {code}{what}: {reason}")
+            ],
+        )?;
+        Ok(next)
+    })
+}
+
+/// Writes an approved change to the sensor (its set point at `level`, its deadband and
+/// on-delay) and to the point's entry, each changed field in the entry's history.
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    c: &Connection,
+    sensor: &str,
+    asset: &str,
+    code: &str,
+    level: &str,
+    s: Settings,
+    by: &str,
+    reason: &str,
+    now: Timestamp,
+) -> Result<(), ChangeDecisionError> {
+    let limits: [Option<f64>; 4] =
+        c.query_row("SELECT limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE id = ?1", [sensor], |r| {
+            Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?])
+        })?;
+    let i = ["ll", "l", "h", "hh"].iter().position(|l| *l == level).unwrap_or(2);
+    let mut after = limits;
+    after[i] = Some(s.set_point);
+    let present: Vec<f64> = after.iter().flatten().copied().collect();
+    if present.windows(2).any(|w| w[0] > w[1]) {
+        return Err(ChangeDecisionError::Conflict(format!(
+            "{sensor}'s limits would be out of order with the {level} set point at {}: they must rise ll <= l <= h <= hh; reject this change",
+            s.set_point
+        )));
+    }
+    c.prepare_cached(&format!("UPDATE sensors SET limit_{level} = ?2, deadband = ?3, on_delay_s = ?4 WHERE id = ?1"))?
+        .execute(params![sensor, s.set_point, s.deadband, s.on_delay_s])?;
+    let point: Option<i64> = c
+        .prepare_cached(
+            "SELECT id FROM alarm_points WHERE asset_id = ?1 AND code = ?2 AND (sensor_id = ?3 OR sensor_id IS NULL)
+             AND retired_at IS NULL ORDER BY sensor_id IS NULL LIMIT 1",
+        )?
+        .query_row(params![asset, code, sensor], |r| r.get(0))
+        .optional()?;
+    let point = match point {
+        Some(p) => p,
+        None => {
+            c.prepare_cached("INSERT INTO alarm_points (asset_id, code, sensor_id) VALUES (?1, ?2, ?3)")?
+                .execute(params![asset, code, sensor])?;
+            c.last_insert_rowid()
+        }
+    };
+    let before: [String; 4] = c.query_row(
+        "SELECT set_point, deadband, on_delay_s, off_delay_s FROM alarm_points WHERE id = ?1",
+        [point],
+        |r| {
+            let real = |i: usize| r.get::<_, Option<f64>>(i).map(|v| v.map(|v| v.to_string()).unwrap_or_default());
+            let int = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.map(|v| v.to_string()).unwrap_or_default());
+            Ok([real(0)?, real(1)?, int(2)?, int(3)?])
+        },
+    )?;
+    let fields = ["set_point", "deadband", "on_delay_s", "off_delay_s"];
+    let new = [s.set_point.to_string(), s.deadband.to_string(), s.on_delay_s.to_string(), s.off_delay_s.to_string()];
+    c.prepare_cached(
+        "UPDATE alarm_points SET set_point = ?2, deadband = ?3, on_delay_s = ?4, off_delay_s = ?5, retired_at = NULL WHERE id = ?1",
+    )?
+    .execute(params![point, s.set_point, s.deadband, s.on_delay_s, s.off_delay_s])?;
+    for ((field, old), new) in fields.iter().zip(before).zip(new) {
+        if old != new {
+            c.prepare_cached(
+                "INSERT INTO alarm_point_changes (point_id, at, actor, source, field, old, new, reason)
+                 VALUES (?1, ?2, ?3, 'approval', ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![point, now.unix(), by, field, old, new, reason])?;
+        }
+    }
+    Ok(())
+}
+
+/// Marks changes still pending past their expiry as `expired`: a stale proposal must
+/// not be approved on old evidence.
+pub fn expire_due(c: &Connection, now: Timestamp) -> rusqlite::Result<Vec<i64>> {
+    c.prepare_cached(
+        "UPDATE alarm_changes SET status = 'expired', decided_by = 'twinops', decided_at = ?1,
+                decision_reason = 'no decision before the proposal expired'
+         WHERE status = 'pending_approval' AND expires_at <= ?1 RETURNING id",
+    )?
+    .query_map([now.unix()], |r| r.get(0))?
+    .collect()
+}
+
+/// The latest 200 changes, newest first, in `status` when given, as the HMI lists them.
+pub fn list(db: &Connection, status: Option<AlarmChangeStatus>) -> rusqlite::Result<Vec<serde_json::Value>> {
+    let mut stmt = db.prepare_cached(
+        "SELECT json_object('id', id, 'sensor_id', sensor_id, 'asset_id', asset_id, 'code', code, 'level', level,
+                'current', json(current), 'proposed', json(proposed), 'reason', reason, 'evidence', json(evidence),
+                'applies', applies, 'status', status, 'proposed_by', proposed_by, 'run_id', run_id,
+                'proposed_at', rfc3339(proposed_at), 'expires_at', rfc3339(expires_at), 'decided_by', decided_by,
+                'decided_at', rfc3339(decided_at), 'decision_reason', decision_reason)
+         FROM alarm_changes WHERE ?1 IS NULL OR status = ?1 ORDER BY proposed_at DESC, id DESC LIMIT 200",
+    )?;
+    crate::store::json_rows(&mut stmt, [status])
+}
