@@ -141,6 +141,34 @@ fn triage_step(s: &Seen, asset: &str) -> ModelReply {
 /// (directly or by a sensor id), then the docs.
 fn question_step(s: &Seen, question: &str) -> ModelReply {
     let t = &s.req.task;
+    // "What changed since the last shift?": the shift's alarms and the plant now, as a
+    // handover has them, from the last handover on.
+    if t.mentioned.is_empty() && asks_what_changed(question) && s.offered("get_system_summary") {
+        let plan = [
+            ("get_shift_handover", json!({})),
+            ("get_system_summary", json!({})),
+            ("get_alarm_kpis", json!({"hours": SHIFT_HOURS})),
+            ("list_alarms", json!({"last_hours": SHIFT_HOURS, "limit": 50})),
+        ];
+        let calls: Vec<ToolCall> = plan
+            .into_iter()
+            .filter(|(name, _)| s.offered(name) && !s.done(name))
+            .enumerate()
+            .map(|(i, (name, args))| call(s.next_id(&[]) + i, name, args))
+            .collect();
+        if !calls.is_empty() {
+            return reply_calls(calls);
+        }
+        let since = match s.result("get_shift_handover") {
+            Some(h) => format!("The last handover was written {}.", h["written_at"].as_str().unwrap_or("-")),
+            None => "No handover has been written yet.".into(),
+        };
+        let mut text = format!("{since} What changed in the last {SHIFT_HOURS} h, from the tools:\n");
+        text.push_str(&plant_status("The plant now", s));
+        text.push_str(&shift_alarms(s));
+        text.push_str(&awaiting_decision(s));
+        return reply_text(text);
+    }
     if asks_for_handover(question) && s.offered("get_shift_handover") {
         if !s.done("get_shift_handover") {
             return reply_calls(vec![call(s.next_id(&[]), "get_shift_handover", json!({}))]);
@@ -195,7 +223,11 @@ fn question_step(s: &Seen, question: &str) -> ModelReply {
     let mut unknown: Vec<&str> = t.not_in_twin.iter().map(String::as_str).collect();
     for asset in &t.mentioned {
         match details_of(asset).and_then(|(_, _, r)| r.as_ref()) {
-            Some(d) => text.push_str(&asset_status(d)),
+            Some(d) => {
+                text.push_str(asset_status(d).trim_end_matches('\n'));
+                text.push_str(&point_state(d, question));
+                text.push('\n');
+            }
             None => unknown.push(asset.as_str()),
         }
     }
@@ -253,7 +285,19 @@ fn handover_step(s: &Seen) -> ModelReply {
     }
     let mut text = plant_status("Shift handover", s);
     text.push_str(&shift_alarms(s));
+    text.push_str(&awaiting_decision(s));
     reply_text(text)
+}
+
+/// What waits for a supervisor: proposed work orders and alarm changes.
+fn awaiting_decision(s: &Seen) -> String {
+    let summary = s.result("get_system_summary").unwrap_or(Value::Null);
+    let pending = |key: &str| summary[key]["pending_approval"].as_i64().unwrap_or(0);
+    let (orders, changes) = (pending("work_orders"), pending("alarm_changes"));
+    if orders + changes == 0 {
+        return "\nNothing awaits a supervisor's decision.".into();
+    }
+    format!("\nAwaiting a supervisor's decision: {orders} work order(s), {changes} alarm change(s).")
 }
 
 /// The shift's alarms: activations and their peak, floods, bad actors, what was raised
@@ -273,10 +317,20 @@ fn shift_alarms(s: &Seen) -> String {
     let raised = s.result("list_alarms").and_then(|r| r["alarms"].as_array().cloned()).unwrap_or_default();
     if !raised.is_empty() {
         let cleared = raised.iter().filter(|a| !a["cleared_at"].is_null()).count();
+        // Each point once, with how many of its occurrences the list holds.
+        let mut points: Vec<(String, usize)> = Vec::new();
+        for name in raised.iter().map(named) {
+            match points.iter_mut().find(|(p, _)| *p == name) {
+                Some((_, n)) => *n += 1,
+                None => points.push((name, 1)),
+            }
+        }
+        let points: Vec<String> =
+            points.into_iter().map(|(p, n)| if n == 1 { p } else { format!("{p} ({n})") }).collect();
         text.push_str(&format!(
             "\nRaised this shift: {} occurrences, {cleared} of them cleared since: {}.",
             raised.len(),
-            raised.iter().map(named).collect::<Vec<_>>().join(", ")
+            points.join(", ")
         ));
     }
     let bad: Vec<String> = list("bad_actors")
@@ -438,6 +492,13 @@ fn asks_for_status(question: &str) -> bool {
     ["attention", "status", "overview", "what is wrong", "what's wrong", "problems", "how is the plant"]
         .iter()
         .any(|w| q.contains(w))
+}
+
+/// Whether a question asks what changed over the shift (rather than for the handover).
+fn asks_what_changed(question: &str) -> bool {
+    let q = question.to_lowercase();
+    (q.contains("changed") || q.contains("happened") || q.contains("new since"))
+        && ["shift", "handover", "since"].iter().any(|w| q.contains(w))
 }
 
 /// Whether an operator's question is about the shift handover.
@@ -696,6 +757,58 @@ fn rationalization_sentence(t: &TaskFacts) -> String {
         }
         None => String::new(),
     }
+}
+
+/// The sensors a question names by their kind ("the low suction pressure on
+/// PUMP-004": suction_pressure), each with its reading, band and limits, and the
+/// documented response to its alarm points (the level the question names, when it
+/// names one), from `get_asset_details`.
+fn point_state(d: &Value, question: &str) -> String {
+    let q = question.to_lowercase();
+    let words = |s: &str| s.split(['_', ' ', '-']).filter(|w| !w.is_empty()).map(str::to_string).collect::<Vec<_>>();
+    let level: &[&str] = if q.contains("low") {
+        &["-LO", "-LOLO"]
+    } else if q.contains("high") {
+        &["-HI", "-HIHI"]
+    } else {
+        &["-"]
+    };
+    let mut text = String::new();
+    for s in d["sensors"].as_array().into_iter().flatten() {
+        let kind = words(s["kind"].as_str().unwrap_or_default());
+        if kind.is_empty() || !kind.iter().all(|w| q.contains(w.as_str())) {
+            continue;
+        }
+        let id = s["id"].as_str().unwrap_or_default();
+        let unit = s["unit"].as_str().unwrap_or_default();
+        let limits: Vec<String> = ["ll", "l", "h", "hh"]
+            .iter()
+            .filter(|k| !s["limits"][**k].is_null())
+            .map(|k| format!("{k} {}", s["limits"][*k]))
+            .collect();
+        text.push_str(&format!(
+            "\n  {id} reads {} {unit} ({} band; limits {}).",
+            s["latest"]["value"],
+            s["band"].as_str().unwrap_or("unknown").replace('_', " "),
+            if limits.is_empty() { "none".into() } else { limits.join(", ") }
+        ));
+        let documented = d["alarm_points"].as_array().into_iter().flatten().filter(|p| {
+            p["sensor_id"].as_str() == Some(id)
+                && level.iter().any(|l| p["code"].as_str().is_some_and(|c| c.contains(l)))
+        });
+        for p in documented {
+            let within = p["respond_within_min"]
+                .as_f64()
+                .map(|m| format!(", respond within {} min", shown(m)))
+                .unwrap_or_default();
+            text.push_str(&format!(
+                "\n  Documented response to {} (master alarm database{within}): {}",
+                p["code"].as_str().unwrap_or_default(),
+                p["response"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    text
 }
 
 /// One asset's state from `get_asset_details`: status, active alarms, the sensors

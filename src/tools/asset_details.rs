@@ -15,7 +15,7 @@ const DESCRIPTION: &str = "Everything about one asset in one call: its data (kin
 make/model, installed and last-maintenance dates, which motor drives it or which pump it drives); every sensor with \
 its latest value, unit, alarm limits (ll, l, h, hh), the band the value is in (normal, low, low_low, high, high_high), \
 the change over the last 24 hours, and for vibration the ISO 10816-3 zone (A good, B acceptable, C restricted \
-operation, D damage likely); active alarms, each with its rationalization from the master alarm database (causes, consequence of no action, the operator's documented response, respond_within_min in minutes) or rationalized: false when the site has not rationalized it; open work orders; the 5 latest maintenance records. asset_id format: \
+operation, D damage likely); active alarms, each with its rationalization from the master alarm database (causes, consequence of no action, the operator's documented response, respond_within_min in minutes) or rationalized: false when the site has not rationalized it; alarm_points, the documented response to each of the asset's rationalized alarm points, active or not; open work orders; the 5 latest maintenance records. asset_id format: \
 PUMP-007 (not a sensor id like PUMP-007.VIB-DE). Next: get_sensor_history for a sensor's trend, list_alarms for \
 alarm history, search_docs for procedures.";
 
@@ -82,11 +82,22 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         },
     )?;
 
+    // The asset's rationalized points, briefly: what the site documented the operator
+    // does about each alarm, whether or not it is active.
+    let points: Vec<Value> = crate::alarms::points::of_asset(ctx.db, id.as_str())?
+        .into_iter()
+        .filter(|p| !p.response.is_empty())
+        .map(|p| {
+            json!({"code": p.code, "sensor_id": p.sensor_id, "priority": p.priority,
+                   "respond_within_min": p.respond_within_min, "response": p.response})
+        })
+        .collect();
     Ok(json!({
         "as_of": ctx.now,
         "asset": asset,
         "sensors": sensors,
         "active_alarms": alarms,
+        "alarm_points": points,
         "open_work_orders": work_orders,
         "recent_maintenance": maintenance,
     }))

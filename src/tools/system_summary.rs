@@ -82,6 +82,7 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
         .prepare_cached("SELECT count(*) FROM alarms WHERE state = 'rtn_unacknowledged'")?
         .query_row([], |r| r.get(0))?;
     let work_orders = counts(ctx, "SELECT status, count(*) FROM work_orders GROUP BY status ORDER BY status")?;
+    let alarm_changes = counts(ctx, "SELECT status, count(*) FROM alarm_changes GROUP BY status ORDER BY status")?;
 
     let (by_severity, unacked, shelved) = active_alarms(ctx)?;
     let attention = needs_attention(ctx)?;
@@ -101,6 +102,7 @@ fn run(ctx: &ToolContext, _: Args) -> Result<Value, ToolError> {
         },
         "returned_to_normal_unacknowledged": rtn_unacked,
         "work_orders": work_orders,
+        "alarm_changes": alarm_changes,
         "needs_attention": attention,
         "next": "Call get_asset_details with an asset_id from needs_attention for its sensors, alarms and work orders.",
     }))
