@@ -262,6 +262,12 @@ async fn the_hmi_in_a_real_browser() {
     let detail = detail.as_str().unwrap();
     assert!(detail.contains("7.4 mm/s (limit 7.1 mm/s)"), "{detail}");
     assert!(detail.contains("GMT") && !detail.contains(" AM") && !detail.contains(" PM"), "{detail}");
+    // The point's rationalization from the demo site's sheet.
+    let madb = b.js("return document.querySelector('#alarm-detail .rationalization').textContent;").await;
+    assert!(
+        madb.as_str().unwrap().contains("Start the standby pump") && madb.as_str().unwrap().contains("15 min"),
+        "{madb}"
+    );
     b.click("#note .trace-button").await;
     let trace = b
         .until("the tool trace", "document.querySelector('.trace') && document.querySelector('.trace').textContent")
@@ -403,6 +409,23 @@ async fn the_hmi_in_a_real_browser() {
         p.count("SELECT count(*) FROM work_orders WHERE status = 'dispatched' AND decided_by = 'supervisor.ruiz'"),
         1
     );
+
+    // Alarm performance: the figures against their targets, the rate chart over every
+    // 10-minute period of the week (uPlot, served by twinops), the Pareto, definitions.
+    b.click("button[data-tab=performance]").await;
+    b.until("the alarm figures", "document.querySelector('#kpi-figures')").await;
+    b.until("the rate chart", "document.querySelector('#kpi-rate .uplot canvas')").await;
+    let shown = b
+        .js("return [Number(document.querySelector('#kpi-rate').dataset.periods), \
+             document.querySelector('#kpi-figures').innerText, \
+             document.querySelectorAll('#kpi-definitions li').length, \
+             Number(document.querySelector('#kpi-pareto').dataset.points)];")
+        .await;
+    assert!(shown[0].as_i64().unwrap() >= 1008, "a week of 10-minute periods: {shown}");
+    assert!(shown[1].as_str().unwrap().contains("Peak in one 10-minute period"), "{shown}");
+    assert!(shown[2].as_i64().unwrap() >= 8 && shown[3].as_i64().unwrap() >= 1, "{shown}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.screenshot(&shots.join("alarm-performance.png")).await;
 
     // Accounts: the supervisor changes their own password and sees no user admin; an
     // admin adds a user, disables them and creates a token, shown once.

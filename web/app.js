@@ -4,6 +4,7 @@
 import { addToken, addUser, changeOwnPassword, loadAccount } from './js/account.js';
 import { loadAlarms } from './js/alarms.js';
 import { loadApprovals } from './js/approvals.js';
+import { loadPerformance } from './js/performance.js';
 import { loadAssets } from './js/assets.js';
 import { ask, loadChat } from './js/chat.js';
 import { $, api, h, state } from './js/core.js';
@@ -48,7 +49,8 @@ function showLogin() {
 }
 
 function show(tab) {
-  state.tab = ['alarms', 'handover', 'assets', 'chat', 'approvals', 'account'].includes(tab) ? tab : 'alarms';
+  const tabs = ['alarms', 'handover', 'assets', 'chat', 'approvals', 'performance', 'account'];
+  state.tab = tabs.includes(tab) ? tab : 'alarms';
   history.replaceState(null, '', `#${state.tab}`);
   for (const b of document.querySelectorAll('.tab')) b.classList.toggle('active', b.dataset.tab === state.tab);
   for (const v of document.querySelectorAll('.view')) v.hidden = v.id !== `view-${state.tab}`;
@@ -58,6 +60,7 @@ function show(tab) {
     assets: loadAssets,
     chat: loadChat,
     approvals: loadApprovals,
+    performance: loadPerformance,
     account: loadAccount,
   })[state.tab]();
 }

@@ -3,6 +3,7 @@
 import globals from 'globals';
 
 export default [
+  { ignores: ['vendor/**', 'node_modules/**'] },
   {
     files: ['**/*.js'],
     languageOptions: { sourceType: 'module', globals: globals.browser },

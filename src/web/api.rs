@@ -264,7 +264,8 @@ pub fn routes(state: S) -> axum::Router {
 
 const INDEX_HTML: &str = include_str!("../../web/index.html");
 const APP_JS: &str = include_str!("../../web/app.js");
-const APP_CSS: &str = include_str!("../../web/app.css");
+/// The page's style sheet, then uPlot's (vendored from npm: web/vendor/uplot).
+const APP_CSS: &str = concat!(include_str!("../../web/app.css"), include_str!("../../web/vendor/uplot/uPlot.min.css"));
 
 fn asset_response(content_type: &'static str, body: &'static str) -> Response {
     let mut r = body.into_response();
@@ -280,7 +281,7 @@ async fn script() -> Response {
     asset_response("text/javascript; charset=utf-8", APP_JS)
 }
 
-/// The page's modules, one per tab and two shared (`web/js/`).
+/// The page's modules, one per tab and two shared (`web/js/`), and the chart library.
 const MODULES: &[(&str, &str)] = &[
     ("account.js", include_str!("../../web/js/account.js")),
     ("advisory.js", include_str!("../../web/js/advisory.js")),
@@ -290,6 +291,9 @@ const MODULES: &[(&str, &str)] = &[
     ("chat.js", include_str!("../../web/js/chat.js")),
     ("core.js", include_str!("../../web/js/core.js")),
     ("handover.js", include_str!("../../web/js/handover.js")),
+    ("performance.js", include_str!("../../web/js/performance.js")),
+    // uPlot, the charts (MIT; vendored from npm by version, web/vendor/uplot/LICENSE).
+    ("uPlot.esm.js", include_str!("../../web/vendor/uplot/uPlot.esm.js")),
 ];
 
 async fn module(Path(file): Path<String>) -> Result<Response, ApiError> {
