@@ -385,7 +385,7 @@ async fn the_hmi_in_a_real_browser() {
     assert!(tree[2].as_str().unwrap().starts_with("South Booster Station (STN-S)"), "{tree}");
     assert_eq!((tree[3].as_str(), tree[4].as_str()), (Some("└ MTR-007"), Some("MTR-007")), "{tree}");
     b.click("#asset-rows tr[data-asset=\"PUMP-007\"]").await;
-    b.until("the trend chart", "document.querySelector('#trend-canvas')").await;
+    b.until("the trend chart (uPlot)", "document.querySelector('#trend-canvas .uplot canvas')").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     b.screenshot(&shots.join("trend.png")).await;
 

@@ -107,29 +107,6 @@ export function siteTime(date, { short = false } = {}) {
 // Every time in the API's JSON is RFC 3339 (a trend's points excepted: [unix s, value]).
 export const time = (rfc3339) => (rfc3339 ? siteTime(new Date(rfc3339)) : '');
 
-// The site's offset from UTC at `date`, in seconds (east positive).
-export function siteOffset(date) {
-  try {
-    const parts = new Intl.DateTimeFormat('en-GB', {
-      timeZone: state.site?.timezone || 'UTC',
-      hourCycle: 'h23',
-      year: 'numeric',
-      month: 'numeric',
-      day: 'numeric',
-      hour: 'numeric',
-      minute: 'numeric',
-      second: 'numeric',
-    }).formatToParts(date);
-    const v = Object.fromEntries(parts.map((p) => [p.type, Number(p.value)]));
-    return (
-      (Date.UTC(v.year, v.month - 1, v.day, v.hour, v.minute, v.second) - Math.floor(date.getTime() / 1000) * 1000) /
-      1000
-    );
-  } catch {
-    return 0;
-  }
-}
-
 export const ago = (rfc3339) => {
   const m = Math.round((Date.now() - Date.parse(rfc3339)) / 60000);
   return m < 60 ? `${m} min ago` : m < 48 * 60 ? `${Math.round(m / 60)} h ago` : `${Math.round(m / 1440)} d ago`;

@@ -71,6 +71,7 @@ function rateChart(el, k) {
     axes: [
       {
         label: 'UTC',
+        space: 90,
         values: (_, ticks) => ticks.map((t) => new Date(t * 1000).toISOString().slice(5, 16).replace('T', ' ')),
       },
       { label: 'activations / 10 min' },
