@@ -327,8 +327,9 @@ fn shift_alarms(s: &Seen) -> String {
         }
         let points: Vec<String> =
             points.into_iter().map(|(p, n)| if n == 1 { p } else { format!("{p} ({n})") }).collect();
+        let noted = raised.iter().filter(|a| !a["note_id"].is_null()).count();
         text.push_str(&format!(
-            "\nRaised this shift: {} occurrences, {cleared} of them cleared since: {}.",
+            "\nRaised this shift: {} occurrences, {cleared} of them cleared since, {noted} with a triage note: {}.",
             raised.len(),
             points.join(", ")
         ));
