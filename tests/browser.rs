@@ -215,6 +215,9 @@ async fn the_hmi_in_a_real_browser() {
     )
     .await;
 
+    // Every Content-Security-Policy violation from here on is kept, and none may happen.
+    b.js("window.cspViolations = []; document.addEventListener('securitypolicyviolation', (e) => window.cspViolations.push(`${e.violatedDirective} ${e.sample || e.sourceFile || ''}`)); return true;").await;
+
     // An alarm raised over MQTT appears without a reload.
     let event = json!({"type": "alarm", "event_id": "browser-1", "asset_id": "PUMP-007", "sensor_id": "PUMP-007.VIB-DE",
                        "code": "VIB-HIHI", "severity": "critical", "state": "raised", "value": 7.4, "threshold": 7.1,
@@ -426,6 +429,16 @@ async fn the_hmi_in_a_real_browser() {
     assert!(shown[2].as_i64().unwrap() >= 8 && shown[3].as_i64().unwrap() >= 1, "{shown}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     b.screenshot(&shots.join("alarm-performance.png")).await;
+
+    let pad = |asset: &str| {
+        format!(
+            "parseFloat(getComputedStyle(document.querySelector('#asset-rows tr[data-asset=\"{asset}\"] td')).paddingLeft)"
+        )
+    };
+    let indented = b.js(&format!("return {} > {};", pad("MTR-007"), pad("PUMP-007"))).await;
+    assert_eq!(indented, json!(true), "the motor is indented under its pump, by classes");
+    let violations = b.js("return window.cspViolations;").await;
+    assert_eq!(violations, json!([]), "the page breaks its own Content-Security-Policy");
 
     // Accounts: the supervisor changes their own password and sees no user admin; an
     // admin adds a user, disables them and creates a token, shown once.

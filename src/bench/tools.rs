@@ -44,15 +44,16 @@ pub fn tools(args: &ToolsBenchArgs) -> anyhow::Result<()> {
     if (have as usize) < args.chunks {
         index_docs(&store, synthetic_reports(args.chunks - have as usize), Timestamp::now())?;
     }
-    let (assets, sensors, chunks): (i64, i64, i64) = store.read()?.query_row(
-        "SELECT (SELECT count(*) FROM assets), (SELECT count(*) FROM sensors), (SELECT count(*) FROM chunks)",
+    // The readings as stored (their hourly rollups' counts), whatever --days seeded them.
+    let (assets, sensors, chunks, readings): (i64, i64, i64, i64) = store.read()?.query_row(
+        "SELECT (SELECT count(*) FROM assets), (SELECT count(*) FROM sensors), (SELECT count(*) FROM chunks),
+                (SELECT coalesce(sum(n), 0) FROM readings_hourly)",
         [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
     println!(
-        "twinops bench tools: {assets} assets, {sensors} sensors, ~{} readings, {chunks} doc chunks; \
+        "twinops bench tools: {assets} assets, {sensors} sensors, {readings} readings, {chunks} doc chunks; \
          {} calls per tool; latency of ToolDef::call (query + JSON rendering), ms",
-        sensors * 7 * 1440,
         args.iterations
     );
     println!("{:<22} {:>8} {:>8} {:>8} {:>8}", "tool", "p50", "p99", "max", "mean");

@@ -28,7 +28,8 @@ export async function loadAssets() {
         h(
           'tr',
           { 'data-asset': a.id, onclick: () => openAsset(a.id) },
-          h('td', { style: `padding-left: ${0.5 + 1.2 * depth}em` }, depth ? `└ ${a.id}` : a.id),
+          // A class per depth, not a style attribute: the page's CSP allows no inline style.
+          h('td', { class: `depth-${depth}` }, depth ? `└ ${a.id}` : a.id),
           h('td', {}, a.name),
           h('td', {}, a.kind.replaceAll('_', ' ')),
           h('td', {}, a.status),
