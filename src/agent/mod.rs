@@ -2,7 +2,7 @@
 //! dependable. The model proposes; this code disposes.
 //!
 //! - `model.rs`: the provider-neutral interface and error classes.
-//! - `openai.rs`, `anthropic.rs`, `rules.rs`: providers; `http.rs`: shared HTTP/SSE.
+//! - `openai.rs`, `anthropic.rs`, `rules/`: providers (the rules model's notes in `triage.rs`, its answers in `answers.rs`); `http.rs`: shared HTTP/SSE.
 //! - `reliability.rs`: retries with jitter, circuit breakers, the fallback chain.
 //! - `run.rs`: the bounded loop and its guardrails; `checks.rs`: what a final answer
 //!   must be (the output checks and their flaws); `guard.rs`: text guardrails.

@@ -25,12 +25,16 @@ pub(super) struct AlarmQuery {
     /// Only alarms kept from the operators: shelved or out of service (overrides `active`).
     suppressed: Option<bool>,
     /// An asset id, e.g. PUMP-007.
+    #[schemars(length(min = 1, max = 64), pattern(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"))]
     asset: Option<String>,
     /// With `asset` and `code`: one alarm point (`-` for an alarm of the asset itself).
+    #[schemars(length(min = 1, max = 64))]
     sensor: Option<String>,
     /// An alarm code, e.g. VIB-HI.
+    #[schemars(length(min = 1, max = 64))]
     code: Option<String>,
     /// Most alarms returned, 1 to 1000 (default 200).
+    #[schemars(range(min = 1, max = 1000))]
     limit: Option<u32>,
 }
 
