@@ -53,6 +53,28 @@ impl Twin {
         points::of(&self.store.read().unwrap(), asset, sensor, code).unwrap()
     }
 
+    /// `n` bursts past VT-10010's HI, one reading a second over the last two hours: 20 s
+    /// at 4.0, then 4.6, 4.6, 4.4, 4.4, 4.6, 4.6 mm/s, then 20 s at 4.0.
+    fn bursts(&self, n: usize) {
+        let start = (Timestamp::now().unix() - 7_200) * 1000;
+        let cycle = [[4.0; 20].as_slice(), &[4.6, 4.6, 4.4, 4.4, 4.6, 4.6], &[4.0; 20]].concat();
+        let rows: Vec<(i64, f64)> =
+            (0..n).flat_map(|_| cycle.iter().copied()).enumerate().map(|(i, v)| (start + i as i64 * 1000, v)).collect();
+        self.store
+            .writer()
+            .call(move |c| {
+                let key: i64 = c.query_row("SELECT key FROM sensors WHERE id = 'VT-10010'", [], |r| r.get(0))?;
+                for (ts, v) in rows {
+                    c.execute(
+                        "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3)",
+                        rusqlite::params![key, ts, v],
+                    )?;
+                }
+                Ok::<_, twinops::store::StoreError>(())
+            })
+            .unwrap();
+    }
+
     /// A sheet written beside the twin, from the fixture's header and the given rows.
     fn sheet(&self, name: &str, rows: &[&str]) -> PathBuf {
         let fixture = std::fs::read_to_string(fixture("alarm_rationalization.csv")).unwrap();
@@ -239,23 +261,7 @@ async fn the_note_quotes_the_documented_response_or_says_there_is_none() {
 fn replay_compares_the_current_and_proposed_settings_over_stored_readings() {
     let t = Twin::empty();
     t.import(&with_sheet(), Mode::Full).unwrap();
-    let start = (Timestamp::now().unix() - 7_200) * 1000;
-    let cycle = [[4.0; 20].as_slice(), &[4.6, 4.6, 4.4, 4.4, 4.6, 4.6], &[4.0; 20]].concat();
-    let rows: Vec<(i64, f64)> =
-        (0..100).flat_map(|_| cycle.iter().copied()).enumerate().map(|(i, v)| (start + i as i64 * 1000, v)).collect();
-    t.store
-        .writer()
-        .call(move |c| {
-            let key: i64 = c.query_row("SELECT key FROM sensors WHERE id = 'VT-10010'", [], |r| r.get(0))?;
-            for (ts, v) in rows {
-                c.execute(
-                    "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3)",
-                    rusqlite::params![key, ts, v],
-                )?;
-            }
-            Ok::<_, twinops::store::StoreError>(())
-        })
-        .unwrap();
+    t.bursts(100);
     let replay = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
             .arg("--db")
@@ -308,23 +314,7 @@ fn an_alarm_change_is_proposed_with_its_replay_and_applied_only_when_approved() 
     use twinops::domain::AlarmChangeStatus;
     let t = Twin::empty();
     t.import(&with_sheet(), Mode::Full).unwrap();
-    let start = (Timestamp::now().unix() - 7_200) * 1000;
-    let cycle = [[4.0; 20].as_slice(), &[4.6, 4.6, 4.4, 4.4, 4.6, 4.6], &[4.0; 20]].concat();
-    let rows: Vec<(i64, f64)> =
-        (0..50).flat_map(|_| cycle.iter().copied()).enumerate().map(|(i, v)| (start + i as i64 * 1000, v)).collect();
-    t.store
-        .writer()
-        .call(move |c| {
-            let key: i64 = c.query_row("SELECT key FROM sensors WHERE id = 'VT-10010'", [], |r| r.get(0))?;
-            for (ts, v) in rows {
-                c.execute(
-                    "INSERT INTO readings (sensor_key, ts, value) VALUES (?1, ?2, ?3)",
-                    rusqlite::params![key, ts, v],
-                )?;
-            }
-            Ok::<_, twinops::store::StoreError>(())
-        })
-        .unwrap();
+    t.bursts(50);
     let docs = twinops::rag::DocIndex::new();
     let call = |args: serde_json::Value| {
         twinops::tools::with_context(&t.store, &docs, Timestamp::now(), Proposer::Run(7), |ctx| {
@@ -371,7 +361,7 @@ fn an_alarm_change_is_proposed_with_its_replay_and_applied_only_when_approved() 
     let w = t.store.writer();
     assert!(matches!(
         alarm_changes::decide(w, id, "supervisor.ng", true, " ", Timestamp::now()),
-        Err(alarm_changes::ChangeDecisionError::NoReason)
+        Err(twinops::approvals::DecisionError::NoReason)
     ));
     let status = alarm_changes::decide(
         w,
@@ -398,7 +388,7 @@ fn an_alarm_change_is_proposed_with_its_replay_and_applied_only_when_approved() 
     );
     assert!(matches!(
         alarm_changes::decide(w, id, "supervisor.ng", false, "again", Timestamp::now()),
-        Err(alarm_changes::ChangeDecisionError::NotPending { .. })
+        Err(twinops::approvals::DecisionError::NotPending { .. })
     ));
 
     // A SCADA point: approved, recorded, nothing in the twin changes.

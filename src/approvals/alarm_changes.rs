@@ -12,7 +12,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use super::{DEFAULT_TTL_SECS, Proposer};
+use super::{DEFAULT_TTL_SECS, DecisionError, Proposer};
 use crate::alarms::replay::{Comparison, Settings, Target};
 use crate::domain::{AlarmChangeStatus, Timestamp};
 use crate::store::{StoreError, Writer};
@@ -92,27 +92,6 @@ fn applies(c: &Connection, sensor: &str) -> rusqlite::Result<&'static str> {
     Ok(if source == "limits" { "twin" } else { "scada" })
 }
 
-/// Why a decision was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ChangeDecisionError {
-    #[error("no alarm change {0}; GET /api/alarm-changes lists them")]
-    NotFound(i64),
-    #[error("alarm change {id} is {status}; only pending_approval changes can be decided")]
-    NotPending { id: i64, status: AlarmChangeStatus },
-    #[error("give a reason for the decision (it goes in the record and the point's history)")]
-    NoReason,
-    #[error("{0}")]
-    Conflict(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl From<rusqlite::Error> for ChangeDecisionError {
-    fn from(e: rusqlite::Error) -> Self {
-        ChangeDecisionError::Store(e.into())
-    }
-}
-
 /// A supervisor approves or rejects a pending change (the caller has checked the role).
 /// Approving a `twin` change applies it to the sensor and the master alarm database.
 pub fn decide(
@@ -122,10 +101,10 @@ pub fn decide(
     approve: bool,
     reason: &str,
     now: Timestamp,
-) -> Result<AlarmChangeStatus, ChangeDecisionError> {
+) -> Result<AlarmChangeStatus, DecisionError> {
     let reason = reason.trim().to_string();
     if reason.is_empty() {
-        return Err(ChangeDecisionError::NoReason);
+        return Err(DecisionError::NoReason);
     }
     let supervisor = supervisor.to_string();
     writer.call(move |c| {
@@ -136,15 +115,15 @@ pub fn decide(
             )?
             .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))
             .optional()?
-            .ok_or(ChangeDecisionError::NotFound(id))?;
+            .ok_or(DecisionError::NotFound { what: "alarm change", id, list: "GET /api/alarm-changes" })?;
         let (status, sensor, asset, code, level, proposed, applies) = row;
         if status != AlarmChangeStatus::PendingApproval {
-            return Err(ChangeDecisionError::NotPending { id, status });
+            return Err(DecisionError::NotPending { what: "alarm change", id, status: status.to_string() });
         }
         let next = if approve { AlarmChangeStatus::Approved } else { AlarmChangeStatus::Rejected };
         if approve && applies == "twin" {
             let s: Settings = serde_json::from_str(&proposed)
-                .map_err(|e| ChangeDecisionError::Conflict(format!("the proposal's settings are unreadable: {e}")))?;
+                .map_err(|e| DecisionError::Conflict(format!("the proposal's settings are unreadable: {e}")))?;
             apply(c, &sensor, &asset, &code, &level, s, &supervisor, &reason, now)?;
         }
         c.prepare_cached(
@@ -177,7 +156,7 @@ fn apply(
     by: &str,
     reason: &str,
     now: Timestamp,
-) -> Result<(), ChangeDecisionError> {
+) -> Result<(), DecisionError> {
     let limits: [Option<f64>; 4] =
         c.query_row("SELECT limit_ll, limit_l, limit_h, limit_hh FROM sensors WHERE id = ?1", [sensor], |r| {
             Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?])
@@ -187,7 +166,7 @@ fn apply(
     after[i] = Some(s.set_point);
     let present: Vec<f64> = after.iter().flatten().copied().collect();
     if present.windows(2).any(|w| w[0] > w[1]) {
-        return Err(ChangeDecisionError::Conflict(format!(
+        return Err(DecisionError::Conflict(format!(
             "{sensor}'s limits would be out of order with the {level} set point at {}: they must rise ll <= l <= h <= hh; reject this change",
             s.set_point
         )));

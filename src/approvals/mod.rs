@@ -94,15 +94,19 @@ impl Approvals {
     }
 }
 
-/// Why a decision was refused.
+/// Why a decision (of a work order or an alarm change) was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum DecisionError {
-    #[error("no work order {0}")]
-    NotFound(i64),
-    #[error("work order {id} is {status}; only pending_approval work orders can be decided")]
-    NotPending { id: i64, status: WorkOrderStatus },
+    #[error("no {what} {id}; {list} lists them")]
+    NotFound { what: &'static str, id: i64, list: &'static str },
+    #[error("{what} {id} is {status}; only pending_approval ones can be decided")]
+    NotPending { what: &'static str, id: i64, status: String },
     #[error("give a reason for the decision (it goes in the record)")]
     NoReason,
+    /// The decision cannot be carried out as the twin stands (an alarm change that
+    /// would put a sensor's limits out of order).
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -134,9 +138,9 @@ pub fn decide(
             .prepare_cached("SELECT status FROM work_orders WHERE id = ?1")?
             .query_row([id], |r| r.get(0))
             .optional()?
-            .ok_or(DecisionError::NotFound(id))?;
+            .ok_or(DecisionError::NotFound { what: "work order", id, list: "GET /api/work_orders" })?;
         if status != WorkOrderStatus::PendingApproval {
-            return Err(DecisionError::NotPending { id, status });
+            return Err(DecisionError::NotPending { what: "work order", id, status: status.to_string() });
         }
         let next = if approve { WorkOrderStatus::Approved } else { WorkOrderStatus::Rejected };
         c.prepare_cached(

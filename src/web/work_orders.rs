@@ -41,13 +41,20 @@ pub(super) async fn decide(s: S, user: User, id: i64, approve: bool, reason: Str
     let status =
         tokio::task::spawn_blocking(move || approvals::decide(&w, id, &user.name, approve, &reason, Timestamp::now()))
             .await?
-            .map_err(|e| match e {
-                DecisionError::NotFound(_) => ApiError::not_found(e.to_string()),
-                DecisionError::NotPending { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
-                DecisionError::NoReason => ApiError::bad_request(e.to_string()),
-                DecisionError::Store(e) => e.into(),
-            })?;
+            .map_err(decision_error)?;
     Ok(Json(json!({"id": id, "status": status})))
+}
+
+/// A refused decision as the API answers it.
+fn decision_error(e: DecisionError) -> ApiError {
+    match e {
+        DecisionError::NotFound { .. } => ApiError::not_found(e.to_string()),
+        DecisionError::NotPending { .. } | DecisionError::Conflict(_) => {
+            ApiError::new(StatusCode::CONFLICT, e.to_string())
+        }
+        DecisionError::NoReason => ApiError::bad_request(e.to_string()),
+        DecisionError::Store(e) => e.into(),
+    }
 }
 
 pub(super) async fn approve(
@@ -84,20 +91,13 @@ pub(super) async fn alarm_changes(
 }
 
 async fn decide_change(s: S, user: User, id: i64, approve: bool, reason: String) -> Result<Json<Value>, ApiError> {
-    use approvals::alarm_changes::{self, ChangeDecisionError};
+    use approvals::alarm_changes;
     let w = s.store.writer().clone();
     let status = tokio::task::spawn_blocking(move || {
         alarm_changes::decide(&w, id, &user.name, approve, &reason, Timestamp::now())
     })
     .await?
-    .map_err(|e| match e {
-        ChangeDecisionError::NotFound(_) => ApiError::not_found(e.to_string()),
-        ChangeDecisionError::NotPending { .. } | ChangeDecisionError::Conflict(_) => {
-            ApiError::new(StatusCode::CONFLICT, e.to_string())
-        }
-        ChangeDecisionError::NoReason => ApiError::bad_request(e.to_string()),
-        ChangeDecisionError::Store(e) => e.into(),
-    })?;
+    .map_err(decision_error)?;
     Ok(Json(json!({"id": id, "status": status})))
 }
 

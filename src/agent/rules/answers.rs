@@ -335,15 +335,11 @@ pub(super) fn active_alarms(s: &Seen) -> String {
         .iter()
         .map(|a| {
             format!(
-                "- {} on {} ({}): {}, {}, raised {}, value {} against limit {}",
+                "- {} on {} ({}): {}",
                 a["code"].as_str().unwrap_or_default(),
                 a["asset_id"].as_str().unwrap_or_default(),
                 a["sensor_id"].as_str().unwrap_or("the asset"),
-                a["severity"].as_str().unwrap_or_default(),
-                a["state"].as_str().unwrap_or_default().replace('_', " "),
-                a["raised_at"].as_str().unwrap_or_default(),
-                a["value"],
-                a["threshold"]
+                alarm_state(a)
             )
         })
         .collect();
@@ -395,18 +391,7 @@ pub(super) fn point_state(d: &Value, question: &str) -> String {
             continue;
         }
         let id = s["id"].as_str().unwrap_or_default();
-        let unit = s["unit"].as_str().unwrap_or_default();
-        let limits: Vec<String> = ["ll", "l", "h", "hh"]
-            .iter()
-            .filter(|k| !s["limits"][**k].is_null())
-            .map(|k| format!("{k} {}", s["limits"][*k]))
-            .collect();
-        text.push_str(&format!(
-            "\n  {id} reads {} {unit} ({} band; limits {}).",
-            s["latest"]["value"],
-            s["band"].as_str().unwrap_or("unknown").replace('_', " "),
-            if limits.is_empty() { "none".into() } else { limits.join(", ") }
-        ));
+        text.push_str(&format!("\n  {}.", sensor_reads(s)));
         let documented = d["alarm_points"].as_array().into_iter().flatten().filter(|p| {
             p["sensor_id"].as_str() == Some(id)
                 && level.iter().any(|l| p["code"].as_str().is_some_and(|c| c.contains(l)))
@@ -443,14 +428,10 @@ pub(super) fn asset_status(d: &Value) -> String {
         .flatten()
         .map(|al| {
             format!(
-                "{} on {} ({}, {}, raised {}, value {} against limit {})",
+                "{} on {} ({})",
                 al["code"].as_str().unwrap_or_default(),
                 al["sensor_id"].as_str().unwrap_or("the asset"),
-                al["severity"].as_str().unwrap_or_default(),
-                al["state"].as_str().unwrap_or_default().replace('_', " "),
-                al["raised_at"].as_str().unwrap_or_default(),
-                al["value"],
-                al["threshold"]
+                alarm_state(al)
             )
         })
         .collect();
@@ -487,4 +468,17 @@ pub(super) fn asset_status(d: &Value) -> String {
     }
     text.push('\n');
     text
+}
+
+/// An alarm row's state as a list says it: `medium, unacknowledged, raised T, value V
+/// against limit L`.
+fn alarm_state(a: &Value) -> String {
+    format!(
+        "{}, {}, raised {}, value {} against limit {}",
+        a["severity"].as_str().unwrap_or_default(),
+        a["state"].as_str().unwrap_or_default().replace('_', " "),
+        a["raised_at"].as_str().unwrap_or_default(),
+        a["value"],
+        a["threshold"]
+    )
 }

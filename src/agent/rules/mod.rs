@@ -109,3 +109,21 @@ fn next(req: &ModelRequest) -> ModelReply {
         _ => handover_step(&s),
     }
 }
+
+/// A sensor from `get_asset_details` as a note or an answer says it: `PUMP-004.PRESS-SUC
+/// reads 0.52 bar (normal band; limits ll 0.3, l 0.5)`.
+fn sensor_reads(s: &Value) -> String {
+    let limits: Vec<String> = ["ll", "l", "h", "hh"]
+        .iter()
+        .filter(|k| !s["limits"][**k].is_null())
+        .map(|k| format!("{k} {}", s["limits"][*k]))
+        .collect();
+    format!(
+        "{} reads {} {} ({} band; limits {})",
+        s["id"].as_str().unwrap_or_default(),
+        s["latest"]["value"],
+        s["unit"].as_str().unwrap_or_default(),
+        s["band"].as_str().unwrap_or("unknown").replace('_', " "),
+        if limits.is_empty() { "none".into() } else { limits.join(", ") }
+    )
+}

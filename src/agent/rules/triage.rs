@@ -159,18 +159,7 @@ pub(super) fn readings(
     let unit = sensor["unit"].as_str().unwrap_or_default();
     let mut evidence = Vec::new();
     if !sensor.is_null() {
-        let limits: Vec<String> = ["ll", "l", "h", "hh"]
-            .iter()
-            .filter(|k| !sensor["limits"][**k].is_null())
-            .map(|k| format!("{k} {}", sensor["limits"][*k]))
-            .collect();
-        summary.push_str(&format!(
-            " {} reads {} {unit} ({} band; limits {}).",
-            sensor["id"].as_str().unwrap_or_default(),
-            sensor["latest"]["value"],
-            sensor["band"].as_str().unwrap_or("unknown"),
-            if limits.is_empty() { "none".to_string() } else { limits.join(", ") }
-        ));
+        summary.push_str(&format!(" {}.", sensor_reads(&sensor)));
         // The day's change only where there is a reading from a day ago.
         let change = match sensor.get("change_24h") {
             Some(c) => format!(", change over 24 h {c}"),
