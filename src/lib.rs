@@ -24,8 +24,11 @@
 //! - [`web`]: the HMI and its API; [`accounts`]: users, sessions, tokens; [`mcp`]: the
 //!   tools for MCP hosts; [`metrics`]: Prometheus.
 //! - [`seed`] and [`sim`]: the demo plant and its simulator; [`rag`]: documentation
-//!   search; [`app`]: `serve` ([`console`]: what it prints of the notes); [`bench`](mod@bench): the figures; [`cli`]: the command line
-//!   (`main.rs` only calls it).
+//!   search; [`app`]: `serve` ([`console`]: what it prints of the notes, [`sdnotify`]:
+//!   systemd readiness); [`bench`](mod@bench): the figures; [`eval`]: the quality cases,
+//!   with [`scripted`], the scripted model server; [`config`]: the configuration, part
+//!   by part; [`support`]: secrets, hex, the deterministic `Rng`; [`cli`]: the command
+//!   line (`main.rs` only calls it).
 
 pub mod accounts;
 pub mod agent;

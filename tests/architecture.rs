@@ -99,3 +99,119 @@ fn only_the_assembly_uses_config() {
     let users: Vec<&String> = deps.iter().filter(|(_, d)| d.contains("config")).map(|(m, _)| m).collect();
     assert_eq!(users, ["app", "cli"], "modules that use config");
 }
+
+/// The layers of ARCHITECTURE.md's Boundaries section, lowest first, and the uses
+/// within a layer that it states. Every top-level module is in one layer; every
+/// dependency goes down, or is one of the stated uses within a layer.
+const LAYERS: &[&[&str]] = &[
+    &["support", "metrics", "domain", "store"],
+    &["plant", "rag", "alarms", "approvals", "handover", "accounts", "sparkplug", "ingest"],
+    &["tools", "agent", "triage", "notify", "schedule"],
+    &["web", "mcp", "console", "sim", "seed", "scripted", "eval", "bench", "broker", "sdnotify"],
+    &["config", "app", "cli"],
+];
+
+const WITHIN_A_LAYER: &[(&str, &str)] = &[
+    ("domain", "support"),
+    ("store", "domain"),
+    ("store", "support"),
+    ("store", "metrics"),
+    ("sparkplug", "plant"),
+    ("ingest", "alarms"),
+    ("ingest", "sparkplug"),
+    ("ingest", "accounts"),
+    ("ingest", "plant"),
+    ("approvals", "alarms"),
+    ("agent", "tools"),
+    ("triage", "agent"),
+    ("notify", "triage"),
+    ("notify", "agent"),
+    ("schedule", "agent"),
+    ("schedule", "triage"),
+    ("web", "mcp"),
+    ("eval", "scripted"),
+    ("eval", "seed"),
+    ("bench", "scripted"),
+    ("bench", "seed"),
+    ("bench", "sim"),
+    ("bench", "broker"),
+    ("sim", "seed"),
+    ("app", "config"),
+    ("cli", "config"),
+    ("cli", "app"),
+];
+
+#[test]
+fn every_dependency_goes_down_the_layers() {
+    let deps = dependencies();
+    let layer = |m: &str| LAYERS.iter().position(|l| l.contains(&m));
+    let unplaced: Vec<&String> = deps.keys().filter(|m| layer(m).is_none()).collect();
+    assert!(unplaced.is_empty(), "modules in no layer of ARCHITECTURE.md's Boundaries: {unplaced:?}");
+    let mut wrong = Vec::new();
+    for (m, uses) in &deps {
+        for d in uses.iter().filter(|d| deps.contains_key(*d)) {
+            let (from, to) = (layer(m).unwrap(), layer(d).unwrap());
+            if to > from || (to == from && !WITHIN_A_LAYER.contains(&(m.as_str(), d.as_str()))) {
+                wrong.push(format!("{m} (layer {}) -> {d} (layer {})", from + 1, to + 1));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "uses the Boundaries section does not allow:\n{}", wrong.join("\n"));
+    let scripted: Vec<&String> = deps.iter().filter(|(_, d)| d.contains("scripted")).map(|(m, _)| m).collect();
+    assert_eq!(scripted, ["bench", "eval"], "only eval and bench use the scripted model server");
+}
+
+/// Every module of `src/` is on ARCHITECTURE.md's code map, and every top-level one in
+/// lib.rs's Layout; every test the document cites exists.
+#[test]
+fn the_map_names_every_module_and_every_cited_test_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let map = doc.split("## Code map").nth(1).unwrap().split("\n## ").next().unwrap();
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let mut files = Vec::new();
+    collect(&root.join("src"), &mut files);
+    let mut missing = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(root.join("src")).unwrap().to_string_lossy().replace('\\', "/");
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        if matches!(rel.as_str(), "main.rs" | "lib.rs") || name == "mod.rs" {
+            continue;
+        }
+        let top = rel.split('/').next().unwrap().trim_end_matches(".rs").to_string();
+        let on_map = if rel.contains('/') {
+            map.contains(&format!("`{name}`"))
+                || map.contains(&format!("`{rel}`"))
+                || map.contains(&format!("/{name}`"))
+        } else {
+            map.contains(&format!("`{name}`")) || map.contains(&format!("`{top}/`"))
+        };
+        if !on_map {
+            missing.push(format!("{rel} is not on the code map"));
+        }
+        if !lib.contains(&format!("[`{top}`]")) {
+            missing.push(format!("{top} is not in lib.rs's Layout"));
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    let mut sources = String::new();
+    let mut all = Vec::new();
+    collect(&root.join("tests"), &mut all);
+    collect(&root.join("src"), &mut all);
+    for f in all {
+        sources.push_str(&std::fs::read_to_string(f).unwrap());
+    }
+    for cited in doc.split("test: `").skip(1).map(|s| s.split('`').next().unwrap()) {
+        let exists = match cited.strip_prefix('*') {
+            // A name that macros prefix (`mosquitto_...`, `embedded_broker_...`).
+            Some(suffix) => sources.contains(suffix),
+            None if cited.ends_with(".rs") => root.join(cited).exists(),
+            None => sources.contains(&format!("fn {cited}(")),
+        };
+        if !exists {
+            missing.push(format!("the cited test `{cited}` does not exist"));
+        }
+    }
+    assert!(missing.is_empty(), "ARCHITECTURE.md and lib.rs drift from the code:\n{}", missing.join("\n"));
+}
