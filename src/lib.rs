@@ -23,7 +23,8 @@
 //!   shift handover; [`schedule`]: the timed jobs.
 //! - [`web`]: the HMI and its API; [`accounts`]: users, sessions, tokens; [`mcp`]: the
 //!   tools for MCP hosts; [`metrics`]: Prometheus.
-//! - [`seed`] and [`sim`]: the demo plant and its simulator; [`rag`]: documentation
+//! - [`seed`] and [`sim`]: the demo plant and its simulator, which publishes through
+//!   [`publish`] as tests and benchmarks do; [`rag`]: documentation
 //!   search; [`app`]: `serve` ([`console`]: what it prints of the notes, [`sdnotify`]:
 //!   systemd readiness); [`bench`](mod@bench): the figures; [`eval`]: the quality cases,
 //!   with [`scripted`], the scripted model server; [`config`]: the configuration, part
@@ -48,6 +49,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod notify;
 pub mod plant;
+pub mod publish;
 pub mod rag;
 pub mod schedule;
 pub mod scripted;

@@ -107,7 +107,7 @@ const LAYERS: &[&[&str]] = &[
     &["support", "metrics", "domain", "store"],
     &["plant", "rag", "alarms", "approvals", "handover", "accounts", "sparkplug", "ingest"],
     &["tools", "agent", "triage", "notify", "schedule"],
-    &["web", "mcp", "console", "sim", "seed", "scripted", "eval", "bench", "broker", "sdnotify"],
+    &["web", "mcp", "console", "publish", "sim", "seed", "scripted", "eval", "bench", "broker", "sdnotify"],
     &["config", "app", "cli"],
 ];
 
@@ -136,6 +136,8 @@ const WITHIN_A_LAYER: &[(&str, &str)] = &[
     ("bench", "sim"),
     ("bench", "broker"),
     ("sim", "seed"),
+    ("sim", "publish"),
+    ("bench", "publish"),
     ("app", "config"),
     ("cli", "config"),
     ("cli", "app"),

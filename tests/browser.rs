@@ -223,9 +223,14 @@ async fn the_hmi_in_a_real_browser() {
                        "code": "VIB-HIHI", "severity": "critical", "state": "raised", "value": 7.4, "threshold": 7.1,
                        "time": Timestamp::now().to_rfc3339(), "message": "South booster pump 2: vibration \u{202E}hgih-hgih\u{202C} high-high"});
     common::until_subscribed(&daemon).await;
-    twinops::sim::publish_all(&daemon.mqtt_url, "browser-pub", "scada/alarms", vec![event.to_string().into_bytes()])
-        .await
-        .unwrap();
+    twinops::publish::publish_all(
+        &daemon.mqtt_url,
+        "browser-pub",
+        "scada/alarms",
+        vec![event.to_string().into_bytes()],
+    )
+    .await
+    .unwrap();
     let alarm_id = p.count("SELECT coalesce(max(id), 0) FROM alarms WHERE event_id = 'browser-1'");
     let row = format!("document.querySelector('#alarm-rows tr[data-alarm=\"{alarm_id}\"]')");
     b.until("the new alarm in the list", &row).await;
@@ -289,9 +294,14 @@ async fn the_hmi_in_a_real_browser() {
     let other = json!({"type": "alarm", "event_id": "browser-2", "asset_id": "PUMP-001", "sensor_id": "PUMP-001.FLOW",
                        "code": "FLOW-LO", "severity": "low", "state": "raised", "value": 140.0, "threshold": 150.0,
                        "time": Timestamp::now().to_rfc3339(), "message": "Pump 1 flow low"});
-    twinops::sim::publish_all(&daemon.mqtt_url, "browser-pub2", "scada/alarms", vec![other.to_string().into_bytes()])
-        .await
-        .unwrap();
+    twinops::publish::publish_all(
+        &daemon.mqtt_url,
+        "browser-pub2",
+        "scada/alarms",
+        vec![other.to_string().into_bytes()],
+    )
+    .await
+    .unwrap();
     b.until(
         "the other alarm in the list",
         "document.querySelector('#alarm-rows tr[data-key=\"PUMP-001|PUMP-001.FLOW|FLOW-LO\"]')",

@@ -572,7 +572,7 @@ async fn mosquitto_an_intake_full_of_large_messages_still_commits() {
     // The writer's first job takes the first message, then waits for the write lock.
     let lock = rusqlite::Connection::open(p.db_path()).unwrap();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
-    twinops::sim::publish_all(&broker, &format!("{run}-pub0"), &topic, vec![reading(0, 0)]).await.unwrap();
+    twinops::publish::publish_all(&broker, &format!("{run}-pub0"), &topic, vec![reading(0, 0)]).await.unwrap();
     assert!(
         eventually(Duration::from_secs(10), || ingest.waiting() == 0).await,
         "the first job took the first message"
@@ -582,7 +582,7 @@ async fn mosquitto_an_intake_full_of_large_messages_still_commits() {
     let big: Vec<Vec<u8>> = (1..count).map(|i| reading(i, pad)).collect();
     let publishing = tokio::spawn({
         let (broker, id, topic) = (broker.clone(), format!("{run}-pub1"), topic.clone());
-        async move { twinops::sim::publish_all(&broker, &id, &topic, big).await }
+        async move { twinops::publish::publish_all(&broker, &id, &topic, big).await }
     });
     let full = eventually(Duration::from_secs(30), || ingest.waiting() >= 800).await;
     assert!(full, "the intake filled: {} waiting", ingest.waiting());
@@ -648,7 +648,7 @@ async fn a_batch_that_cannot_be_stored_is_redelivered_until_it_can(broker_url: O
         })
         .collect();
     let topic = format!("{run}/scada/telemetry");
-    twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, messages).await.unwrap();
+    twinops::publish::publish_all(&broker, &format!("{run}-pub"), &topic, messages).await.unwrap();
     let stored = format!(
         "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.FLOW') AND ts BETWEEN {start} * 1000 AND ({start} + {count}) * 1000"
     );
@@ -680,7 +680,7 @@ async fn an_oversized_message_is_dead_lettered_once(broker_url: Option<String>) 
     // Over 256 KiB, and far under what the brokers take.
     let big = vec![b' '; 280_000];
     let topic = format!("{run}/scada/telemetry");
-    twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, vec![big, reading.to_string().into_bytes()])
+    twinops::publish::publish_all(&broker, &format!("{run}-pub"), &topic, vec![big, reading.to_string().into_bytes()])
         .await
         .unwrap();
     let stored = format!(
@@ -769,7 +769,7 @@ async fn killed_triage_is_redone(broker_url: Option<String>) {
     let in_db = format!("SELECT count(*) FROM alarms WHERE event_id = '{run}-1'");
     loop {
         let payload = vec![event.to_string().into_bytes()];
-        let _ = twinops::sim::publish_all(&broker, &format!("{run}-pub"), &topic, payload).await;
+        let _ = twinops::publish::publish_all(&broker, &format!("{run}-pub"), &topic, payload).await;
         if eventually(Duration::from_secs(2), || p.count(&in_db) == 1).await {
             break;
         }

@@ -355,7 +355,7 @@ async fn a_daemon_killed_mid_stream_loses_and_doubles_no_reading() {
         .collect();
     let base = T0 / 1000 * 1000;
     let publisher = tokio::spawn(async move {
-        let mut p = twinops::sim::Publisher::connect(&url, &format!("edge-{}", common::free_port())).unwrap();
+        let mut p = twinops::publish::Publisher::connect(&url, &format!("edge-{}", common::free_port())).unwrap();
         for (topic, payload) in [edge.node_birth(base), edge.device_birth("RTU-9", &specs, base)] {
             p.publish(&topic, payload).await.unwrap();
         }
@@ -436,15 +436,15 @@ async fn the_simulators_edge_node_hears_a_rebirth_request() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let url = format!("mqtt://{listen}");
     let ncmd = "spBv1.0/demo/NCMD/sim";
-    let edge = twinops::sim::Publisher::connect_as_edge(&url, "sim-edge", None, Some(ncmd)).unwrap();
+    let edge = twinops::publish::Publisher::connect_as_edge(&url, "sim-edge", None, Some(ncmd)).unwrap();
     assert!(!edge.rebirth_asked());
     // Until its subscription is in, a request would be missed: ask until heard.
     let heard = common::eventually(Duration::from_secs(10), || {
         let url = url.clone();
         tokio::spawn(async move {
             let payload = twinops::sparkplug::rebirth_request(Timestamp::now());
-            let _ =
-                twinops::sim::publish_all(&url, &format!("host-{}", common::free_port()), ncmd, vec![payload]).await;
+            let _ = twinops::publish::publish_all(&url, &format!("host-{}", common::free_port()), ncmd, vec![payload])
+                .await;
         });
         edge.rebirth_asked()
     })

@@ -633,7 +633,7 @@ async fn metrics_move_after_a_scripted_run() {
     let event = json!({"type": "alarm", "event_id": "metrics-1", "asset_id": "PUMP-007", "code": "METRICS-TEST",
                        "severity": "high", "state": "raised", "time": Timestamp::now().to_rfc3339()});
     common::until_subscribed(&hmi.daemon).await;
-    twinops::sim::publish_all(
+    twinops::publish::publish_all(
         &hmi.daemon.mqtt_url,
         "metrics-pub",
         "scada/alarms",
@@ -1124,9 +1124,14 @@ async fn a_set_aside_note_says_why_in_its_header() {
     let event = json!({"type": "alarm", "event_id": "aside-1", "asset_id": "PUMP-004", "code": "ASIDE-TEST",
                        "severity": "medium", "state": "raised", "time": Timestamp::now().to_rfc3339()});
     common::until_subscribed(&hmi.daemon).await;
-    twinops::sim::publish_all(&hmi.daemon.mqtt_url, "aside-pub", "scada/alarms", vec![event.to_string().into_bytes()])
-        .await
-        .unwrap();
+    twinops::publish::publish_all(
+        &hmi.daemon.mqtt_url,
+        "aside-pub",
+        "scada/alarms",
+        vec![event.to_string().into_bytes()],
+    )
+    .await
+    .unwrap();
     let noted = "SELECT count(*) FROM notes n JOIN alarms a ON a.id = n.alarm_id WHERE a.event_id = 'aside-1'";
     for _ in 0..100 {
         if p.count(noted) == 1 {

@@ -13,7 +13,7 @@ use super::{Percentiles, process_cpu, seeded_store};
 use crate::domain::Timestamp;
 use crate::ingest::IngestPolicy;
 use crate::ingest::mqtt::{MqttConfig, Running};
-use crate::sim::{connect, publish_all};
+use crate::publish::{connect, publish_all};
 use crate::sparkplug::edge::{EdgeNode, MetricSpec};
 use crate::store::{Store, StoreError};
 
