@@ -127,3 +127,33 @@ async fn mcp_over_http_needs_a_bearer_token() {
     client.cancel().await.unwrap();
     daemon.shutdown().await;
 }
+
+/// The official Python SDK's client (an MCP host's) connects with a bearer token, uses
+/// the tools and closes its session: the DELETE that ends it is answered as the client
+/// expects (204), so the host's log has no "Session termination failed".
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_client_ends_its_session_cleanly() {
+    let Some(python) =
+        common::external("TWINOPS_TEST_PYTHON_MCP", "python3 with the mcp package (pip install mcp==1.26.0)")
+    else {
+        return;
+    };
+    let p = Plant::new();
+    accounts::add_user(&p.store, "operator.kaur", Role::Operator, "correct horse battery staple", "test").unwrap();
+    let (_, token) = accounts::create_token(&p.store, "operator.kaur", "python sdk", "test").unwrap();
+    let opts = ServeOptions {
+        config: common::test_config("mcp-py"),
+        db: p.db_path(),
+        demo: false,
+        seed_dir: common::seed_dir(),
+    };
+    let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    let url = format!("http://{}/mcp", daemon.web_addr.unwrap());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+    let out = tokio::process::Command::new(&python).arg(&script).arg(&url).arg(&token).output().await.unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("tools 9 error False"), "the read tools, one called: {stdout}\n{stderr}");
+    assert!(!stderr.contains("Session termination failed"), "{stderr}");
+    daemon.shutdown().await;
+}

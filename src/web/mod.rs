@@ -175,7 +175,21 @@ fn mcp_routes(state: &WebState) -> Router {
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().with_allowed_hosts(hosts),
     );
-    Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn(require_bearer))
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(session_ended))
+        .layer(axum::middleware::from_fn(require_bearer))
+}
+
+/// A DELETE ends an MCP session. rmcp answers 202; the clients (the official Python
+/// SDK's among them) expect 200 or 204 and log a failure otherwise, so it is 204.
+async fn session_ended(req: Request, next: Next) -> Response {
+    let delete = req.method() == axum::http::Method::DELETE;
+    let response = next.run(req).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    response
 }
 
 async fn require_bearer(req: Request, next: Next) -> Response {
