@@ -141,7 +141,12 @@ export function trendChart(el, d) {
       series: [
         {},
         { label: d.sensor_id, stroke: '#1e1e1e', width: 1.5 },
-        ...limits.map(([name, v]) => ({ label: `${name.toUpperCase()} ${v}`, stroke: '#5a5a5a', dash: [6, 4] })),
+        ...limits.map(([name, v]) => ({
+          label: `${name.toUpperCase()} ${v}`,
+          stroke: '#5a5a5a',
+          dash: [6, 4],
+          points: { show: false },
+        })),
       ],
     },
     [xs, d.points.map((p) => p[1]), ...limits.map(([, v]) => xs.map(() => v))],

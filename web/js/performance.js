@@ -78,10 +78,16 @@ function rateChart(el, k) {
     ],
     series: [
       {},
-      { label: 'activations', stroke: '#1e1e1e', width: 1, paths: uPlot.paths.stepped({ align: 1 }) },
-      { label: '1 (acceptable)', stroke: '#4a6fa5', dash: [4, 4] },
-      { label: '2 (manageable)', stroke: '#e06c00', dash: [4, 4] },
-      { label: '10 (flood)', stroke: '#c8102e', dash: [4, 4] },
+      {
+        label: 'activations',
+        stroke: '#1e1e1e',
+        width: 1,
+        paths: uPlot.paths.stepped({ align: 1 }),
+        points: { show: false },
+      },
+      { label: '1 (acceptable)', stroke: '#4a6fa5', dash: [4, 4], points: { show: false } },
+      { label: '2 (manageable)', stroke: '#e06c00', dash: [4, 4], points: { show: false } },
+      { label: '10 (flood)', stroke: '#c8102e', dash: [4, 4], points: { show: false } },
     ],
     hooks: {
       drawClear: [
