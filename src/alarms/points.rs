@@ -4,7 +4,7 @@
 //! A triage note quotes the documented response and consequence; a point without an
 //! entry says it is not rationalized. Every change is kept in `alarm_point_changes`.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, Row, params};
 use serde::Serialize;
 
 use crate::domain::Timestamp;
@@ -105,15 +105,17 @@ fn split(text: &str) -> Vec<String> {
 }
 
 /// The entry for one point (asset, sensor, code; the code in any case), if it has one
-/// in service: the sensor's own entry, else the asset's entry for the code on any sensor.
+/// in service (see [`pick`]).
 pub fn of(db: &Connection, asset: &str, sensor: Option<&str>, code: &str) -> rusqlite::Result<Option<Rationalization>> {
-    db.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM alarm_points
-         WHERE asset_id = ?1 AND code = ?3 AND (sensor_id = ?2 OR sensor_id IS NULL) AND retired_at IS NULL
-         ORDER BY sensor_id IS NULL LIMIT 1"
-    ))?
-    .query_row(params![asset, sensor, code], Rationalization::from_row)
-    .optional()
+    Ok(pick(&of_asset(db, asset)?, sensor, code).cloned())
+}
+
+/// The entry of a point among its asset's entries: the sensor's own, else the asset's
+/// entry for the code on any sensor.
+pub fn pick<'a>(entries: &'a [Rationalization], sensor: Option<&str>, code: &str) -> Option<&'a Rationalization> {
+    let of_code = |e: &&Rationalization| e.code.eq_ignore_ascii_case(code);
+    let own = entries.iter().filter(of_code).find(|e| e.sensor_id.is_some() && e.sensor_id.as_deref() == sensor);
+    own.or_else(|| entries.iter().filter(of_code).find(|e| e.sensor_id.is_none()))
 }
 
 /// Every entry of an asset, by code.

@@ -102,10 +102,7 @@ pub fn decide(
     reason: &str,
     now: Timestamp,
 ) -> Result<AlarmChangeStatus, DecisionError> {
-    let reason = reason.trim().to_string();
-    if reason.is_empty() {
-        return Err(DecisionError::NoReason);
-    }
+    let reason = super::decision_reason(reason)?;
     let supervisor = supervisor.to_string();
     writer.call(move |c| {
         type Row = (AlarmChangeStatus, String, String, String, String, String, String);
@@ -171,32 +168,31 @@ fn apply(
             s.set_point
         )));
     }
-    c.prepare_cached(&format!("UPDATE sensors SET limit_{level} = ?2, deadband = ?3, on_delay_s = ?4 WHERE id = ?1"))?
-        .execute(params![sensor, s.set_point, s.deadband, s.on_delay_s])?;
-    let point: Option<i64> = c
-        .prepare_cached(
-            "SELECT id FROM alarm_points WHERE asset_id = ?1 AND code = ?2 AND (sensor_id = ?3 OR sensor_id IS NULL)
-             AND retired_at IS NULL ORDER BY sensor_id IS NULL LIMIT 1",
-        )?
-        .query_row(params![asset, code, sensor], |r| r.get(0))
-        .optional()?;
-    let point = match point {
-        Some(p) => p,
+    // One statement per level: the column is a fixed identifier, never text from a row.
+    let sql = match i {
+        0 => "UPDATE sensors SET limit_ll = ?2, deadband = ?3, on_delay_s = ?4 WHERE id = ?1",
+        1 => "UPDATE sensors SET limit_l = ?2, deadband = ?3, on_delay_s = ?4 WHERE id = ?1",
+        2 => "UPDATE sensors SET limit_h = ?2, deadband = ?3, on_delay_s = ?4 WHERE id = ?1",
+        _ => "UPDATE sensors SET limit_hh = ?2, deadband = ?3, on_delay_s = ?4 WHERE id = ?1",
+    };
+    c.prepare_cached(sql)?.execute(params![sensor, s.set_point, s.deadband, s.on_delay_s])?;
+    // The point's entry as every reader finds it (`points::of`), or a new one.
+    let entry = crate::alarms::points::of(c, asset, Some(sensor), code)?;
+    let point = match &entry {
+        Some(e) => e.id,
         None => {
             c.prepare_cached("INSERT INTO alarm_points (asset_id, code, sensor_id) VALUES (?1, ?2, ?3)")?
                 .execute(params![asset, code, sensor])?;
             c.last_insert_rowid()
         }
     };
-    let before: [String; 4] = c.query_row(
-        "SELECT set_point, deadband, on_delay_s, off_delay_s FROM alarm_points WHERE id = ?1",
-        [point],
-        |r| {
-            let real = |i: usize| r.get::<_, Option<f64>>(i).map(|v| v.map(|v| v.to_string()).unwrap_or_default());
-            let int = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.map(|v| v.to_string()).unwrap_or_default());
-            Ok([real(0)?, real(1)?, int(2)?, int(3)?])
-        },
-    )?;
+    let text = |v: Option<String>| v.unwrap_or_default();
+    let before: [String; 4] = [
+        text(entry.as_ref().and_then(|e| e.set_point).map(|v| v.to_string())),
+        text(entry.as_ref().and_then(|e| e.deadband).map(|v| v.to_string())),
+        text(entry.as_ref().and_then(|e| e.on_delay_s).map(|v| v.to_string())),
+        text(entry.as_ref().and_then(|e| e.off_delay_s).map(|v| v.to_string())),
+    ];
     let fields = ["set_point", "deadband", "on_delay_s", "off_delay_s"];
     let new = [s.set_point.to_string(), s.deadband.to_string(), s.on_delay_s.to_string(), s.off_delay_s.to_string()];
     c.prepare_cached(

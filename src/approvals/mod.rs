@@ -111,6 +111,12 @@ pub enum DecisionError {
     Store(#[from] StoreError),
 }
 
+/// A decision's reason, trimmed; an empty one is refused (it goes in the record).
+fn decision_reason(reason: &str) -> Result<String, DecisionError> {
+    let reason = reason.trim();
+    if reason.is_empty() { Err(DecisionError::NoReason) } else { Ok(reason.to_string()) }
+}
+
 impl From<rusqlite::Error> for DecisionError {
     fn from(e: rusqlite::Error) -> Self {
         DecisionError::Store(e.into())
@@ -128,10 +134,7 @@ pub fn decide(
     reason: &str,
     now: Timestamp,
 ) -> Result<WorkOrderStatus, DecisionError> {
-    let reason = reason.trim().to_string();
-    if reason.is_empty() {
-        return Err(DecisionError::NoReason);
-    }
+    let reason = decision_reason(reason)?;
     let supervisor = supervisor.to_string();
     writer.call(move |c| {
         let status: WorkOrderStatus = c

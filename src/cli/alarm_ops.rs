@@ -151,27 +151,7 @@ pub(super) fn run(global: &Global, cmd: AlarmsCommand) -> anyhow::Result<ExitCod
             println!("{}", crate::alarms::kpi_report::render(&figures, format));
         }
         AlarmsCommand::Replay { point, set_point, deadband, on_delay, off_delay, days, format } => {
-            use crate::alarms::replay;
-            anyhow::ensure!((1..=3660).contains(&days), "--days is 1 to 3660");
-            let store = global.open()?;
-            let db = store.read()?;
-            let target = replay::target(&db, &point).map_err(anyhow::Error::msg)?;
-            let c = target.current;
-            let proposed = replay::Settings {
-                set_point: set_point.unwrap_or(c.set_point),
-                deadband: deadband.unwrap_or(c.deadband),
-                on_delay_s: on_delay.unwrap_or(c.on_delay_s),
-                off_delay_s: off_delay.unwrap_or(c.off_delay_s),
-            };
-            proposed.validate().map_err(anyhow::Error::msg)?;
-            let from = Timestamp::from_unix(Timestamp::now().unix() - days * 86_400);
-            let comparison = replay::replay_sensor(&db, target.sensor_key, from, target.level, c, proposed)?;
-            match format {
-                crate::alarms::kpi_report::Format::Json => {
-                    println!("{}", serde_json::to_string_pretty(&comparison)?)
-                }
-                _ => println!("{}", comparison.render(&target)),
-            }
+            replay(global, &point, (set_point, deadband, on_delay, off_delay), days, format)?
         }
         AlarmsCommand::Export { from, to, file } => {
             let store = global.open()?;
@@ -250,4 +230,34 @@ pub(super) fn run(global: &Global, cmd: AlarmsCommand) -> anyhow::Result<ExitCod
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `alarms replay`: the point's readings with its settings and the proposed ones.
+fn replay(
+    global: &Global,
+    point: &str,
+    (set_point, deadband, on_delay, off_delay): (Option<f64>, Option<f64>, Option<i64>, Option<i64>),
+    days: i64,
+    format: crate::alarms::kpi_report::Format,
+) -> anyhow::Result<()> {
+    use crate::alarms::replay;
+    anyhow::ensure!((1..=3660).contains(&days), "--days is 1 to 3660");
+    let store = global.open()?;
+    let db = store.read()?;
+    let target = replay::target(&db, point).map_err(anyhow::Error::msg)?;
+    let c = target.current;
+    let proposed = replay::Settings {
+        set_point: set_point.unwrap_or(c.set_point),
+        deadband: deadband.unwrap_or(c.deadband),
+        on_delay_s: on_delay.unwrap_or(c.on_delay_s),
+        off_delay_s: off_delay.unwrap_or(c.off_delay_s),
+    };
+    proposed.validate().map_err(anyhow::Error::msg)?;
+    let from = Timestamp::from_unix(Timestamp::now().unix() - days * 86_400);
+    let comparison = replay::replay_sensor(&db, target.sensor_key, from, target.level, c, proposed)?;
+    match format {
+        crate::alarms::kpi_report::Format::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
+        _ => println!("{}", comparison.render(&target)),
+    }
+    Ok(())
 }

@@ -39,22 +39,24 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
     let sensors = sensors(ctx, &id, machine_class.as_deref())?;
     let active =
         AlarmFilter { asset: Some(id.clone()), scope: Scope::Active, order: Order::Priority, ..Default::default() };
+    // The asset's master alarm database entries, read once for its alarms and its points.
+    let entries = crate::alarms::points::of_asset(ctx.db, id.as_str())?;
     let alarms: Vec<Value> = crate::alarms::list::list(ctx.db, &active, 100, 0)?
         .into_iter()
         .map(|a| {
-            let entry = crate::alarms::points::of(ctx.db, id.as_str(), a.sensor_id.as_deref(), &a.code)?;
-            let mut rationalization = crate::alarms::points::to_json(entry.as_ref());
+            let entry = crate::alarms::points::pick(&entries, a.sensor_id.as_deref(), &a.code);
+            let mut rationalization = crate::alarms::points::to_json(entry);
             if let Some(r) = rationalization.as_object_mut() {
                 r.remove("asset_id");
                 r.remove("code");
             }
-            Ok(json!({
+            json!({
                 "alarm_id": a.id, "code": a.code, "sensor_id": a.sensor_id, "severity": a.severity, "state": a.state,
                 "raised_at": a.raised_at, "value": a.value, "threshold": a.threshold, "reraise_count": a.reraise_count,
                 "rationalization": rationalization,
-            }))
+            })
         })
-        .collect::<rusqlite::Result<_>>()?;
+        .collect();
     let work_orders = rows_json(
         ctx,
         "SELECT id, status, action, priority, title, proposed_at
@@ -84,7 +86,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
 
     // The asset's rationalized points, briefly: what the site documented the operator
     // does about each alarm, whether or not it is active.
-    let points: Vec<Value> = crate::alarms::points::of_asset(ctx.db, id.as_str())?
+    let points: Vec<Value> = entries
         .into_iter()
         .filter(|p| !p.response.is_empty())
         .map(|p| {

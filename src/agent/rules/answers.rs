@@ -10,30 +10,7 @@ pub(super) fn question_step(s: &Seen, question: &str) -> ModelReply {
     // "What changed since the last shift?": the shift's alarms and the plant now, as a
     // handover has them, from the last handover on.
     if t.mentioned.is_empty() && asks_what_changed(question) && s.offered("get_system_summary") {
-        let plan = [
-            ("get_shift_handover", json!({})),
-            ("get_system_summary", json!({})),
-            ("get_alarm_kpis", json!({"hours": SHIFT_HOURS})),
-            ("list_alarms", json!({"last_hours": SHIFT_HOURS, "limit": 50})),
-        ];
-        let calls: Vec<ToolCall> = plan
-            .into_iter()
-            .filter(|(name, _)| s.offered(name) && !s.done(name))
-            .enumerate()
-            .map(|(i, (name, args))| call(s.next_id(&[]) + i, name, args))
-            .collect();
-        if !calls.is_empty() {
-            return reply_calls(calls);
-        }
-        let since = match s.result("get_shift_handover") {
-            Some(h) => format!("The last handover was written {}.", h["written_at"].as_str().unwrap_or("-")),
-            None => "No handover has been written yet.".into(),
-        };
-        let mut text = format!("{since} What changed in the last {SHIFT_HOURS} h, from the tools:\n");
-        text.push_str(&plant_status("The plant now", s));
-        text.push_str(&shift_alarms(s));
-        text.push_str(&awaiting_decision(s));
-        return reply_text(text);
+        return what_changed(s);
     }
     if asks_for_handover(question) && s.offered("get_shift_handover") {
         if !s.done("get_shift_handover") {
@@ -481,4 +458,33 @@ fn alarm_state(a: &Value) -> String {
         a["value"],
         a["threshold"]
     )
+}
+
+/// What changed over the shift: the tools a handover reads, then its lines, from the
+/// last handover on.
+fn what_changed(s: &Seen) -> ModelReply {
+    let plan = [
+        ("get_shift_handover", json!({})),
+        ("get_system_summary", json!({})),
+        ("get_alarm_kpis", json!({"hours": SHIFT_HOURS})),
+        ("list_alarms", json!({"last_hours": SHIFT_HOURS, "limit": 50})),
+    ];
+    let calls: Vec<ToolCall> = plan
+        .into_iter()
+        .filter(|(name, _)| s.offered(name) && !s.done(name))
+        .enumerate()
+        .map(|(i, (name, args))| call(s.next_id(&[]) + i, name, args))
+        .collect();
+    if !calls.is_empty() {
+        return reply_calls(calls);
+    }
+    let since = match s.result("get_shift_handover") {
+        Some(h) => format!("The last handover was written {}.", h["written_at"].as_str().unwrap_or("-")),
+        None => "No handover has been written yet.".into(),
+    };
+    let mut text = format!("{since} What changed in the last {SHIFT_HOURS} h, from the tools:\n");
+    text.push_str(&plant_status("The plant now", s));
+    text.push_str(&shift_alarms(s));
+    text.push_str(&awaiting_decision(s));
+    reply_text(text)
 }
