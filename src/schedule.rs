@@ -79,12 +79,15 @@ pub struct Housekeeping {
     pub expired_work_orders: Vec<i64>,
     pub expired_alarm_changes: Vec<i64>,
     pub unshelved: usize,
+    /// Closed hours added to the alarm figures' cache.
+    pub alarm_hours_cached: usize,
     pub docs_changed: usize,
     /// Chunks given an embedding (with `[embeddings]` set).
     pub docs_embedded: usize,
 }
 
-/// Expires stale proposals, unshelves alarms whose time is over, re-indexes the
+/// Expires stale proposals, unshelves alarms whose time is over, caches the alarm
+/// figures of the hours that closed (`alarms::kpi_cache`), re-indexes the
 /// documents under `docs` that changed (unchanged files are skipped by SHA-256), and,
 /// when `index` has an embedder, embeds the chunks that have no vector yet (an
 /// embeddings server that is down is logged and tried again next time).
@@ -102,8 +105,10 @@ pub async fn housekeeping(
         })
         .await?;
     let (s, w, index) = (store.clone(), store.writer().clone(), index.clone());
-    let (unshelved, docs_changed, docs_embedded) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+    let (unshelved, alarm_hours_cached, docs_changed, docs_embedded) =
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let unshelved = alarms::unshelve_expired(&w, now)?;
+        let hours = alarms::kpi_cache::refresh(&w, now)?;
         let changed = match docs {
             Some(dir) => {
                 let r = crate::rag::index_dir(&s, &dir, now)?;
@@ -119,10 +124,17 @@ pub async fn housekeeping(
             }
             None => 0,
         };
-        Ok((unshelved, changed, embedded))
+        Ok((unshelved, hours, changed, embedded))
     })
     .await??;
-    Ok(Housekeeping { expired_work_orders, expired_alarm_changes, unshelved, docs_changed, docs_embedded })
+    Ok(Housekeeping {
+        expired_work_orders,
+        expired_alarm_changes,
+        unshelved,
+        alarm_hours_cached,
+        docs_changed,
+        docs_embedded,
+    })
 }
 
 /// Starts the scheduler with the three jobs. Shut it down with [`JobScheduler::shutdown`].
@@ -141,6 +153,7 @@ pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> any
                         expired_work_orders = ?h.expired_work_orders,
                         expired_alarm_changes = ?h.expired_alarm_changes,
                         unshelved = h.unshelved,
+                        alarm_hours_cached = h.alarm_hours_cached,
                         docs_changed = h.docs_changed,
                         docs_embedded = h.docs_embedded,
                         "housekeeping"

@@ -239,3 +239,65 @@ fn windows_cut_through_states_and_settings_change_definitions() {
     assert!(k["definitions"]["chattering"].as_str().unwrap().contains("5 or more"));
     assert!(kpi::KpiSettings { flood_end: 12, ..Default::default() }.validate().is_err());
 }
+
+/// The figures from the hourly cache are the figures from the journal, for windows that
+/// cut hours anywhere; a late event (a gateway's backfill) drops the hours it changes;
+/// and the cache is what the figures read once it holds an hour.
+#[test]
+fn the_hourly_cache_gives_the_journals_figures_and_follows_late_events() {
+    let mut j = journal();
+    let windows = [
+        (at("00:00:00"), at("00:00:00").plus_secs(86_400)),
+        (at("05:30:00"), at("08:00:00")),
+        (at("01:00:00"), at("01:15:00")),
+        (at("00:17:23"), at("14:02:11")),
+        (parse_time("2026-05-31T00:00:00Z").unwrap(), parse_time("2026-06-02T00:00:00Z").unwrap()),
+    ];
+    let figures = |j: &Journal| -> Vec<Value> {
+        let db = j.store.read().unwrap();
+        windows.iter().map(|(f, t)| kpi::compute(&db, *f, *t, kpi::KpiSettings::default()).unwrap().to_json()).collect()
+    };
+    let from_journal = figures(&j);
+    let now = parse_time("2026-06-03T00:00:00Z").unwrap();
+    let hours = alarms::kpi_cache::refresh(j.store.writer(), now).unwrap();
+    // From 2026-05-31T06:00 (the first event) through 2026-06-02T22:00: the hour of 23:00
+    // is cached once its fleeting limit and a minute have passed, at 00:01:10.
+    assert_eq!(hours, 18 + 24 + 23);
+    assert_eq!(alarms::kpi_cache::refresh(j.store.writer(), now).unwrap(), 0, "nothing new to cache");
+    for (cached, journal) in figures(&j).iter().zip(&from_journal) {
+        assert_eq!(cached, journal);
+    }
+
+    // A late activation of the chattering point, within its episode, and back in 2 s.
+    j.pulse(CHATTER, "medium", at("03:00:50"), 2);
+    let after = figures(&j);
+    assert_eq!(after[0]["chattering"][0]["activations"], 5, "the late activation counts: {}", after[0]["chattering"]);
+    assert_eq!(after[0]["chattering"][0]["chatter_episodes"], 1, "within the same episode");
+    assert_eq!(after[0]["fleeting_activations"], 5);
+    assert_eq!(alarms::kpi_cache::refresh(j.store.writer(), now).unwrap(), 1, "the hour 03:00 again");
+    assert_eq!(figures(&j), after);
+    j.store
+        .writer()
+        .call(|c| -> Result<(), twinops::store::StoreError> {
+            c.execute_batch(
+                "DELETE FROM alarm_kpi_hours; DELETE FROM alarm_kpi_periods; DELETE FROM alarm_kpi_point_hours;",
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(figures(&j), after, "the same from the journal alone");
+
+    // Once cached, an hour's figures are read from the cache, not the journal.
+    alarms::kpi_cache::refresh(j.store.writer(), now).unwrap();
+    j.store
+        .writer()
+        .call(|c| -> Result<(), twinops::store::StoreError> {
+            c.execute(
+                "UPDATE alarm_kpi_point_hours SET activations = activations + 100 WHERE hour = ?1",
+                [at("03:00:00").unix() / 3600],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(figures(&j)[0]["chattering"][0]["activations"], 105);
+}

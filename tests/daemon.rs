@@ -647,6 +647,9 @@ async fn housekeeping_and_retention() {
     let h = housekeeping(&p.store, Some(docs.path().to_path_buf()), &p.docs, now).await.unwrap();
     assert_eq!(h.expired_work_orders, [stale.work_order_id]);
     assert_eq!((h.unshelved, h.docs_changed), (1, 0), "same files as the seed indexed: nothing to do");
+    // The alarm figures of every hour from the journal's first event to the last closed.
+    let first = p.count("SELECT min(at) FROM alarm_events");
+    assert_eq!(h.alarm_hours_cached as i64, (now.unix() - 70).div_euclid(3600) - first.div_euclid(3600), "{h:?}");
     let status = |id: i64| p.count(&format!("SELECT status = 'pending_approval' FROM work_orders WHERE id = {id}"));
     assert_eq!((status(stale.work_order_id), status(fresh.work_order_id)), (0, 1));
     let state: AlarmState =

@@ -10,8 +10,11 @@
 //! 10-minute periods aligned in UTC (00:00, 00:10, ...); a period that the window only
 //! partly covers still counts as a period.
 //!
-//! One pass over the journal in time order, in memory bounded by the number of alarm
-//! points and of occurrences standing at once, not by the number of activations.
+//! A chattering episode begins with an activation that makes the count within the window
+//! after one that did not. The activity is one pass over the journal in time order
+//! ([`super::activity`]), in memory bounded by the points and the occurrences standing
+//! at once; with the default definitions, closed hours come summed from a cache
+//! ([`super::kpi_cache`]).
 
 use std::collections::HashMap;
 
@@ -19,9 +22,9 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::activity::{self, Counts, PERIOD_MS, SUPPRESSED};
+use super::kpi_cache;
 use crate::domain::{Severity, Timestamp};
-
-const PERIOD_MS: i64 = 600_000;
 
 /// The thresholds in use; every figure is stated with the definition it was computed by.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -110,18 +113,21 @@ pub struct Point {
     pub code: String,
 }
 
+impl Point {
+    /// The order lists of points take among equals: by code, then asset and sensor.
+    fn order(&self, other: &Point) -> std::cmp::Ordering {
+        (&self.code, &self.asset_id, &self.sensor_id).cmp(&(&other.code, &other.asset_id, &other.sensor_id))
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 struct PointStats {
     activations: i64,
-    /// The last `chatter_activations - 1` activation times, for the sliding window.
-    recent: std::collections::VecDeque<i64>,
     chatter_episodes: i64,
-    in_chatter: bool,
     fleeting: i64,
-    out_of_service: bool,
-    /// Out of service since (ms), and the time out of service within the window.
-    oos_since: Option<i64>,
+    /// Time out of service and shelved within the window (ms), and whether still so.
     oos_ms: i64,
+    out_of_service: bool,
     shelved_ms: i64,
     shelved_now: bool,
 }
@@ -161,48 +167,98 @@ pub fn compute(conn: &Connection, from: Timestamp, to: Timestamp, settings: KpiS
     let (from_ms, to_ms) = (from.unix() * 1000, to.unix() * 1000);
     let first_period = from_ms.div_euclid(PERIOD_MS);
     let periods = ((to_ms - 1).div_euclid(PERIOD_MS) - first_period + 1).max(0);
-    let mut pass = Pass {
-        settings,
-        from_ms,
-        to_ms,
-        first_period,
-        per_period: vec![0; periods as usize],
-        period_points: HashMap::new(),
-        ids: HashMap::new(),
-        points: Vec::new(),
-        key: String::new(),
-        open: HashMap::new(),
-        shelved: HashMap::new(),
-        by_severity: [0; 4],
-        annunciated: 0,
-        suppressed: 0,
-        floods: Floods::default(),
-    };
-    pass.state_at_start(conn)?;
-    // A return to normal needs only its occurrence (the pass knows its point from the
-    // raise): the join, and the point's strings, are for the other kinds.
-    let mut stmt = conn.prepare_cached(
-        "SELECT e.alarm_id, e.kind, e.at * 1000 + e.millis, a.asset_id, coalesce(a.sensor_id, ''), a.code, a.severity
-         FROM alarm_events e LEFT JOIN alarms a ON a.id = e.alarm_id AND e.kind <> 'cleared'
-         WHERE e.at >= ?1 AND e.at < ?2
-           AND e.kind IN ('raised', 'cleared', 'shelved', 'unshelved', 'out_of_service', 'returned_to_service')
-         ORDER BY e.at, e.millis, e.id",
-    )?;
-    let mut rows = stmt.query(params![from.unix(), to.unix()])?;
-    while let Some(r) = rows.next()? {
-        let (alarm, at): (i64, i64) = (r.get(0)?, r.get(2)?);
-        let kind = r.get_ref(1)?.as_str()?;
-        if kind == "cleared" {
-            pass.cleared(alarm, at);
-            continue;
+    let (by_period, by_point) = kpi_cache::activity(conn, from_ms, to_ms, &settings)?;
+    let mut per_period = vec![0; periods as usize];
+    let (mut by_severity, mut suppressed) = ([0i64; 4], 0);
+    for (p, n) in &by_period {
+        if let Some(slot) = usize::try_from(p - first_period).ok().and_then(|i| per_period.get_mut(i)) {
+            *slot += n[..4].iter().sum::<i64>();
         }
-        let point = pass.point(r.get_ref(3)?.as_str()?, r.get_ref(4)?.as_str()?, r.get_ref(5)?.as_str()?);
-        let severity = Severity::parse(r.get_ref(6)?.as_str()?).unwrap_or(Severity::Low);
-        pass.event(alarm, kind, at, point, severity);
+        for (s, v) in by_severity.iter_mut().zip(n) {
+            *s += v;
+        }
+        suppressed += n[SUPPRESSED];
     }
-    pass.finish_periods(periods);
-    let stale = stale(conn, to, settings.stale_hours)?;
-    Ok(pass.into_kpis(from, to, periods, stale))
+    let floods = floods(conn, &per_period, first_period, (from_ms, to_ms), &settings, &by_point)?;
+    let mut points: HashMap<Point, PointStats> = by_point
+        .into_iter()
+        .map(|(p, c)| {
+            let stats = PointStats {
+                activations: c.activations,
+                chatter_episodes: c.chatter_episodes,
+                fleeting: c.fleeting,
+                ..Default::default()
+            };
+            (p, stats)
+        })
+        .collect();
+    for (p, h) in activity::held(conn, from_ms, to_ms)? {
+        let stats = points.entry(p).or_default();
+        (stats.oos_ms, stats.out_of_service) = (h.out_of_service_ms, h.out_of_service_at_end);
+        (stats.shelved_ms, stats.shelved_now) = (h.shelved_ms, h.shelved_at_end);
+    }
+    let mut points: Vec<(Point, PointStats)> = points.into_iter().collect();
+    points.sort_by(|a, b| a.0.order(&b.0));
+    Ok(Kpis {
+        from,
+        to,
+        settings,
+        annunciated: by_severity.iter().sum(),
+        suppressed,
+        periods,
+        per_period,
+        floods,
+        by_severity,
+        points,
+        stale: stale(conn, to, settings.stale_hours)?,
+    })
+}
+
+/// The flood episodes in the periods, each with its three largest contributors.
+fn floods(
+    conn: &Connection,
+    per_period: &[i64],
+    first_period: i64,
+    (from_ms, to_ms): (i64, i64),
+    settings: &KpiSettings,
+    window: &HashMap<Point, Counts>,
+) -> rusqlite::Result<Vec<Flood>> {
+    let mut spans: Vec<(usize, usize, i64, i64)> = Vec::new();
+    let mut current: Option<(usize, i64, i64)> = None;
+    for (i, &n) in per_period.iter().enumerate() {
+        match &mut current {
+            None if n > settings.flood_start => current = Some((i, n, n)),
+            None => {}
+            Some((_, count, peak)) if n >= settings.flood_end => {
+                *count += n;
+                *peak = (*peak).max(n);
+            }
+            Some((start, count, peak)) => {
+                spans.push((*start, i, *count, *peak));
+                current = None;
+            }
+        }
+    }
+    let ongoing = current.map(|(start, count, peak)| (start, per_period.len(), count, peak));
+    let period_ms = |i: usize| (first_period + i as i64) * PERIOD_MS;
+    let mut floods = Vec::new();
+    for (start, end, activations, peak) in spans.into_iter().chain(ongoing) {
+        let (a, b) = (period_ms(start).max(from_ms), period_ms(end).min(to_ms));
+        let top = if (a, b) == (from_ms, to_ms) {
+            top_points(window, 3)
+        } else {
+            top_points(&kpi_cache::activity(conn, a, b, settings)?.1, 3)
+        };
+        floods.push(Flood {
+            start: Timestamp::from_unix(period_ms(start) / 1000),
+            end: Timestamp::from_unix(b / 1000),
+            ongoing: end == per_period.len(),
+            activations,
+            peak_10min: peak,
+            top,
+        });
+    }
+    Ok(floods)
 }
 
 /// Occurrences active continuously for `hours` or more at `to`, not shelved or out of
@@ -221,259 +277,11 @@ fn stale(conn: &Connection, to: Timestamp, hours: i64) -> rusqlite::Result<Vec<V
     crate::store::json_rows(&mut stmt, params![to.unix(), to.unix() - hours * 3600])
 }
 
-/// The running state of the one pass.
-struct Pass {
-    settings: KpiSettings,
-    from_ms: i64,
-    to_ms: i64,
-    first_period: i64,
-    per_period: Vec<i64>,
-    /// The current period's activations by point, for the flood contributors.
-    period_points: HashMap<usize, i64>,
-    ids: HashMap<String, usize>,
-    points: Vec<(Point, PointStats)>,
-    /// A reusable buffer for the point key, so a known point costs no allocation.
-    key: String,
-    /// Occurrences raised in the window and not yet cleared: (point, activation ms).
-    open: HashMap<i64, (usize, i64)>,
-    /// Occurrences shelved: since when (ms).
-    shelved: HashMap<i64, (usize, i64)>,
-    by_severity: [i64; 4],
-    annunciated: i64,
-    suppressed: i64,
-    floods: Floods,
-}
-
-#[derive(Default)]
-struct Floods {
-    done: Vec<Flood>,
-    current: Option<(i64, i64, i64, HashMap<usize, i64>)>,
-    last_period: Option<i64>,
-}
-
-impl Pass {
-    fn point(&mut self, asset: &str, sensor: &str, code: &str) -> usize {
-        self.key.clear();
-        for part in [asset, "\u{1f}", sensor, "\u{1f}", code] {
-            self.key.push_str(part);
-        }
-        if let Some(&i) = self.ids.get(self.key.as_str()) {
-            return i;
-        }
-        let point = Point {
-            asset_id: asset.to_string(),
-            sensor_id: (!sensor.is_empty()).then(|| sensor.to_string()),
-            code: code.to_string(),
-        };
-        self.points.push((point, PointStats::default()));
-        self.ids.insert(self.key.clone(), self.points.len() - 1);
-        self.points.len() - 1
-    }
-
-    /// Which points were out of service, and which occurrences shelved, when the window
-    /// starts: from the service events before it (a partial index keeps this cheap).
-    fn state_at_start(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        let mut stmt = conn.prepare_cached(
-            "SELECT e.alarm_id, e.kind, e.at * 1000 + e.millis, a.asset_id, coalesce(a.sensor_id, ''), a.code,
-                    a.cleared_at
-             FROM alarm_events e INDEXED BY alarm_events_service JOIN alarms a ON a.id = e.alarm_id
-             WHERE e.at < ?1 AND e.kind IN ('shelved', 'unshelved', 'out_of_service', 'returned_to_service')
-             ORDER BY e.at, e.id",
-        )?;
-        let mut rows = stmt.query([self.from_ms / 1000])?;
-        while let Some(r) = rows.next()? {
-            let point = self.point(r.get_ref(3)?.as_str()?, r.get_ref(4)?.as_str()?, r.get_ref(5)?.as_str()?);
-            let (alarm, at): (i64, i64) = (r.get(0)?, r.get(2)?);
-            let cleared: Option<i64> = r.get(6)?;
-            let stats = &mut self.points[point].1;
-            match r.get_ref(1)?.as_str()? {
-                "out_of_service" => stats.out_of_service = true,
-                "returned_to_service" => stats.out_of_service = false,
-                // Shelving ends with the occurrence's return to normal.
-                "shelved" if cleared.is_none_or(|c| c * 1000 > self.from_ms) => {
-                    self.shelved.insert(alarm, (point, at));
-                }
-                _ => {
-                    self.shelved.remove(&alarm);
-                }
-            }
-        }
-        for (_, stats) in &mut self.points {
-            if stats.out_of_service {
-                stats.oos_since = Some(self.from_ms);
-            }
-        }
-        for (_, since) in self.shelved.values_mut() {
-            *since = self.from_ms;
-        }
-        Ok(())
-    }
-
-    fn event(&mut self, alarm: i64, kind: &str, at: i64, point: usize, severity: Severity) {
-        match kind {
-            "raised" => self.raised(alarm, at, point, severity),
-            "shelved" => {
-                self.shelved.insert(alarm, (point, at));
-                self.points[point].1.shelved_now = true;
-            }
-            "unshelved" => self.unshelve(alarm, at),
-            "out_of_service" => {
-                let stats = &mut self.points[point].1;
-                if !stats.out_of_service {
-                    stats.out_of_service = true;
-                    stats.oos_since = Some(at);
-                }
-            }
-            "returned_to_service" => {
-                let stats = &mut self.points[point].1;
-                if let Some(since) = stats.oos_since.take() {
-                    stats.oos_ms += at - since;
-                }
-                stats.out_of_service = false;
-            }
-            _ => {}
-        }
-    }
-
-    /// A return to normal: a fleeting activation if within `fleeting_secs`; shelving
-    /// ends with it.
-    fn cleared(&mut self, alarm: i64, at: i64) {
-        if let Some((p, raised)) = self.open.remove(&alarm)
-            && at - raised <= self.settings.fleeting_secs * 1000
-        {
-            self.points[p].1.fleeting += 1;
-        }
-        self.unshelve(alarm, at);
-    }
-
-    fn unshelve(&mut self, alarm: i64, at: i64) {
-        if let Some((p, since)) = self.shelved.remove(&alarm) {
-            let stats = &mut self.points[p].1;
-            stats.shelved_ms += at - since;
-            stats.shelved_now = self.shelved.values().any(|(q, _)| *q == p);
-        }
-    }
-
-    fn raised(&mut self, alarm: i64, at: i64, point: usize, severity: Severity) {
-        let shelved = self.shelved.values().any(|(p, _)| *p == point);
-        if self.points[point].1.out_of_service || shelved {
-            self.suppressed += 1;
-            return;
-        }
-        let period = at.div_euclid(PERIOD_MS) - self.first_period;
-        self.close_periods_before(period);
-        self.annunciated += 1;
-        self.by_severity[Severity::ALL.iter().position(|s| *s == severity).unwrap_or(0)] += 1;
-        if let Some(n) = self.per_period.get_mut(period as usize) {
-            *n += 1;
-        }
-        *self.period_points.entry(point).or_default() += 1;
-        self.open.insert(alarm, (point, at));
-        let (window, needed) = (self.settings.chatter_window_secs * 1000, self.settings.chatter_activations);
-        let stats = &mut self.points[point].1;
-        stats.activations += 1;
-        while stats.recent.front().is_some_and(|&t| at - t >= window) {
-            stats.recent.pop_front();
-        }
-        stats.recent.push_back(at);
-        if stats.recent.len() >= needed {
-            if !stats.in_chatter {
-                stats.chatter_episodes += 1;
-            }
-            stats.in_chatter = true;
-            stats.recent.pop_front();
-        } else if stats.recent.len() == 1 {
-            stats.in_chatter = false;
-        }
-    }
-
-    /// Settles the flood state of every period before `period` (the pass is in time
-    /// order, so they are complete).
-    fn close_periods_before(&mut self, period: i64) {
-        let start = self.floods.last_period.map_or(0, |p| p + 1);
-        for p in start..period.min(self.per_period.len() as i64) {
-            self.close_period(p);
-        }
-    }
-
-    fn close_period(&mut self, p: i64) {
-        let n = self.per_period[p as usize];
-        let at = |p: i64| Timestamp::from_unix((self.first_period + p) * PERIOD_MS / 1000);
-        let contributors = std::mem::take(&mut self.period_points);
-        let f = &mut self.floods;
-        f.last_period = Some(p);
-        match &mut f.current {
-            None if n > self.settings.flood_start => f.current = Some((p, n, n, contributors)),
-            None => {}
-            Some((_, count, peak, top)) if n >= self.settings.flood_end => {
-                *count += n;
-                *peak = (*peak).max(n);
-                for (k, v) in contributors {
-                    *top.entry(k).or_default() += v;
-                }
-            }
-            Some(_) => {
-                let (start, count, peak, top) = f.current.take().expect("in a flood");
-                let top = top_points(&self.points, top, 3);
-                f.done.push(Flood {
-                    start: at(start),
-                    end: at(p),
-                    ongoing: false,
-                    activations: count,
-                    peak_10min: peak,
-                    top,
-                });
-            }
-        }
-    }
-
-    fn finish_periods(&mut self, periods: i64) {
-        self.close_periods_before(periods);
-        if let Some((start, count, peak, top)) = self.floods.current.take() {
-            let at = |p: i64| Timestamp::from_unix((self.first_period + p) * PERIOD_MS / 1000);
-            let top = top_points(&self.points, top, 3);
-            self.floods.done.push(Flood {
-                start: at(start),
-                end: Timestamp::from_unix(self.to_ms / 1000),
-                ongoing: true,
-                activations: count,
-                peak_10min: peak,
-                top,
-            });
-        }
-        for (_, stats) in &mut self.points {
-            if let Some(since) = stats.oos_since {
-                stats.oos_ms += self.to_ms - since;
-            }
-        }
-        for (p, since) in self.shelved.values() {
-            self.points[*p].1.shelved_ms += self.to_ms - since;
-            self.points[*p].1.shelved_now = true;
-        }
-    }
-
-    fn into_kpis(self, from: Timestamp, to: Timestamp, periods: i64, stale: Vec<Value>) -> Kpis {
-        Kpis {
-            from,
-            to,
-            settings: self.settings,
-            annunciated: self.annunciated,
-            suppressed: self.suppressed,
-            periods,
-            per_period: self.per_period,
-            floods: self.floods.done,
-            by_severity: self.by_severity,
-            points: self.points,
-            stale,
-        }
-    }
-}
-
-/// The `n` points with most activations in `counts`, most first, ties by point.
-fn top_points(points: &[(Point, PointStats)], counts: HashMap<usize, i64>, n: usize) -> Vec<Value> {
-    let mut v: Vec<(usize, i64)> = counts.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| points[a.0].0.code.cmp(&points[b.0].0.code)).then(a.0.cmp(&b.0)));
-    v.into_iter().take(n).map(|(p, count)| point_json(&points[p].0, "activations", json!(count))).collect()
+/// The `n` points with most activations, most first, ties by point.
+fn top_points(counts: &HashMap<Point, Counts>, n: usize) -> Vec<Value> {
+    let mut v: Vec<(&Point, i64)> = counts.iter().map(|(p, c)| (p, c.activations)).filter(|(_, a)| *a > 0).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.order(b.0)));
+    v.into_iter().take(n).map(|(p, count)| point_json(p, "activations", json!(count))).collect()
 }
 
 fn point_json(p: &Point, key: &str, value: Value) -> Value {
@@ -546,7 +354,7 @@ impl Kpis {
     /// The points by activations, most first.
     fn ranked(&self) -> Vec<&(Point, PointStats)> {
         let mut v: Vec<&(Point, PointStats)> = self.points.iter().filter(|(_, s)| s.activations > 0).collect();
-        v.sort_by(|a, b| b.1.activations.cmp(&a.1.activations).then_with(|| a.0.code.cmp(&b.0.code)));
+        v.sort_by(|a, b| b.1.activations.cmp(&a.1.activations).then_with(|| a.0.order(&b.0)));
         v
     }
 
@@ -661,7 +469,7 @@ impl Kpis {
             "rate": "annunciated activations divided by the window's length",
             "flood": format!("starts with a 10-minute period of more than {} activations and ends with the first period of fewer than {}; its periods are time in flood", s.flood_start, s.flood_end),
             "top10_share_pct": "the 10 points with most activations, as a share of all activations",
-            "chattering": format!("a point with {} or more activations within {} s", s.chatter_activations, s.chatter_window_secs),
+            "chattering": format!("a point with {} or more activations within {} s; an episode begins with an activation that makes the count after one that did not", s.chatter_activations, s.chatter_window_secs),
             "fleeting": format!("an activation that returned to normal within {} s", s.fleeting_secs),
             "stale": format!("an occurrence active continuously for {} h or more at the end of the window, not shelved or out of service", s.stale_hours),
             "priority": "share of annunciated activations by priority (severity); the target is ISA-18.2's 80/15/5 for low/medium/high, critical shown apart",

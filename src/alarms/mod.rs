@@ -5,8 +5,10 @@
 //! is journalled in `alarm_events` (append-only) with who and when, in the same
 //! transaction as the change.
 
+pub mod activity;
 pub mod journal;
 pub mod kpi;
+pub mod kpi_cache;
 pub mod kpi_report;
 pub mod limits;
 pub mod list;
@@ -197,6 +199,10 @@ pub fn apply(
             conn.prepare_cached("UPDATE alarms SET cleared_at = ?2, state = ?3, shelved_until = NULL WHERE id = ?1")?
                 .execute(params![alarm_id, t, next])?;
             scada_journal(conn, alarm_id, ev, "cleared", raw)?;
+            let raised: i64 = conn
+                .prepare_cached("SELECT raised_at FROM alarms WHERE id = ?1")?
+                .query_row([alarm_id], |r| r.get(0))?;
+            kpi_cache::invalidate(conn, raised, ev.at_ms())?;
             Applied::Cleared { alarm_id }
         }
         (Transition::Cleared, None) => {
@@ -245,6 +251,7 @@ fn raise(
     ])?;
     let alarm_id = conn.last_insert_rowid();
     scada_journal(conn, alarm_id, ev, "raised", raw)?;
+    kpi_cache::invalidate(conn, ev.time.unix(), ev.at_ms())?;
     if out_of_service {
         crate::metrics::count("twinops_alarms_suppressed_total", &[], 1.0);
         return Ok(Applied::OutOfService { alarm_id });

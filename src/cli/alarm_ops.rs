@@ -147,6 +147,8 @@ pub(super) fn run(global: &Global, cmd: AlarmsCommand) -> anyhow::Result<ExitCod
                 ..Default::default()
             };
             settings.validate().map_err(anyhow::Error::msg)?;
+            // The hours closed since housekeeping last ran (all of them, the first time).
+            crate::alarms::kpi_cache::refresh(store.writer(), Timestamp::now())?;
             let figures = kpi::compute(&*store.read()?, from, to, settings)?.to_json();
             println!("{}", crate::alarms::kpi_report::render(&figures, format));
         }

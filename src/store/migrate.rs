@@ -393,6 +393,35 @@ const MIGRATIONS: &[&str] = &[
     // its buffer after an outage) share one backfill job per backfill, with one summary
     // note, instead of a triage each (`alarms::enqueue_triage`, `triage::backfill`).
     "ALTER TABLE triage_jobs ADD COLUMN backfill INTEGER NOT NULL DEFAULT 0 CHECK (backfill IN (0, 1));",
+    // 23: the alarm figures' cache, per closed hour (`alarms::kpi_cache`): derived from
+    // the journal alone, so it starts empty and housekeeping fills it.
+    "CREATE TABLE alarm_kpi_hours (
+         hour       INTEGER PRIMARY KEY,
+         definition TEXT NOT NULL
+     ) STRICT;
+     CREATE TABLE alarm_kpi_periods (
+         period     INTEGER PRIMARY KEY,
+         low        INTEGER NOT NULL,
+         medium     INTEGER NOT NULL,
+         high       INTEGER NOT NULL,
+         critical   INTEGER NOT NULL,
+         suppressed INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE alarm_kpi_points (
+         id        INTEGER PRIMARY KEY,
+         asset_id  TEXT NOT NULL,
+         sensor_id TEXT NOT NULL,
+         code      TEXT NOT NULL,
+         UNIQUE (asset_id, sensor_id, code)
+     ) STRICT;
+     CREATE TABLE alarm_kpi_point_hours (
+         hour             INTEGER NOT NULL,
+         point            INTEGER NOT NULL REFERENCES alarm_kpi_points(id),
+         activations      INTEGER NOT NULL,
+         fleeting         INTEGER NOT NULL,
+         chatter_episodes INTEGER NOT NULL,
+         PRIMARY KEY (hour, point)
+     ) STRICT, WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes.

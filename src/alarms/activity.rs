@@ -1,0 +1,336 @@
+//! Annunciated activity over a span of the journal: the one pass that decides, event by
+//! event, which occurrences were activations, which began a chattering episode and
+//! which were fleeting (definitions in [`super::kpi`]). The figures sum spans of it;
+//! [`super::kpi_cache`] keeps it per closed hour.
+//!
+//! A span's result depends on nothing outside it but what the pass reads on purpose:
+//! the points out of service and the occurrences shelved at its start (from the service
+//! events before it), the activations of the two chatter windows before it (whether one
+//! in the span begins an episode depends on them), and the returns to normal up to the
+//! fleeting limit after it (whether one in the span was fleeting). So adjacent spans sum
+//! to the span that covers both, which is what lets hours be cached.
+
+use std::collections::{HashMap, VecDeque};
+
+use rusqlite::{Connection, params};
+
+use super::kpi::{KpiSettings, Point};
+use crate::domain::Severity;
+
+pub const PERIOD_MS: i64 = 600_000;
+pub const HOUR_MS: i64 = 3_600_000;
+
+/// A point's figures in a span (or an hour of it).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub activations: i64,
+    pub fleeting: i64,
+    /// Chattering episodes that began in the span.
+    pub chatter_episodes: i64,
+}
+
+impl Counts {
+    pub fn add(&mut self, other: Counts) {
+        self.activations += other.activations;
+        self.fleeting += other.fleeting;
+        self.chatter_episodes += other.chatter_episodes;
+    }
+}
+
+/// Per 10-minute period: activations by severity (in [`Severity::ALL`] order), then the
+/// occurrences suppressed (raised while their point was out of service or shelved).
+pub type PeriodCounts = [i64; 5];
+pub const SUPPRESSED: usize = 4;
+
+/// What a span of the journal holds.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Periods by number (Unix ms / 600,000), those with anything in them.
+    pub periods: HashMap<i64, PeriodCounts>,
+    /// The points seen, by index.
+    pub points: Vec<Point>,
+    /// Counts by (hour number, point index); the hour is 0 unless asked for by hour.
+    pub counts: HashMap<(i64, usize), Counts>,
+}
+
+impl Activity {
+    /// Counts per point over the whole span.
+    pub fn by_point(&self) -> HashMap<&Point, Counts> {
+        let mut by: HashMap<&Point, Counts> = HashMap::new();
+        for (&(_, p), c) in &self.counts {
+            by.entry(&self.points[p]).or_default().add(*c);
+        }
+        by
+    }
+}
+
+/// Runs the pass over [start_ms, end_ms). With `by_hour`, counts are kept per hour of
+/// the activation (what the cache stores); without, per point only (memory bounded by
+/// the points, not the activations).
+pub fn span(
+    conn: &Connection,
+    start_ms: i64,
+    end_ms: i64,
+    settings: &KpiSettings,
+    by_hour: bool,
+) -> rusqlite::Result<Activity> {
+    let window_ms = settings.chatter_window_secs * 1000;
+    let fleeting_ms = settings.fleeting_secs * 1000;
+    // Seconds, as the journal's index holds them; milliseconds are sorted out below.
+    let seed_secs = (start_ms - 2 * window_ms).div_euclid(1000);
+    let mut pass = Pass {
+        settings,
+        by_hour,
+        activity: Activity::default(),
+        state: Vec::new(),
+        ids: HashMap::new(),
+        key: String::new(),
+        open: HashMap::new(),
+        shelved: HashMap::new(),
+    };
+    pass.state_at(conn, seed_secs)?;
+    // A return to normal needs only its occurrence (the pass knows its point from the
+    // raise): the join, and the point's strings, are for the other kinds.
+    let mut stmt = conn.prepare_cached(
+        "SELECT e.alarm_id, e.kind, e.at * 1000 + e.millis, a.asset_id, coalesce(a.sensor_id, ''), a.code, a.severity
+         FROM alarm_events e LEFT JOIN alarms a ON a.id = e.alarm_id AND e.kind <> 'cleared'
+         WHERE e.at >= ?1 AND e.at < ?2
+           AND e.kind IN ('raised', 'cleared', 'shelved', 'unshelved', 'out_of_service', 'returned_to_service')
+         ORDER BY e.at, e.millis, e.id",
+    )?;
+    let last_secs = (end_ms + fleeting_ms).div_euclid(1000) + 1;
+    let mut rows = stmt.query(params![seed_secs, last_secs])?;
+    while let Some(r) = rows.next()? {
+        let (alarm, at): (i64, i64) = (r.get(0)?, r.get(2)?);
+        let kind = r.get_ref(1)?.as_str()?;
+        if kind == "cleared" {
+            pass.cleared(alarm, at, fleeting_ms);
+            continue;
+        }
+        if at >= end_ms {
+            continue;
+        }
+        let point = pass.point(r.get_ref(3)?.as_str()?, r.get_ref(4)?.as_str()?, r.get_ref(5)?.as_str()?);
+        match kind {
+            "raised" => {
+                let severity = Severity::parse(r.get_ref(6)?.as_str()?).unwrap_or(Severity::Low);
+                pass.raised(alarm, at, point, severity, at >= start_ms);
+            }
+            "shelved" => pass.shelve(alarm, point),
+            "unshelved" => pass.unshelve(alarm),
+            "out_of_service" => pass.state[point].out_of_service = true,
+            "returned_to_service" => pass.state[point].out_of_service = false,
+            _ => {}
+        }
+    }
+    Ok(pass.activity)
+}
+
+/// A point's running state in the pass.
+#[derive(Debug, Default)]
+struct PointState {
+    /// The last `chatter_activations - 1` activation times (ms).
+    recent: VecDeque<i64>,
+    /// Whether its last activation was a chattering one.
+    chattering: bool,
+    out_of_service: bool,
+    /// Its occurrences shelved now.
+    shelved: u32,
+}
+
+struct Pass<'a> {
+    settings: &'a KpiSettings,
+    by_hour: bool,
+    activity: Activity,
+    state: Vec<PointState>,
+    ids: HashMap<String, usize>,
+    /// A reusable buffer for the point key, so a known point costs no allocation.
+    key: String,
+    /// Activations in the span not yet returned to normal: (point, activation ms).
+    open: HashMap<i64, (usize, i64)>,
+    /// Occurrences shelved now, and their point.
+    shelved: HashMap<i64, usize>,
+}
+
+impl Pass<'_> {
+    fn point(&mut self, asset: &str, sensor: &str, code: &str) -> usize {
+        self.key.clear();
+        for part in [asset, "\u{1f}", sensor, "\u{1f}", code] {
+            self.key.push_str(part);
+        }
+        if let Some(&i) = self.ids.get(self.key.as_str()) {
+            return i;
+        }
+        self.activity.points.push(Point {
+            asset_id: asset.to_string(),
+            sensor_id: (!sensor.is_empty()).then(|| sensor.to_string()),
+            code: code.to_string(),
+        });
+        self.state.push(PointState::default());
+        self.ids.insert(self.key.clone(), self.state.len() - 1);
+        self.state.len() - 1
+    }
+
+    /// Which points were out of service, and which occurrences shelved, at `secs`: from
+    /// the service events before it (a partial index keeps this cheap).
+    fn state_at(&mut self, conn: &Connection, secs: i64) -> rusqlite::Result<()> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT e.alarm_id, e.kind, a.asset_id, coalesce(a.sensor_id, ''), a.code, a.cleared_at
+             FROM alarm_events e INDEXED BY alarm_events_service JOIN alarms a ON a.id = e.alarm_id
+             WHERE e.at < ?1 AND e.kind IN ('shelved', 'unshelved', 'out_of_service', 'returned_to_service')
+             ORDER BY e.at, e.id",
+        )?;
+        let mut rows = stmt.query([secs])?;
+        while let Some(r) = rows.next()? {
+            let point = self.point(r.get_ref(2)?.as_str()?, r.get_ref(3)?.as_str()?, r.get_ref(4)?.as_str()?);
+            let alarm: i64 = r.get(0)?;
+            let cleared: Option<i64> = r.get(5)?;
+            match r.get_ref(1)?.as_str()? {
+                "out_of_service" => self.state[point].out_of_service = true,
+                "returned_to_service" => self.state[point].out_of_service = false,
+                // Shelving ends with the occurrence's return to normal.
+                "shelved" if cleared.is_none_or(|c| c >= secs) => self.shelve(alarm, point),
+                _ => self.unshelve(alarm),
+            }
+        }
+        Ok(())
+    }
+
+    fn shelve(&mut self, alarm: i64, point: usize) {
+        if self.shelved.insert(alarm, point).is_none() {
+            self.state[point].shelved += 1;
+        }
+    }
+
+    fn unshelve(&mut self, alarm: i64) {
+        if let Some(p) = self.shelved.remove(&alarm) {
+            self.state[p].shelved -= 1;
+        }
+    }
+
+    /// A return to normal: a fleeting activation if within the limit; shelving ends
+    /// with it.
+    fn cleared(&mut self, alarm: i64, at: i64, fleeting_ms: i64) {
+        if let Some((p, raised)) = self.open.remove(&alarm)
+            && at - raised <= fleeting_ms
+        {
+            let hour = self.hour(raised);
+            self.activity.counts.entry((hour, p)).or_default().fleeting += 1;
+        }
+        self.unshelve(alarm);
+    }
+
+    fn hour(&self, at: i64) -> i64 {
+        if self.by_hour { at.div_euclid(HOUR_MS) } else { 0 }
+    }
+
+    /// A new occurrence. Before the span (`counted` false) it only feeds the chatter
+    /// state of the activations after it.
+    fn raised(&mut self, alarm: i64, at: i64, point: usize, severity: Severity, counted: bool) {
+        let period = at.div_euclid(PERIOD_MS);
+        let state = &mut self.state[point];
+        if state.out_of_service || state.shelved > 0 {
+            if counted {
+                self.activity.periods.entry(period).or_default()[SUPPRESSED] += 1;
+            }
+            return;
+        }
+        // Chattering: this activation and those of the window before it reach the count.
+        // An episode begins with a chattering activation after one that was not.
+        let (window, needed) = (self.settings.chatter_window_secs * 1000, self.settings.chatter_activations);
+        while state.recent.front().is_some_and(|&t| at - t >= window) {
+            state.recent.pop_front();
+        }
+        state.recent.push_back(at);
+        let chattering = state.recent.len() >= needed;
+        let begins = chattering && !state.chattering;
+        state.chattering = chattering;
+        if state.recent.len() >= needed {
+            state.recent.pop_front();
+        }
+        if !counted {
+            return;
+        }
+        let severity = Severity::ALL.iter().position(|s| *s == severity).unwrap_or(0);
+        self.activity.periods.entry(period).or_default()[severity] += 1;
+        let hour = self.hour(at);
+        let counts = self.activity.counts.entry((hour, point)).or_default();
+        counts.activations += 1;
+        counts.chatter_episodes += i64::from(begins);
+        self.open.insert(alarm, (point, at));
+    }
+}
+
+/// How long a point was shelved and out of service within a window.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Held {
+    pub out_of_service_ms: i64,
+    pub out_of_service_at_end: bool,
+    pub shelved_ms: i64,
+    pub shelved_at_end: bool,
+}
+
+/// Time out of service and shelved within [from_ms, to_ms), per point, from the service
+/// events alone (a partial index keeps them few). Shelving ends with the occurrence's
+/// return to normal.
+pub fn held(conn: &Connection, from_ms: i64, to_ms: i64) -> rusqlite::Result<Vec<(Point, Held)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT e.alarm_id, e.kind, e.at * 1000 + e.millis, a.asset_id, coalesce(a.sensor_id, ''), a.code,
+                (SELECT c.at * 1000 + c.millis FROM alarm_events c
+                 WHERE c.alarm_id = a.id AND c.kind = 'cleared' ORDER BY c.at, c.id LIMIT 1)
+         FROM alarm_events e INDEXED BY alarm_events_service JOIN alarms a ON a.id = e.alarm_id
+         WHERE e.at < ?1 AND e.kind IN ('shelved', 'unshelved', 'out_of_service', 'returned_to_service')
+         ORDER BY e.at, e.millis, e.id",
+    )?;
+    let clip = |since: i64, until: i64| (until.min(to_ms) - since.max(from_ms)).max(0);
+    let mut points: Vec<(Point, Held)> = Vec::new();
+    let mut index: HashMap<Point, usize> = HashMap::new();
+    let mut out_since: HashMap<usize, i64> = HashMap::new();
+    // Shelved occurrences: (point, since, their return to normal if any).
+    let mut shelved: HashMap<i64, (usize, i64, Option<i64>)> = HashMap::new();
+    let mut rows = stmt.query([to_ms.div_euclid(1000) + 1])?;
+    while let Some(r) = rows.next()? {
+        let (alarm, at): (i64, i64) = (r.get(0)?, r.get(2)?);
+        if at >= to_ms {
+            break;
+        }
+        let point = Point {
+            asset_id: r.get(3)?,
+            sensor_id: Some(r.get::<_, String>(4)?).filter(|s| !s.is_empty()),
+            code: r.get(5)?,
+        };
+        let p = *index.entry(point.clone()).or_insert_with(|| {
+            points.push((point, Held::default()));
+            points.len() - 1
+        });
+        match r.get_ref(1)?.as_str()? {
+            "out_of_service" => {
+                out_since.entry(p).or_insert(at);
+            }
+            "returned_to_service" => {
+                if let Some(since) = out_since.remove(&p) {
+                    points[p].1.out_of_service_ms += clip(since, at);
+                }
+            }
+            "shelved" => {
+                shelved.entry(alarm).or_insert((p, at, r.get(6)?));
+            }
+            _ => {
+                if let Some((p, since, cleared)) = shelved.remove(&alarm) {
+                    points[p].1.shelved_ms += clip(since, cleared.map_or(at, |c| c.min(at)));
+                }
+            }
+        }
+    }
+    for (p, since) in out_since {
+        points[p].1.out_of_service_ms += clip(since, to_ms);
+        points[p].1.out_of_service_at_end = true;
+    }
+    for (p, since, cleared) in shelved.into_values() {
+        let until = cleared.filter(|&c| c < to_ms);
+        points[p].1.shelved_ms += clip(since, until.unwrap_or(to_ms));
+        points[p].1.shelved_at_end |= until.is_none();
+    }
+    points.retain(|(_, h)| h.out_of_service_ms > 0 || h.out_of_service_at_end || h.shelved_ms > 0 || h.shelved_at_end);
+    Ok(points)
+}
