@@ -92,6 +92,9 @@ pub struct EventSpec {
     pub threshold: Option<f64>,
     #[serde(default)]
     pub message: String,
+    /// The triage note already written for this occurrence (its summary), as an
+    /// earlier triage would have left it: what a repeat of the point points back to.
+    pub triage_note: Option<String>,
 }
 
 fn raised() -> String {

@@ -150,7 +150,7 @@ pub fn script_replies(steps: &[ScriptStep]) -> Vec<crate::scripted::Reply> {
 }
 
 /// The case's readings, handover and events, in that order, through ingest as SCADA
-/// would send them.
+/// would send them, with the triage notes the case says were already written.
 fn set_up(store: &Store, case: &Case) -> anyhow::Result<()> {
     // The harness delivers a case's events at once, standing in for their arrival as
     // they were raised: none of them is backfill.
@@ -188,6 +188,18 @@ fn set_up(store: &Store, case: &Case) -> anyhow::Result<()> {
         let effect =
             crate::ingest::apply(store.writer(), "scada/alarms", payload.as_bytes(), received, policy.clone())?;
         anyhow::ensure!(effect.dead_letters == 0, "event {i} was refused: {:?}", effect.first_refusal);
+        if let Some(summary) = &e.triage_note {
+            let alarm = latest(store, &format!("{}/{}", e.asset, e.code))?;
+            let body = json!({"summary": summary, "outcome": "final", "provider": "eval"}).to_string();
+            let at = END - i64::from(e.minutes_ago) * 60 + 60;
+            store.writer().call(move |c| {
+                c.execute(
+                    "INSERT INTO notes (kind, alarm_id, body, flags, created_at) VALUES ('triage', ?1, ?2, '[]', ?3)",
+                    rusqlite::params![alarm, body, at],
+                )?;
+                Ok::<_, StoreError>(())
+            })?;
+        }
     }
     Ok(())
 }
