@@ -10,32 +10,32 @@
 //! -> budget_exceeded
 //! ```
 
+mod tool_calls;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::Instant;
 
 use super::audit::{Audit, Step, StepKind};
 use super::checks::{Flaw, Review, WITHHELD};
 use super::config::AgentLimits;
-use super::guard::{as_data, clip, redact};
 use super::model::{
     Finish, Message, Model, ModelReply, ModelRequest, StreamEvent, StreamSink, TaskFacts, ToolCall, ToolSpec, Usage,
 };
 use super::note::TriageNote;
 use super::reliability::{Attempt, Chain, RetryPolicy, Served};
 use super::rules::Rules;
-use crate::approvals::Proposer;
 use crate::domain::{Access, Timestamp};
 use crate::rag::DocIndex;
 use crate::store::{Store, StoreError};
-use crate::tools::{self, ToolDef, ToolOutput};
+use crate::tools::{self, ToolDef};
 
-pub const TRIAGE_PROMPT: &str = include_str!("../../prompts/triage.md");
-const CHAT_PROMPT: &str = include_str!("../../prompts/chat.md");
-pub const HANDOVER_PROMPT: &str = include_str!("../../prompts/handover.md");
+pub const TRIAGE_PROMPT: &str = include_str!("../../../prompts/triage.md");
+const CHAT_PROMPT: &str = include_str!("../../../prompts/chat.md");
+pub const HANDOVER_PROMPT: &str = include_str!("../../../prompts/handover.md");
 
 /// What a run may do: its system prompt, the tools it is offered, and the shape of its
 /// final answer.
@@ -248,13 +248,13 @@ impl Agent {
     }
 }
 
-/// The mutable state of one run.
 /// What the loop does after a step that did not go through: take another, or stop.
 enum Flow {
     Again,
     Done(Outcome),
 }
 
+/// The mutable state of one run.
 struct RunState<'a> {
     agent: &'a Agent,
     task: &'a Task,
@@ -265,18 +265,10 @@ struct RunState<'a> {
     usage: Usage,
     model_calls: u32,
     tool_calls: u32,
-    per_tool: HashMap<String, u32>,
-    repeats: HashMap<String, u32>,
     link_floor: usize,
     degraded: bool,
     provider: Option<String>,
-    output_repair_used: bool,
-    /// A cut-off answer was asked for again once.
-    cut_retry_used: bool,
-    /// Model calls left; a start over with the rules model gives it a fresh budget.
-    steps_left: u32,
-    /// Tool calls of the current plan, against `max_tool_calls`.
-    plan_tool_calls: u32,
+    plan: tool_calls::Plan,
     /// Whether a model other than the rules model called a tool in this run.
     model_called_tools: bool,
     /// Answer text went out on the stream since the last retraction.
@@ -326,15 +318,10 @@ impl<'a> RunState<'a> {
             usage: Usage::default(),
             model_calls: 0,
             tool_calls: 0,
-            per_tool: HashMap::new(),
-            repeats: HashMap::new(),
             link_floor: 0,
             degraded: false,
             provider: None,
-            output_repair_used: false,
-            cut_retry_used: false,
-            steps_left: agent.limits.max_steps,
-            plan_tool_calls: 0,
+            plan: tool_calls::Plan::new(&agent.limits),
             model_called_tools: false,
             draft_streamed: false,
             offered,
@@ -382,8 +369,8 @@ impl<'a> RunState<'a> {
             Some(outcome) => Flow::Done(outcome),
             None => Flow::Again,
         };
-        let Some(left) = self.steps_left.checked_sub(1) else { return Err(budget(self, "steps", audit)) };
-        self.steps_left = left;
+        let Some(left) = self.plan.steps_left.checked_sub(1) else { return Err(budget(self, "steps", audit)) };
+        self.plan.steps_left = left;
         // The rules model costs no time or tokens worth counting: its plan is bounded
         // by its steps alone, so a triage note is written even past the deadline.
         let limits = &self.agent.limits;
@@ -499,8 +486,8 @@ impl<'a> RunState<'a> {
             if self.request.stream.is_some() && !text.is_empty() {
                 self.draft_streamed = true;
             }
-            if cut && !self.cut_retry_used && !last_step {
-                self.cut_retry_used = true;
+            if cut && !self.plan.cut_retry_used && !last_step {
+                self.plan.cut_retry_used = true;
                 audit.record(guardrail("cut_off", "answer", "asked once for the complete answer, shorter"));
                 self.retract("the answer was cut off at the output limit; a complete one follows");
                 self.ask_for_final(format!(
@@ -533,8 +520,8 @@ impl<'a> RunState<'a> {
             return Some(self.publish(text, last_step));
         }
         let for_model = flaws.iter().map(|f| f.for_model.as_str()).collect::<Vec<_>>().join(" ");
-        if !self.output_repair_used && !last_step && !cut {
-            self.output_repair_used = true;
+        if !self.plan.output_repair_used && !last_step && !cut {
+            self.plan.output_repair_used = true;
             audit.record(guardrail("output_check", &for_model, "repair turn requested"));
             self.retract("the draft failed its checks; a corrected answer follows");
             if flaws.iter().any(|f| f.needs_tools) {
@@ -627,12 +614,7 @@ impl<'a> RunState<'a> {
         self.request.messages.truncate(2);
         self.request.tools = self.offered.clone();
         self.request.final_schema = None;
-        self.repeats.clear();
-        self.per_tool.clear();
-        self.plan_tool_calls = 0;
-        self.output_repair_used = false;
-        self.cut_retry_used = false;
-        self.steps_left = self.agent.limits.max_steps;
+        self.plan = tool_calls::Plan::new(&self.agent.limits);
     }
 
     /// Answers calls that must not run: cut off mid-arguments, or made on the last step.
@@ -777,231 +759,6 @@ impl<'a> RunState<'a> {
             audit.record(guardrail("context_budget", &format!("{elided} old tool result(s)"), "elided"));
         }
     }
-
-    /// Checks and runs one turn's tool calls; returns one output per call, in order.
-    async fn run_tools(&mut self, calls: &[ToolCall], audit: &mut Audit) -> Vec<ToolOutput> {
-        let limits = &self.agent.limits;
-        let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
-        let mut reads = Vec::new();
-        let mut proposals = Vec::new();
-        for (i, call) in calls.iter().enumerate() {
-            match self.admit(call) {
-                Err((guard, message)) => {
-                    audit.record(guardrail(guard, &format!("{} {}", call.name, call.arguments_text()), &message));
-                    outputs[i] = Some(ToolOutput { content: message, is_error: true });
-                }
-                Ok((def, args)) => {
-                    if def.access == Access::Propose {
-                        proposals.push((i, def, args));
-                    } else {
-                        reads.push((i, def, args));
-                    }
-                }
-            }
-        }
-        // Reads run concurrently; proposals one at a time, after the reads.
-        let timeout = Duration::from_millis(limits.tool_timeout_ms);
-        let handles: Vec<_> = reads
-            .into_iter()
-            .map(|(i, def, args)| (i, def.clone(), args.clone(), self.spawn_tool(def, args)))
-            .collect();
-        for (i, def, args, handle) in handles {
-            outputs[i] = Some(self.finish_tool(&def, &args, handle, timeout, audit).await);
-        }
-        for (i, def, args) in proposals {
-            let handle = self.spawn_tool(def.clone(), args.clone());
-            outputs[i] = Some(self.finish_tool(&def, &args, handle, timeout, audit).await);
-        }
-        outputs.into_iter().map(|o| o.expect("every call answered")).collect()
-    }
-
-    /// The guardrails a call passes before it may run, in order.
-    fn admit(&mut self, call: &ToolCall) -> Result<(Arc<ToolDef>, Value), (&'static str, String)> {
-        let def = Arc::clone(self.offered(&call.name)?);
-        let args = match &call.arguments {
-            Ok(v) => v.clone(),
-            Err(raw) => {
-                let shown = clip(raw, 200);
-                return Err((
-                    "arguments_json",
-                    self.examples.apply(&format!(
-                        "The arguments of your {} call were not a valid JSON object: {shown}. Send the call again with the arguments as one JSON object, e.g. {{\"asset_id\": \"PUMP-007\"}}.",
-                        call.name
-                    )),
-                ));
-            }
-        };
-        self.check_schema(&def, &args)?;
-        self.spend(&def, &args)?;
-        Ok((def, args))
-    }
-
-    /// The tool `name`, when this task offers it; otherwise what it does offer.
-    fn offered(&self, name: &str) -> Result<&Arc<ToolDef>, (&'static str, String)> {
-        let offered = |n: &str| self.request.tools.iter().any(|o| o.name == n);
-        if let Some(def) = self.agent.tools.iter().find(|t| t.name == name && offered(name)) {
-            return Ok(def);
-        }
-        let list = self.request.tools.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ");
-        Err((
-            "allow_list",
-            if self.agent.tools.iter().any(|t| t.name == name) {
-                format!("Tool '{name}' is not available for this task and was not run. Available tools: {list}.")
-            } else {
-                format!("There is no tool named '{name}'. Available tools: {list}.")
-            },
-        ))
-    }
-
-    fn check_schema(&self, def: &ToolDef, args: &Value) -> Result<(), (&'static str, String)> {
-        let Some(validator) = self.agent.validators.get(def.name) else { return Ok(()) };
-        let errors: Vec<String> = validator
-            .iter_errors(args)
-            .map(|e| {
-                // The message quotes the value; a hostile one can be megabytes.
-                let at = e.instance_path().to_string();
-                let e = clip(&e.to_string(), 200);
-                if at.is_empty() { e } else { format!("{at}: {e}") }
-            })
-            .collect();
-        if errors.is_empty() {
-            return Ok(());
-        }
-        Err(("schema", format!("Invalid arguments for {}: {}. Fix them and call again.", def.name, errors.join("; "))))
-    }
-
-    /// Counts the call against the run's budgets (all calls, per tool, exact repeats),
-    /// or says which one it would break.
-    fn spend(&mut self, def: &ToolDef, args: &Value) -> Result<(), (&'static str, String)> {
-        let limits = &self.agent.limits;
-        if self.plan_tool_calls >= limits.max_tool_calls {
-            return Err((
-                "tool_budget",
-                format!(
-                    "The tool-call budget of this run ({}) is spent; {} was not run. Finish your answer with what you have.",
-                    limits.max_tool_calls, def.name
-                ),
-            ));
-        }
-        let used = self.per_tool.entry(def.name.to_string()).or_default();
-        if *used >= limits.max_calls_per_tool {
-            return Err((
-                "per_tool_limit",
-                format!(
-                    "{} has been called {used} times in this run, the limit; it was not run. Use the results you have or another tool.",
-                    def.name
-                ),
-            ));
-        }
-        let key = format!("{}:{}", def.name, canonical(args));
-        let seen = self.repeats.entry(key).or_default();
-        *seen += 1;
-        if *seen >= 3 {
-            return Err((
-                "repeat",
-                format!(
-                    "You already called {} with exactly these arguments twice; the result will not change. Change the arguments, use another tool, or finish your answer.",
-                    def.name
-                ),
-            ));
-        }
-        *self.per_tool.get_mut(def.name).expect("inserted") += 1;
-        self.tool_calls += 1;
-        self.plan_tool_calls += 1;
-        Ok(())
-    }
-
-    /// Starts a tool on the blocking pool; returns its handle and when it started.
-    fn spawn_tool(&self, def: Arc<ToolDef>, args: Value) -> (tokio::task::JoinHandle<ToolOutput>, Instant) {
-        let (store, docs) = (self.agent.store.clone(), self.agent.docs.clone());
-        let (now, run_id, max_chars) = ((self.agent.clock)(), self.run_id, self.agent.limits.max_result_chars);
-        let handle =
-            tokio::task::spawn_blocking(move || run_blocking(&store, &docs, now, run_id, &def, args, max_chars));
-        (handle, Instant::now())
-    }
-
-    async fn finish_tool(
-        &self,
-        def: &ToolDef,
-        args: &Value,
-        (handle, started): (tokio::task::JoinHandle<ToolOutput>, Instant),
-        timeout: Duration,
-        audit: &mut Audit,
-    ) -> ToolOutput {
-        // The timeout runs from the tool's start, not from when this turn awaits it.
-        let remaining = timeout.saturating_sub(started.elapsed());
-        let output = match tokio::time::timeout(remaining, handle).await {
-            Ok(Ok(out)) => out,
-            Ok(Err(join)) => {
-                tracing::error!(stage = "agent", tool = def.name, error = %join, "tool task panicked");
-                ToolOutput {
-                    content: format!(
-                        "{} failed on an internal error (logged for the operators). Continue without it and say so.",
-                        def.name
-                    ),
-                    is_error: true,
-                }
-            }
-            Err(_) => {
-                audit.record(guardrail(
-                    "tool_timeout",
-                    &format!("{} {args}", def.name),
-                    &format!("no result within {} ms", timeout.as_millis()),
-                ));
-                ToolOutput {
-                    content: format!(
-                        "{} did not answer within {} ms and was abandoned. Try once more with a narrower request, or continue without it.",
-                        def.name,
-                        timeout.as_millis()
-                    ),
-                    is_error: true,
-                }
-            }
-        };
-        let (redacted, hits) = redact(&output.content);
-        if hits > 0 {
-            audit.record(guardrail(
-                "redaction",
-                def.name,
-                &format!("{hits} e-mail address(es) or phone number(s) removed"),
-            ));
-        }
-        // Errors are capped as results are: one can quote what the model sent.
-        let content = if output.is_error {
-            clip(&redacted, self.agent.limits.max_result_chars)
-        } else {
-            as_data(&format!("tool:{}", def.name), &redacted)
-        };
-        audit.record(Step {
-            kind: StepKind::ToolCall,
-            name: def.name.to_string(),
-            arguments: Some(args.to_string()),
-            result: Some(content.clone()),
-            is_error: output.is_error,
-            latency: started.elapsed(),
-            tokens: None,
-        });
-        ToolOutput { content, is_error: output.is_error }
-    }
-}
-
-fn run_blocking(
-    store: &Store,
-    docs: &DocIndex,
-    now: Timestamp,
-    run_id: i64,
-    def: &ToolDef,
-    args: Value,
-    max_chars: usize,
-) -> ToolOutput {
-    tools::with_context(store, docs, now, Proposer::Run(run_id), |ctx| def.call_with_limit(ctx, args, max_chars))
-        .unwrap_or_else(|e| {
-            tracing::error!(stage = "agent", error = %e, "no read connection for a tool");
-            ToolOutput {
-                content: format!("{} could not reach the database. Try again shortly.", def.name),
-                is_error: true,
-            }
-        })
 }
 
 fn guardrail(name: &str, subject: &str, decision: &str) -> Step {
@@ -1013,19 +770,5 @@ fn guardrail(name: &str, subject: &str, decision: &str) -> Step {
         is_error: false,
         latency: Duration::ZERO,
         tokens: None,
-    }
-}
-
-/// A JSON value with object keys sorted, so equal arguments compare equal.
-fn canonical(v: &Value) -> String {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            let parts: Vec<String> = keys.iter().map(|k| format!("{}:{}", json!(k), canonical(&map[*k]))).collect();
-            format!("{{{}}}", parts.join(","))
-        }
-        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
-        other => other.to_string(),
     }
 }
