@@ -177,16 +177,17 @@ fn a_fault_storing_one_event_spares_the_rest_of_the_batch() {
 /// did it; a second replay does nothing.
 #[test]
 fn a_dead_letter_replays_once_its_cause_is_fixed() {
-    use ingest::replay::{self, Replay};
+    use ingest::dead_letters::{self as replay, Replay};
+    use twinops::domain::DeadLetterReason;
     let p = Plant::new();
     let reading = json!({"type": "reading", "sensor_id": "PUMP-001.FLOW2", "time": at(20).to_rfc3339(), "value": 12.0});
     assert_eq!(send(&p, &reading).dead_letters, 1);
-    let pending = |all| replay::list(&p.store.read().unwrap(), Some("unknown_sensor"), all, 10).unwrap();
+    let pending = |all| replay::list(&p.store.read().unwrap(), Some(DeadLetterReason::UnknownSensor), all, 10).unwrap();
     let id = pending(false)[0].id;
 
     let again = replay::replay(p.store.writer(), id, "operator.kaur", Default::default()).unwrap();
     assert!(
-        matches!(&again, Replay::Refused { reason, detail } if reason == "unknown_sensor" && detail.contains("PUMP-001.FLOW2")),
+        matches!(&again, Replay::Refused { reason, detail } if *reason == DeadLetterReason::UnknownSensor && detail.contains("PUMP-001.FLOW2")),
         "{again:?}"
     );
     assert_eq!(p.count("SELECT count(*) FROM dead_letters"), 1, "a refused replay adds nothing");
@@ -983,7 +984,13 @@ fn a_refused_message_delivered_again_is_one_dead_letter_counted() {
         120,
         "first and last receipt"
     );
-    let listed = twinops::ingest::replay::list(&p.store.read().unwrap(), Some("malformed"), false, 10).unwrap();
+    let listed = twinops::ingest::dead_letters::list(
+        &p.store.read().unwrap(),
+        Some(twinops::domain::DeadLetterReason::Malformed),
+        false,
+        10,
+    )
+    .unwrap();
     assert_eq!(listed.iter().map(|d| d.times_seen).collect::<Vec<_>>(), [3, 1, 1]);
 
     // Replayed once its sensor exists, then refused again: open again, not a new row.
@@ -993,8 +1000,8 @@ fn a_refused_message_delivered_again_is_one_dead_letter_counted() {
         "INSERT INTO sensors (id, asset_id, kind, description, unit) VALUES ('PUMP-001.NEW', 'PUMP-001', 'flow', 'New flow meter', 'm3/h')",
     );
     let id = p.count("SELECT id FROM dead_letters WHERE reason = 'unknown_sensor'");
-    let replayed = ingest::replay::replay(p.store.writer(), id, "kaur", Default::default()).unwrap();
-    assert!(matches!(replayed, ingest::replay::Replay::Applied(_)), "{replayed:?}");
+    let replayed = ingest::dead_letters::replay(p.store.writer(), id, "kaur", Default::default()).unwrap();
+    assert!(matches!(replayed, ingest::dead_letters::Replay::Applied(_)), "{replayed:?}");
     p.write("DELETE FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'PUMP-001.NEW'); DELETE FROM sensors WHERE id = 'PUMP-001.NEW';");
     send(&p, &unknown);
     assert_eq!(rows("SELECT count(*) FROM dead_letters WHERE reason = 'unknown_sensor'"), 1);

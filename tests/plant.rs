@@ -394,12 +394,13 @@ fn events_before_the_import_are_replayed_after_it() {
 
     t.import(&lakeside(), Mode::Full).unwrap();
     let db = t.store.read().unwrap();
-    let pending = twinops::ingest::replay::list(&db, None, false, 10).unwrap();
+    let pending = twinops::ingest::dead_letters::list(&db, None, false, 10).unwrap();
     drop(db);
     assert_eq!(pending.len(), 2);
     for d in pending {
-        let r = twinops::ingest::replay::replay(t.store.writer(), d.id, "engineer.li", Default::default()).unwrap();
-        assert!(matches!(r, twinops::ingest::replay::Replay::Applied(_)), "{r:?}");
+        let r =
+            twinops::ingest::dead_letters::replay(t.store.writer(), d.id, "engineer.li", Default::default()).unwrap();
+        assert!(matches!(r, twinops::ingest::dead_letters::Replay::Applied(_)), "{r:?}");
     }
     assert_eq!(t.count("SELECT count(*) FROM alarms WHERE event_id = 'early-1' AND asset_id = 'UV-502'"), 1);
     assert_eq!(

@@ -19,7 +19,9 @@ pub mod standing;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::domain::{AlarmEvent, AlarmState, AssetId, SensorId, Severity, Timestamp, Transition, TriageMode};
+use crate::domain::{
+    AlarmEvent, AlarmState, AssetId, DeadLetterReason, SensorId, Severity, Timestamp, Transition, TriageMode,
+};
 use crate::store::{StoreError, Writer};
 
 /// ISA-18.2: a flood starts above 10 alarms in 10 minutes per operator position and
@@ -106,13 +108,13 @@ pub enum Refusal {
 
 impl Refusal {
     /// The dead-letter reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> DeadLetterReason {
         match self {
-            Refusal::UnknownAsset(_) => "unknown_asset",
-            Refusal::UnknownSensor(_) => "unknown_sensor",
-            Refusal::SensorOfAnotherAsset { .. } => "invalid",
-            Refusal::Retired(_) => "retired",
-            Refusal::UnmatchedClear(_) => "unmatched_clear",
+            Refusal::UnknownAsset(_) => DeadLetterReason::UnknownAsset,
+            Refusal::UnknownSensor(_) => DeadLetterReason::UnknownSensor,
+            Refusal::SensorOfAnotherAsset { .. } => DeadLetterReason::Invalid,
+            Refusal::Retired(_) => DeadLetterReason::Retired,
+            Refusal::UnmatchedClear(_) => DeadLetterReason::UnmatchedClear,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! What the twin holds: `twinops plant`, `readings`, `dead-letters` and `docs`.
 
 use super::*;
+use crate::domain::DeadLetterReason;
 
 #[derive(Subcommand)]
 pub(super) enum PlantCommand {
@@ -56,9 +57,9 @@ pub(super) enum DeadLettersCommand {
     )]
     List {
         /// Only this reason: malformed, oversized, invalid, unknown_asset, unknown_sensor,
-        /// unmatched_clear, failed.
-        #[arg(long)]
-        reason: Option<String>,
+        /// unmatched_clear, conflict, retired, unsupported, failed, not_born, unknown_alias.
+        #[arg(long, value_parser = DeadLetterReason::parse)]
+        reason: Option<DeadLetterReason>,
         /// Include those already replayed.
         #[arg(long)]
         all: bool,
@@ -73,8 +74,8 @@ pub(super) enum DeadLettersCommand {
     Replay {
         ids: Vec<i64>,
         /// Every dead letter of this reason not yet replayed (instead of ids).
-        #[arg(long, conflicts_with = "ids")]
-        reason: Option<String>,
+        #[arg(long, conflicts_with = "ids", value_parser = DeadLetterReason::parse)]
+        reason: Option<DeadLetterReason>,
         #[arg(long, env = "USER", default_value = "cli")]
         user: String,
     },
@@ -132,7 +133,7 @@ pub(super) fn dead_letters(global: &Global, cmd: DeadLettersCommand) -> anyhow::
     match cmd {
         DeadLettersCommand::List { reason, all, limit } => {
             let store = global.open()?;
-            let letters = replay::list(&*store.read()?, reason.as_deref(), all, limit)?;
+            let letters = dead_letters::list(&*store.read()?, reason, all, limit)?;
             println!(
                 "{:>6}  {:<20} {:>5}  {:<15} {:>7}  {:<28} detail",
                 "id", "received", "seen", "reason", "bytes", "topic"
@@ -162,7 +163,7 @@ pub(super) fn dead_letters(global: &Global, cmd: DeadLettersCommand) -> anyhow::
             let store = global.open()?;
             let ids = match reason {
                 Some(reason) => {
-                    replay::list(&*store.read()?, Some(&reason), false, u32::MAX)?.iter().map(|d| d.id).collect()
+                    dead_letters::list(&*store.read()?, Some(reason), false, u32::MAX)?.iter().map(|d| d.id).collect()
                 }
                 None if ids.is_empty() => {
                     anyhow::bail!("name dead letters by id, or --reason; `twinops dead-letters list` shows them")
@@ -172,8 +173,8 @@ pub(super) fn dead_letters(global: &Global, cmd: DeadLettersCommand) -> anyhow::
             let policy = global.config()?.ingest_policy();
             let (mut applied, mut refused) = (0, 0);
             for id in ids {
-                match replay::replay(store.writer(), id, &user, policy.clone())? {
-                    replay::Replay::Applied(e) => {
+                match dead_letters::replay(store.writer(), id, &user, policy.clone())? {
+                    dead_letters::Replay::Applied(e) => {
                         applied += 1;
                         println!(
                             "{id}: applied ({} alarm events, {} readings, {} already stored)",
@@ -182,12 +183,14 @@ pub(super) fn dead_letters(global: &Global, cmd: DeadLettersCommand) -> anyhow::
                             e.duplicate_readings
                         );
                     }
-                    replay::Replay::Refused { reason, detail } => {
+                    dead_letters::Replay::Refused { reason, detail } => {
                         refused += 1;
                         println!("{id}: refused again, {reason}: {detail}");
                     }
-                    replay::Replay::AlreadyReplayed(at) => println!("{id}: already replayed at {}", at.to_rfc3339()),
-                    replay::Replay::NotFound => {
+                    dead_letters::Replay::AlreadyReplayed(at) => {
+                        println!("{id}: already replayed at {}", at.to_rfc3339())
+                    }
+                    dead_letters::Replay::NotFound => {
                         refused += 1;
                         println!("{id}: no such dead letter; `twinops dead-letters list --all` shows them");
                     }

@@ -13,7 +13,7 @@ use crate::alarms;
 use crate::approvals::Proposer;
 use crate::config::Config;
 use crate::domain::{AssetId, Timestamp, parse_time};
-use crate::ingest::replay;
+use crate::ingest::dead_letters;
 use crate::store::Store;
 use crate::tools;
 use crate::{bench, rag, seed};

@@ -42,6 +42,13 @@ macro_rules! text_enum {
             }
         }
 
+        // So that a test or a check can compare with the stored form: `reason == "malformed"`.
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
         impl ToSql for $name {
             fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
                 Ok(ToSqlOutput::from(self.as_str()))
@@ -204,6 +211,39 @@ text_enum! {
     /// How a triage job is run: with the configured models, or by the rules model alone
     /// (low severity, a chattering point, a flood, the overflow job, or over budget).
     TriageMode { Agent => "agent", Rules => "rules" }
+}
+
+text_enum! {
+    /// Why a message, or one event of it, was refused and kept as a dead letter
+    /// (`twinops dead-letters list`). Each says what fixes it.
+    DeadLetterReason {
+        /// Not JSON, not the contract's shape, or an undecodable Sparkplug payload: fix the sender.
+        Malformed => "malformed",
+        /// Larger than ingest reads: split it at the sender.
+        Oversized => "oversized",
+        /// Well formed, but a value breaks the contract (a time out of range, a sensor
+        /// of another asset, a birth that does not fit the twin): fix the sender or the twin.
+        Invalid => "invalid",
+        /// No such asset in the twin: import it, then replay.
+        UnknownAsset => "unknown_asset",
+        /// No such sensor in the twin: import it, then replay.
+        UnknownSensor => "unknown_sensor",
+        /// A clear with no active occurrence to clear (its raise was lost or refused).
+        UnmatchedClear => "unmatched_clear",
+        /// Another value at a stored millisecond, or an event id reused with other content.
+        Conflict => "conflict",
+        /// For an asset or sensor a full import retired: import it again to take its events.
+        Retired => "retired",
+        /// A kind of message twinops does not take (a Sparkplug command, a metric type).
+        Unsupported => "unsupported",
+        /// Could not be stored (a fault, not bad input): fix the fault, then replay.
+        Failed => "failed",
+        /// Sparkplug data from a node or device not born since the host came up: it
+        /// is asked to rebirth.
+        NotBorn => "not_born",
+        /// A Sparkplug metric alias its birth did not declare.
+        UnknownAlias => "unknown_alias",
+    }
 }
 
 #[cfg(test)]

@@ -2,24 +2,24 @@
 //! message's effects, or its dead letters, in one write transaction, so the MQTT
 //! transport can acknowledge the message once `apply` returns.
 
+pub mod dead_letters;
 pub mod history;
 pub mod mqtt;
 pub mod payload;
 pub mod repeat;
-pub mod replay;
 
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension};
 
 pub use payload::{AlarmEvent, DEAD_LETTER_BYTES, Event, Parsed, ParsedEvent, Reading, Rejected, Transition, parse};
 
 use crate::alarms::limits::{self, LimitSensor};
 use crate::alarms::{self, Applied, QueuePolicy};
-use crate::domain::{AssetId, Criticality, SensorId, Severity, Timestamp};
+use crate::domain::{AssetId, Criticality, DeadLetterReason, SensorId, Severity, Timestamp};
 use crate::sparkplug::{self, SparkplugConfig};
 use crate::store::{self, Limits, Rollups, StoreError, Stored, Writer};
 
@@ -67,7 +67,7 @@ pub struct MessageEffect {
     pub duplicate_readings: usize,
     pub dead_letters: usize,
     /// The first refusal's reason and detail, when there were dead letters.
-    pub first_refusal: Option<(&'static str, String)>,
+    pub first_refusal: Option<(DeadLetterReason, String)>,
     /// Sparkplug rebirth requests (NCMD topics) to publish once this is committed.
     pub rebirths: Vec<String>,
 }
@@ -197,7 +197,7 @@ fn apply_isolated(
 }
 
 impl MessageEffect {
-    /// Keeps a refusal as a dead letter ([`dead_letter`]) and counts it.
+    /// Keeps a refusal as a dead letter ([`dead_letters::write`]) and counts it.
     fn dead_letter(
         &mut self,
         conn: &Connection,
@@ -206,7 +206,7 @@ impl MessageEffect {
         r: &Rejected,
         at: Timestamp,
     ) -> rusqlite::Result<()> {
-        dead_letter(conn, topic, payload, r, at)?;
+        dead_letters::write(conn, topic, payload, r, at)?;
         self.dead_letters += 1;
         if self.first_refusal.is_none() {
             self.first_refusal = Some((r.reason, r.detail.clone()));
@@ -227,7 +227,13 @@ impl MessageEffect {
     ) -> rusqlite::Result<()> {
         let detail = format!("could not be stored: {e}; the other {what}s of its batch were kept");
         tracing::error!(stage = "ingest", topic, error = %e, "{what} failed to apply; dead-lettered as `failed`");
-        self.dead_letter(conn, topic, raw, &Rejected { reason: "failed", detail, event: String::new() }, received)
+        self.dead_letter(
+            conn,
+            topic,
+            raw,
+            &Rejected { reason: DeadLetterReason::Failed, detail, event: String::new() },
+            received,
+        )
     }
 
     fn add(&mut self, other: MessageEffect) {
@@ -402,7 +408,7 @@ impl Batch {
         } else {
             return None;
         };
-        Some(Rejected { reason: "invalid", detail, event: String::new() })
+        Some(Rejected { reason: DeadLetterReason::Invalid, detail, event: String::new() })
     }
 
     /// One event's effect, or its dead letter when the twin refuses it (unknown
@@ -429,7 +435,7 @@ impl Batch {
                         && !differ.is_empty() =>
                 {
                     Rejected {
-                        reason: "conflict",
+                        reason: DeadLetterReason::Conflict,
                         detail: format!(
                             "event_id {} was first received with other content (differs in: {}); the first is \
                              kept. A sender must not reuse event ids (a counter reset at restart does): make them \
@@ -465,7 +471,7 @@ impl Batch {
     ) -> Result<Option<Rejected>, StoreError> {
         let refused = match self.sensor(conn, &r.sensor_id)? {
             Some(s) if s.retired => Rejected {
-                reason: "retired",
+                reason: DeadLetterReason::Retired,
                 detail: format!(
                     "sensor {} is retired (left out of a full plant import); import it again to take its readings",
                     r.sensor_id
@@ -486,7 +492,7 @@ impl Batch {
                     return Ok(None);
                 }
                 Stored::Conflict(stored) => Rejected {
-                    reason: "conflict",
+                    reason: DeadLetterReason::Conflict,
                     detail: format!(
                         "sensor {} already has the value {stored} at {}, kept; this reading says {}. Two values \
                          for one millisecond mean two sources write this tag, or a sender stamps several samples \
@@ -499,7 +505,7 @@ impl Batch {
                 },
             },
             None => Rejected {
-                reason: "unknown_sensor",
+                reason: DeadLetterReason::UnknownSensor,
                 detail: format!("no sensor {}{}", r.sensor_id, empty_twin_hint(conn)?),
                 event: String::new(),
             },
@@ -523,7 +529,7 @@ impl Batch {
         match (decoded, self.sparkplug.as_mut()) {
             (Err(r), _) => refused.push(refuse(r.clone())),
             (Ok(_), None) => refused.push(Rejected {
-                reason: "unsupported",
+                reason: DeadLetterReason::Unsupported,
                 detail: "a Sparkplug B message, and Sparkplug is not enabled: set [sparkplug] enabled = true in twinops.toml".into(),
                 event: String::new(),
             }),
@@ -544,7 +550,7 @@ impl Batch {
                 }
             }
         }
-        let mut by_reason: Vec<(&'static str, usize, String)> = Vec::new();
+        let mut by_reason: Vec<(DeadLetterReason, usize, String)> = Vec::new();
         for r in refused {
             match by_reason.iter_mut().find(|(reason, ..)| *reason == r.reason) {
                 Some(entry) => entry.1 += 1,
@@ -602,102 +608,4 @@ fn empty_twin_hint(conn: &Connection) -> rusqlite::Result<&'static str> {
     } else {
         "; the twin has no plant yet: load it with `twinops plant import`, then `twinops dead-letters replay --reason unknown_sensor` (and unknown_asset) brings these events in"
     })
-}
-
-/// Refusals logged at most once per reason and topic every [`RefusalLog::EVERY`], with
-/// how many there were: the journal tells what `dead_letters` holds without a line
-/// for each of a flood.
-static REFUSALS: std::sync::Mutex<RefusalLog> = std::sync::Mutex::new(RefusalLog { counts: Vec::new(), last: None });
-
-struct RefusalLog {
-    /// (reason, topic, count since the last line, an example detail)
-    counts: Vec<(&'static str, String, u64, String)>,
-    last: Option<std::time::Instant>,
-}
-
-impl RefusalLog {
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-    /// Counts a refusal; returns the lines due now (all counts, then cleared), the
-    /// first refusal at once and then at most one round every `EVERY`.
-    fn note(
-        &mut self,
-        reason: &'static str,
-        topic: &str,
-        detail: &str,
-        now: std::time::Instant,
-    ) -> Vec<(&'static str, String, u64, String)> {
-        match self.counts.iter_mut().find(|(r, t, ..)| *r == reason && t == topic) {
-            Some(entry) => entry.2 += 1,
-            None => self.counts.push((reason, topic.to_string(), 1, detail.chars().take(200).collect())),
-        }
-        if self.last.is_some_and(|last| now.duration_since(last) < Self::EVERY) {
-            return Vec::new();
-        }
-        self.last = Some(now);
-        std::mem::take(&mut self.counts)
-    }
-}
-
-/// Stores a refusal with its payload (the first [`DEAD_LETTER_BYTES`] of a larger one).
-/// The same content (topic, whole payload, reason) refused again, as a retained message
-/// is at every subscribe, counts on its first row (`times_seen`, `last_seen_at`) and is
-/// open again if it had been replayed: what it carries is missing again.
-fn dead_letter(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at: Timestamp) -> rusqlite::Result<()> {
-    crate::metrics::count("twinops_ingest_dead_letters_total", &[("reason", r.reason)], 1.0);
-    let due = REFUSALS.lock().expect("refusal log lock").note(r.reason, topic, &r.detail, std::time::Instant::now());
-    for (reason, topic, count, example) in due {
-        tracing::warn!(stage = "ingest", reason, topic, count, example = %example,
-            "refused messages kept as dead letters (`twinops dead-letters list`)");
-    }
-    let (kept, detail) = match payload.get(..DEAD_LETTER_BYTES) {
-        Some(head) if head.len() < payload.len() => {
-            (head, format!("{} (its first {DEAD_LETTER_BYTES} bytes kept)", r.detail))
-        }
-        _ => (payload, r.detail.clone()),
-    };
-    let hash = content_hash(topic, payload, r.reason);
-    conn.prepare_cached(
-        "INSERT INTO dead_letters (received_at, last_seen_at, topic, payload, reason, detail, content_hash)
-         VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6)
-         ON CONFLICT (content_hash) WHERE content_hash IS NOT NULL DO UPDATE SET
-             times_seen = times_seen + 1, last_seen_at = max(last_seen_at, excluded.last_seen_at),
-             detail = excluded.detail, replayed_at = NULL, replayed_by = NULL",
-    )?
-    .execute(params![at.unix(), topic, kept, r.reason, detail, &hash[..]])?;
-    Ok(())
-}
-
-/// What identifies a dead letter: SHA-256 over its topic, its whole payload and the
-/// reason, each length-prefixed so that no two triples hash the same bytes.
-fn content_hash(topic: &str, payload: &[u8], reason: &str) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for part in [topic.as_bytes(), payload, reason.as_bytes()] {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part);
-    }
-    h.finalize().into()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{Duration, Instant};
-
-    /// A flood of refusals is one line per reason and topic every 10 s, with its count.
-    #[test]
-    fn refusals_are_logged_once_per_interval_with_their_counts() {
-        let mut log = RefusalLog { counts: Vec::new(), last: None };
-        let t0 = Instant::now();
-        let first = log.note("malformed", "scada/x", "not JSON", t0);
-        assert_eq!(first, [("malformed", "scada/x".to_string(), 1, "not JSON".to_string())], "the first at once");
-        for i in 0..1000 {
-            assert!(log.note("malformed", "scada/x", "not JSON", t0 + Duration::from_millis(i)).is_empty());
-        }
-        assert!(log.note("unknown_sensor", "scada/y", "no sensor X", t0 + Duration::from_secs(5)).is_empty());
-        let later = log.note("malformed", "scada/x", "not JSON", t0 + Duration::from_secs(11));
-        let counts: Vec<(&str, u64)> = later.iter().map(|(r, _, n, _)| (*r, *n)).collect();
-        assert_eq!(counts, [("malformed", 1001), ("unknown_sensor", 1)]);
-    }
 }

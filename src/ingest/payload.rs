@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 pub use crate::domain::{AlarmEvent, Transition};
-use crate::domain::{AssetId, SensorId, Severity, Timestamp, parse_time_ms};
+use crate::domain::{AssetId, DeadLetterReason, SensorId, Severity, Timestamp, parse_time_ms};
 
 /// Largest message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -81,14 +81,14 @@ pub type Parsed = (Vec<ParsedEvent>, Vec<Rejected>);
 /// Why (part of) a message was not accepted. `reason` is the dead-letter reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rejected {
-    pub reason: &'static str,
+    pub reason: DeadLetterReason,
     pub detail: String,
     /// The offending event's JSON, or empty when the whole message is rejected.
     pub event: String,
 }
 
 impl Rejected {
-    fn message(reason: &'static str, detail: String) -> Rejected {
+    fn message(reason: DeadLetterReason, detail: String) -> Rejected {
         Rejected { reason, detail, event: String::new() }
     }
 }
@@ -187,55 +187,55 @@ const OBJECT: u8 = b'{';
 pub fn parse<'a>(payload: &'a [u8]) -> Result<Parsed, Rejected> {
     if payload.len() > MAX_MESSAGE_BYTES {
         return Err(Rejected::message(
-            "oversized",
+            DeadLetterReason::Oversized,
             format!("{} bytes; the limit is {MAX_MESSAGE_BYTES}", payload.len()),
         ));
     }
-    let not_json = |e: serde_json::Error| Rejected::message("malformed", format!("not JSON: {e}"));
+    let not_json = |e: serde_json::Error| Rejected::message(DeadLetterReason::Malformed, format!("not JSON: {e}"));
     // Each event's JSON beside its parse, for a batch and a single event alike.
     let batch = |items: Vec<&'a RawValue>| {
         if items.len() > MAX_BATCH {
             return Err(Rejected::message(
-                "oversized",
+                DeadLetterReason::Oversized,
                 format!("{} events; the limit is {MAX_BATCH} per message", items.len()),
             ));
         }
         Ok(items.into_iter().map(|item| (item.get(), serde_json::from_str::<Wire>(item.get()))).collect())
     };
-    let wires: Vec<(&str, Result<Wire, serde_json::Error>)> = match payload
-        .iter()
-        .copied()
-        .find(|b| !b.is_ascii_whitespace())
-    {
-        Some(ARRAY) => batch(serde_json::from_slice(payload).map_err(not_json)?)?,
-        // One event (the usual case, read in one pass), or `{"events": [...]}`.
-        Some(OBJECT) => {
-            let one = serde_json::from_slice::<Wire>(payload);
-            let envelope = match &one {
-                Ok(_) => None,
-                Err(_) => serde_json::from_slice::<Envelope>(payload).map_err(not_json)?.events,
-            };
-            match envelope {
-                Some(events) => batch(
-                    serde_json::from_str(events.get())
-                        .map_err(|_| Rejected::message("malformed", "`events` must be an array".into()))?,
-                )?,
-                // It parsed as JSON, so it is UTF-8.
-                None => vec![(
-                    std::str::from_utf8(payload).map_err(|e| Rejected::message("malformed", e.to_string()))?,
-                    one,
-                )],
+    let wires: Vec<(&str, Result<Wire, serde_json::Error>)> =
+        match payload.iter().copied().find(|b| !b.is_ascii_whitespace()) {
+            Some(ARRAY) => batch(serde_json::from_slice(payload).map_err(not_json)?)?,
+            // One event (the usual case, read in one pass), or `{"events": [...]}`.
+            Some(OBJECT) => {
+                let one = serde_json::from_slice::<Wire>(payload);
+                let envelope = match &one {
+                    Ok(_) => None,
+                    Err(_) => serde_json::from_slice::<Envelope>(payload).map_err(not_json)?.events,
+                };
+                match envelope {
+                    Some(events) => batch(serde_json::from_str(events.get()).map_err(|_| {
+                        Rejected::message(DeadLetterReason::Malformed, "`events` must be an array".into())
+                    })?)?,
+                    // It parsed as JSON, so it is UTF-8.
+                    None => vec![(
+                        std::str::from_utf8(payload)
+                            .map_err(|e| Rejected::message(DeadLetterReason::Malformed, e.to_string()))?,
+                        one,
+                    )],
+                }
             }
-        }
-        _ => {
-            let other: serde_json::Value = serde_json::from_slice(payload).map_err(not_json)?;
-            return Err(Rejected::message("malformed", format!("expected an event object or an array, got {other}")));
-        }
-    };
+            _ => {
+                let other: serde_json::Value = serde_json::from_slice(payload).map_err(not_json)?;
+                return Err(Rejected::message(
+                    DeadLetterReason::Malformed,
+                    format!("expected an event object or an array, got {other}"),
+                ));
+            }
+        };
     let mut events = Vec::with_capacity(wires.len());
     let mut rejected = Vec::new();
     for (raw, wire) in wires {
-        match wire.map_err(|e| ("malformed", located(raw, e))).and_then(event) {
+        match wire.map_err(|e| (DeadLetterReason::Malformed, located(raw, e))).and_then(event) {
             Ok(e) => events.push((e, span(payload, raw))),
             Err((reason, detail)) => rejected.push(Rejected { reason, detail, event: raw.to_string() }),
         }
@@ -253,14 +253,14 @@ fn span(payload: &[u8], part: &str) -> Range<usize> {
     start..start + part.len()
 }
 
-type Refused = (&'static str, String);
+type Refused = (DeadLetterReason, String);
 
 fn invalid(detail: String) -> Refused {
-    ("invalid", detail)
+    (DeadLetterReason::Invalid, detail)
 }
 
 fn missing(field: &str, fields: &str) -> Refused {
-    ("malformed", format!("missing field `{field}`: {fields}"))
+    (DeadLetterReason::Malformed, format!("missing field `{field}`: {fields}"))
 }
 
 fn time(t: &str) -> Result<(Timestamp, u16), Refused> {
@@ -280,7 +280,7 @@ fn finite(name: &str, v: Option<f64>) -> Result<Option<f64>, Refused> {
 
 fn event(wire: Wire) -> Result<Event, Refused> {
     match wire.kind {
-        None => Err(("malformed", "missing field `type`: \"alarm\" or \"reading\"".to_string())),
+        None => Err((DeadLetterReason::Malformed, "missing field `type`: \"alarm\" or \"reading\"".to_string())),
         Some(Kind::Reading) => reading(wire),
         Some(Kind::Alarm) => alarm(wire),
     }
@@ -299,7 +299,7 @@ fn reading(wire: Wire) -> Result<Event, Refused> {
         ("message", message.is_some()),
     ];
     if let Some((field, _)) = extra.iter().find(|(_, given)| *given) {
-        return Err(("malformed", format!("field `{field}` is not part of a reading: {FIELDS}")));
+        return Err((DeadLetterReason::Malformed, format!("field `{field}` is not part of a reading: {FIELDS}")));
     }
     let sensor_id = sensor_id.ok_or_else(|| missing("sensor_id", FIELDS))?;
     let t = t.ok_or_else(|| missing("time", FIELDS))?;

@@ -14,7 +14,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::proto::payload::Metric;
 use super::{Decoded, Kind, Refused, SparkplugConfig, Topic, fill, number, property_number, property_text};
-use crate::domain::{AssetId, SensorId, Timestamp};
+use crate::domain::{AssetId, DeadLetterReason, SensorId, Timestamp};
 use crate::plant::{self, Mode, Origin, PlantModel, Site, StationRow};
 use crate::store::StoreError;
 
@@ -117,7 +117,7 @@ impl Host {
             Kind::DBirth | Kind::DData | Kind::DDeath | Kind::NData => {
                 if !self.node(conn, &d.topic)?.online {
                     out.refused.push(Refused::new(
-                        "not_born",
+                        DeadLetterReason::NotBorn,
                         format!(
                             "{}: edge node {}/{} has no session (no NBIRTH since it connected, or it died); a rebirth was requested",
                             d.topic, d.topic.group, d.topic.edge_node
@@ -235,7 +235,7 @@ impl Host {
             Ok(a) => Some(a),
             Err(e) if measured => {
                 out.refused.push(Refused::new(
-                    "invalid",
+                    DeadLetterReason::Invalid,
                     format!("{t}: the asset id this birth maps to is not valid ({e}); change sparkplug.asset or sparkplug.node_asset"),
                 ));
                 None
@@ -250,8 +250,10 @@ impl Host {
                 rows.iter().filter_map(|r| Some((r.sensor.as_ref()?, r.metric?))).collect();
             if self.rules.auto_register {
                 if let Err(problems) = self.register(conn, t, asset, &sensors)? {
-                    out.refused
-                        .push(Refused::new("invalid", format!("{t}: the birth does not fit the twin: {problems}")));
+                    out.refused.push(Refused::new(
+                        DeadLetterReason::Invalid,
+                        format!("{t}: the birth does not fit the twin: {problems}"),
+                    ));
                     for r in &mut rows {
                         r.sensor = None;
                     }
@@ -260,7 +262,7 @@ impl Host {
                 for (id, _) in &sensors {
                     if !exists(conn, "SELECT 1 FROM sensors WHERE id = ?1 COLLATE NOCASE", [id.as_str()])? {
                         out.refused.push(Refused::new(
-                            "unknown_sensor",
+                            DeadLetterReason::UnknownSensor,
                             format!("{t}: no sensor {id} in the twin and sparkplug.auto_register is off: add it with `twinops plant import`, or turn auto_register on"),
                         ));
                     }
@@ -306,7 +308,7 @@ impl Host {
         for m in &d.payload.metrics {
             let Some(name) = m.name.clone() else {
                 out.refused.push(Refused::new(
-                    "invalid",
+                    DeadLetterReason::Invalid,
                     format!("{t}: a metric in a birth has no name (alias {:?})", m.alias),
                 ));
                 continue;
@@ -318,7 +320,7 @@ impl Host {
             }
             if let Err(type_name) = number(m) {
                 out.refused.push(Refused::new(
-                    "unsupported",
+                    DeadLetterReason::Unsupported,
                     format!("{t}: metric '{name}' is of type {type_name}; twinops stores numbers and booleans as readings, so its values are not kept"),
                 ));
                 rows.push(Row { name, alias: m.alias, datatype, sensor: None, metric: None });
@@ -338,7 +340,7 @@ impl Host {
                 Ok(id) => rows.push(Row { name, alias: m.alias, datatype, sensor: Some(id), metric: Some(m) }),
                 Err(e) => {
                     out.refused.push(Refused::new(
-                        "invalid",
+                        DeadLetterReason::Invalid,
                         format!("{t}: metric '{name}' maps to a tag that is not valid ({e}); change sparkplug.tag"),
                     ));
                     rows.push(Row { name, alias: m.alias, datatype, sensor: None, metric: None });
@@ -469,7 +471,7 @@ impl Host {
         let node = self.nodes.get(&(t.group.clone(), t.edge_node.clone())).expect("loaded by apply");
         if t.kind == Kind::DData && !node.devices.contains_key(&t.device) {
             out.refused.push(Refused::new(
-                "not_born",
+                DeadLetterReason::NotBorn,
                 format!(
                     "{t}: device {} has no DBIRTH in this session of its edge node; a rebirth was requested",
                     t.device
@@ -499,7 +501,7 @@ impl Host {
         }
         if !unknown.is_empty() {
             out.refused.push(Refused::new(
-                "unknown_alias",
+                DeadLetterReason::UnknownAlias,
                 format!(
                     "{t}: {} metric(s) not in this session's births ({}); their values were not stored and a rebirth was requested",
                     unknown.len(),

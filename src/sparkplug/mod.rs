@@ -23,7 +23,7 @@ pub mod topic;
 use prost::Message as _;
 use serde::Deserialize;
 
-use crate::domain::{Severity, Timestamp};
+use crate::domain::{DeadLetterReason, Severity, Timestamp};
 pub use host::{Comm, Host, Outcome, SparkplugReading};
 pub use proto::Payload;
 pub use topic::{Kind, Topic};
@@ -164,25 +164,25 @@ pub struct Decoded {
 /// and detail.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refused {
-    pub reason: &'static str,
+    pub reason: DeadLetterReason,
     pub detail: String,
 }
 
 impl Refused {
-    pub fn new(reason: &'static str, detail: impl Into<String>) -> Refused {
+    pub fn new(reason: DeadLetterReason, detail: impl Into<String>) -> Refused {
         Refused { reason, detail: detail.into() }
     }
 }
 
 /// Decodes a message on the `spBv1.0/` namespace: its topic, then its protobuf payload.
 pub fn decode(topic: &str, bytes: &[u8]) -> Result<Decoded, Refused> {
-    let topic = Topic::parse(topic).map_err(|e| Refused::new("malformed", e))?;
+    let topic = Topic::parse(topic).map_err(|e| Refused::new(DeadLetterReason::Malformed, e))?;
     if matches!(topic.kind, Kind::State | Kind::Command) {
         return Ok(Decoded { topic, payload: Payload::default() });
     }
     let payload = Payload::decode(bytes).map_err(|e| {
         Refused::new(
-            "malformed",
+            DeadLetterReason::Malformed,
             format!(
                 "{topic}: the payload ({} bytes) is not a Sparkplug B protobuf payload ({e}); check that the sender \
                  speaks Sparkplug B, not Sparkplug A or JSON",

@@ -422,6 +422,33 @@ const MIGRATIONS: &[&str] = &[
          chatter_episodes INTEGER NOT NULL,
          PRIMARY KEY (hour, point)
      ) STRICT, WITHOUT ROWID;",
+    // 24: a dead letter's reason is one of `DeadLetterReason`'s. Every row is kept; one
+    // with a reason outside the vocabulary (none was ever written) would become
+    // `invalid`, its old reason first in its detail.
+    "CREATE TABLE dead_letters_v24 (
+         id           INTEGER PRIMARY KEY,
+         received_at  INTEGER NOT NULL,
+         topic        TEXT NOT NULL,
+         payload      BLOB NOT NULL,
+         reason       TEXT NOT NULL CHECK (reason IN ('malformed', 'oversized', 'invalid', 'unknown_asset', 'unknown_sensor', 'unmatched_clear', 'conflict', 'retired', 'unsupported', 'failed', 'not_born', 'unknown_alias')),
+         detail       TEXT NOT NULL,
+         replayed_at  INTEGER,
+         replayed_by  TEXT,
+         content_hash BLOB,
+         times_seen   INTEGER NOT NULL DEFAULT 1,
+         last_seen_at INTEGER NOT NULL DEFAULT 0
+     ) STRICT;
+     INSERT INTO dead_letters_v24
+         SELECT id, received_at, topic, payload,
+                CASE WHEN reason IN ('malformed', 'oversized', 'invalid', 'unknown_asset', 'unknown_sensor', 'unmatched_clear', 'conflict', 'retired', 'unsupported', 'failed', 'not_born', 'unknown_alias') THEN reason ELSE 'invalid' END,
+                CASE WHEN reason IN ('malformed', 'oversized', 'invalid', 'unknown_asset', 'unknown_sensor', 'unmatched_clear', 'conflict', 'retired', 'unsupported', 'failed', 'not_born', 'unknown_alias') THEN detail ELSE reason || ': ' || detail END,
+                replayed_at, replayed_by, content_hash, times_seen, last_seen_at
+         FROM dead_letters;
+     DROP TABLE dead_letters;
+     ALTER TABLE dead_letters_v24 RENAME TO dead_letters;
+     CREATE INDEX dead_letters_received ON dead_letters(received_at);
+     CREATE UNIQUE INDEX dead_letters_content ON dead_letters(content_hash) WHERE content_hash IS NOT NULL;
+     CREATE INDEX dead_letters_last_seen ON dead_letters(last_seen_at);",
 ];
 
 /// The schema version this build writes.
@@ -572,6 +599,39 @@ mod tests {
                 (t, cols)
             })
             .collect()
+    }
+
+    /// Migration 24 keeps every dead letter, takes every reason of `DeadLetterReason`, and
+    /// refuses any other; a row with a reason from outside the vocabulary keeps it in its
+    /// detail.
+    #[test]
+    fn dead_letter_reasons_are_the_vocabulary_and_every_row_is_kept() {
+        use crate::domain::DeadLetterReason;
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..23] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 23).unwrap();
+        let insert = "INSERT INTO dead_letters (received_at, last_seen_at, topic, payload, reason, detail)
+                      VALUES (1000, 1000, 'scada/alarms', x'7b7d', ?1, 'why')";
+        for reason in DeadLetterReason::ALL.iter().map(|r| r.as_str()).chain(["from_elsewhere"]) {
+            conn.execute(insert, [reason]).unwrap();
+        }
+        migrate(&mut conn, Path::new(":memory:")).unwrap();
+        let rows: Vec<(String, String)> = conn
+            .prepare("SELECT reason, detail FROM dead_letters ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(rows.len(), DeadLetterReason::ALL.len() + 1);
+        assert_eq!(rows.last().unwrap(), &("invalid".to_string(), "from_elsewhere: why".to_string()));
+        for reason in DeadLetterReason::ALL {
+            conn.execute(insert, [reason.as_str()]).unwrap();
+        }
+        let refused = conn.execute(insert, ["from_elsewhere"]).unwrap_err().to_string();
+        assert!(refused.contains("CHECK constraint failed"), "{refused}");
     }
 
     /// Handovers written before version 6 are taken as sent: upgrading must not publish

@@ -61,7 +61,7 @@ pub(super) async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> 
     let db = s.store.read()?;
     let flood = alarms::flood_state(&db, now, false)?;
     let backlog = crate::triage::backlog(&db, now)?;
-    let refused = crate::ingest::replay::refused_since(&db, now.plus_secs(-REFUSED_WINDOW_S))?;
+    let refused = crate::ingest::dead_letters::refused_since(&db, now.plus_secs(-REFUSED_WINDOW_S))?;
     // The page shows the site's name and its times in the site's zone.
     let site = crate::plant::site(&db)?;
     drop(db);
