@@ -54,13 +54,78 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// Counts per point over the whole span.
-    pub fn by_point(&self) -> HashMap<&Point, Counts> {
-        let mut by: HashMap<&Point, Counts> = HashMap::new();
+    /// Adds the span's counts to `sums`, per point.
+    pub fn add_to(&self, sums: &mut PointSums) {
         for (&(_, p), c) in &self.counts {
-            by.entry(&self.points[p]).or_default().add(*c);
+            let i = sums.slot(&self.points[p]);
+            sums.counts[i].add(*c);
         }
-        by
+    }
+}
+
+/// Counts per point over a window, each point indexed once however many spans and
+/// hours it appears in.
+#[derive(Debug, Default)]
+pub struct PointSums {
+    pub index: PointIndex,
+    /// By point index.
+    pub counts: Vec<Counts>,
+}
+
+impl PointSums {
+    /// The point's index, given a slot if it is new.
+    pub fn slot(&mut self, p: &Point) -> usize {
+        self.slot_of(&p.asset_id, p.sensor_id.as_deref().unwrap_or(""), &p.code)
+    }
+
+    pub fn slot_of(&mut self, asset: &str, sensor: &str, code: &str) -> usize {
+        let i = self.index.index(asset, sensor, code);
+        if i == self.counts.len() {
+            self.counts.push(Counts::default());
+        }
+        i
+    }
+
+    /// The `n` points with most activations, most first, ties by point.
+    pub fn top(&self, n: usize) -> Vec<(&Point, i64)> {
+        let mut v: Vec<(&Point, i64)> = Vec::with_capacity(n + 1);
+        for (p, c) in self.index.points.iter().zip(&self.counts).filter(|(_, c)| c.activations > 0) {
+            let before = |q: &(&Point, i64)| c.activations > q.1 || (c.activations == q.1 && p.order(q.0).is_lt());
+            let at = v.iter().position(before).unwrap_or(v.len());
+            if at < n {
+                v.insert(at, (p, c.activations));
+                v.truncate(n);
+            }
+        }
+        v
+    }
+}
+
+/// Points by their three ids, each given an index the first time it is seen; a known
+/// point costs no allocation.
+#[derive(Debug, Default)]
+pub struct PointIndex {
+    pub points: Vec<Point>,
+    ids: HashMap<String, usize>,
+    key: String,
+}
+
+impl PointIndex {
+    pub fn index(&mut self, asset: &str, sensor: &str, code: &str) -> usize {
+        self.key.clear();
+        for part in [asset, "\u{1f}", sensor, "\u{1f}", code] {
+            self.key.push_str(part);
+        }
+        if let Some(&i) = self.ids.get(self.key.as_str()) {
+            return i;
+        }
+        self.points.push(Point {
+            asset_id: asset.to_string(),
+            sensor_id: (!sensor.is_empty()).then(|| sensor.to_string()),
+            code: code.to_string(),
+        });
+        self.ids.insert(self.key.clone(), self.points.len() - 1);
+        self.points.len() - 1
     }
 }
 
@@ -83,8 +148,7 @@ pub fn span(
         by_hour,
         activity: Activity::default(),
         state: Vec::new(),
-        ids: HashMap::new(),
-        key: String::new(),
+        index: PointIndex::default(),
         open: HashMap::new(),
         shelved: HashMap::new(),
     };
@@ -123,6 +187,7 @@ pub fn span(
             _ => {}
         }
     }
+    pass.activity.points = pass.index.points;
     Ok(pass.activity)
 }
 
@@ -143,9 +208,7 @@ struct Pass<'a> {
     by_hour: bool,
     activity: Activity,
     state: Vec<PointState>,
-    ids: HashMap<String, usize>,
-    /// A reusable buffer for the point key, so a known point costs no allocation.
-    key: String,
+    index: PointIndex,
     /// Activations in the span not yet returned to normal: (point, activation ms).
     open: HashMap<i64, (usize, i64)>,
     /// Occurrences shelved now, and their point.
@@ -154,21 +217,11 @@ struct Pass<'a> {
 
 impl Pass<'_> {
     fn point(&mut self, asset: &str, sensor: &str, code: &str) -> usize {
-        self.key.clear();
-        for part in [asset, "\u{1f}", sensor, "\u{1f}", code] {
-            self.key.push_str(part);
+        let i = self.index.index(asset, sensor, code);
+        if i == self.state.len() {
+            self.state.push(PointState::default());
         }
-        if let Some(&i) = self.ids.get(self.key.as_str()) {
-            return i;
-        }
-        self.activity.points.push(Point {
-            asset_id: asset.to_string(),
-            sensor_id: (!sensor.is_empty()).then(|| sensor.to_string()),
-            code: code.to_string(),
-        });
-        self.state.push(PointState::default());
-        self.ids.insert(self.key.clone(), self.state.len() - 1);
-        self.state.len() - 1
+        i
     }
 
     /// Which points were out of service, and which occurrences shelved, at `secs`: from

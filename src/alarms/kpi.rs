@@ -16,13 +16,11 @@
 //! at once; with the default definitions, closed hours come summed from a cache
 //! ([`super::kpi_cache`]).
 
-use std::collections::HashMap;
-
 use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::activity::{self, Counts, PERIOD_MS, SUPPRESSED};
+use super::activity::{self, PERIOD_MS, PointSums, SUPPRESSED};
 use super::kpi_cache;
 use crate::domain::{Severity, Timestamp};
 
@@ -115,7 +113,7 @@ pub struct Point {
 
 impl Point {
     /// The order lists of points take among equals: by code, then asset and sensor.
-    fn order(&self, other: &Point) -> std::cmp::Ordering {
+    pub(super) fn order(&self, other: &Point) -> std::cmp::Ordering {
         (&self.code, &self.asset_id, &self.sensor_id).cmp(&(&other.code, &other.asset_id, &other.sensor_id))
     }
 }
@@ -158,6 +156,7 @@ pub struct Kpis {
     pub per_period: Vec<i64>,
     pub floods: Vec<Flood>,
     pub by_severity: [i64; 4],
+    /// Most activations first, ties by point; those with none (held only) last.
     points: Vec<(Point, PointStats)>,
     stale: Vec<Value>,
 }
@@ -180,25 +179,27 @@ pub fn compute(conn: &Connection, from: Timestamp, to: Timestamp, settings: KpiS
         suppressed += n[SUPPRESSED];
     }
     let floods = floods(conn, &per_period, first_period, (from_ms, to_ms), &settings, &by_point)?;
-    let mut points: HashMap<Point, PointStats> = by_point
-        .into_iter()
-        .map(|(p, c)| {
-            let stats = PointStats {
-                activations: c.activations,
-                chatter_episodes: c.chatter_episodes,
-                fleeting: c.fleeting,
-                ..Default::default()
-            };
-            (p, stats)
+    let mut sums = by_point;
+    let mut stats: Vec<PointStats> = sums
+        .counts
+        .iter()
+        .map(|c| PointStats {
+            activations: c.activations,
+            chatter_episodes: c.chatter_episodes,
+            fleeting: c.fleeting,
+            ..Default::default()
         })
         .collect();
     for (p, h) in activity::held(conn, from_ms, to_ms)? {
-        let stats = points.entry(p).or_default();
-        (stats.oos_ms, stats.out_of_service) = (h.out_of_service_ms, h.out_of_service_at_end);
-        (stats.shelved_ms, stats.shelved_now) = (h.shelved_ms, h.shelved_at_end);
+        let i = sums.slot(&p);
+        stats.resize_with(sums.counts.len(), Default::default);
+        let s = &mut stats[i];
+        (s.oos_ms, s.out_of_service) = (h.out_of_service_ms, h.out_of_service_at_end);
+        (s.shelved_ms, s.shelved_now) = (h.shelved_ms, h.shelved_at_end);
     }
-    let mut points: Vec<(Point, PointStats)> = points.into_iter().collect();
-    points.sort_by(|a, b| a.0.order(&b.0));
+    // Ranked once: most activations first (those with none, held only, last).
+    let mut points: Vec<(Point, PointStats)> = sums.index.points.into_iter().zip(stats).collect();
+    points.sort_unstable_by(|a, b| b.1.activations.cmp(&a.1.activations).then_with(|| a.0.order(&b.0)));
     Ok(Kpis {
         from,
         to,
@@ -221,7 +222,7 @@ fn floods(
     first_period: i64,
     (from_ms, to_ms): (i64, i64),
     settings: &KpiSettings,
-    window: &HashMap<Point, Counts>,
+    window: &PointSums,
 ) -> rusqlite::Result<Vec<Flood>> {
     let mut spans: Vec<(usize, usize, i64, i64)> = Vec::new();
     let mut current: Option<(usize, i64, i64)> = None;
@@ -278,10 +279,8 @@ fn stale(conn: &Connection, to: Timestamp, hours: i64) -> rusqlite::Result<Vec<V
 }
 
 /// The `n` points with most activations, most first, ties by point.
-fn top_points(counts: &HashMap<Point, Counts>, n: usize) -> Vec<Value> {
-    let mut v: Vec<(&Point, i64)> = counts.iter().map(|(p, c)| (p, c.activations)).filter(|(_, a)| *a > 0).collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.order(b.0)));
-    v.into_iter().take(n).map(|(p, count)| point_json(p, "activations", json!(count))).collect()
+fn top_points(sums: &PointSums, n: usize) -> Vec<Value> {
+    sums.top(n).into_iter().map(|(p, count)| point_json(p, "activations", json!(count))).collect()
 }
 
 fn point_json(p: &Point, key: &str, value: Value) -> Value {
@@ -351,11 +350,10 @@ impl Kpis {
             .sum()
     }
 
-    /// The points by activations, most first.
-    fn ranked(&self) -> Vec<&(Point, PointStats)> {
-        let mut v: Vec<&(Point, PointStats)> = self.points.iter().filter(|(_, s)| s.activations > 0).collect();
-        v.sort_by(|a, b| b.1.activations.cmp(&a.1.activations).then_with(|| a.0.order(&b.0)));
-        v
+    /// The points with activations, most first.
+    fn ranked(&self) -> &[(Point, PointStats)] {
+        let n = self.points.partition_point(|(_, s)| s.activations > 0);
+        &self.points[..n]
     }
 
     /// A point's annunciated activations in the window, its rank among the ten most

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::activity::{self, Activity, Counts, HOUR_MS, PERIOD_MS, PeriodCounts};
-use super::kpi::{KpiSettings, MAX_WINDOW_DAYS, Point};
+use super::activity::{self, Activity, Counts, HOUR_MS, PERIOD_MS, PeriodCounts, PointSums};
+use super::kpi::{KpiSettings, MAX_WINDOW_DAYS};
 use crate::domain::Timestamp;
 use crate::store::{StoreError, Writer};
 
@@ -104,26 +104,14 @@ fn store(c: &Connection, from: i64, to: i64, act: &Activity) -> rusqlite::Result
     for (p, n) in &act.periods {
         period.execute(params![p, n[0], n[1], n[2], n[3], n[4]])?;
     }
-    let mut ids: HashMap<usize, i64> = HashMap::new();
-    let mut point_id = c.prepare_cached(
-        "INSERT INTO alarm_kpi_points (asset_id, sensor_id, code) VALUES (?1, ?2, ?3)
-         ON CONFLICT (asset_id, sensor_id, code) DO UPDATE SET code = excluded.code RETURNING id",
-    )?;
     let mut row = c.prepare_cached(
-        "INSERT INTO alarm_kpi_point_hours (hour, point, activations, fleeting, chatter_episodes)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO alarm_kpi_point_hours (hour, asset_id, sensor_id, code, activations, fleeting, chatter_episodes)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
     for (&(hour, p), n) in &act.counts {
-        let id = match ids.get(&p) {
-            Some(&id) => id,
-            None => {
-                let pt = &act.points[p];
-                let id: i64 = point_id
-                    .query_row(params![pt.asset_id, pt.sensor_id.as_deref().unwrap_or(""), pt.code], |r| r.get(0))?;
-                *ids.entry(p).or_insert(id)
-            }
-        };
-        row.execute(params![hour, id, n.activations, n.fleeting, n.chatter_episodes])?;
+        let pt = &act.points[p];
+        let sensor = pt.sensor_id.as_deref().unwrap_or("");
+        row.execute(params![hour, pt.asset_id, sensor, pt.code, n.activations, n.fleeting, n.chatter_episodes])?;
     }
     let mut hour = c.prepare_cached("INSERT OR REPLACE INTO alarm_kpi_hours (hour, definition) VALUES (?1, ?2)")?;
     for h in from..to {
@@ -164,7 +152,7 @@ pub fn activity(
     from_ms: i64,
     to_ms: i64,
     settings: &KpiSettings,
-) -> rusqlite::Result<(HashMap<i64, PeriodCounts>, HashMap<Point, Counts>)> {
+) -> rusqlite::Result<(HashMap<i64, PeriodCounts>, PointSums)> {
     // One snapshot: housekeeping may cache hours meanwhile.
     conn.execute_batch("SAVEPOINT kpi_snapshot")?;
     let result = activity_in_snapshot(conn, from_ms, to_ms, settings);
@@ -177,7 +165,7 @@ fn activity_in_snapshot(
     from_ms: i64,
     to_ms: i64,
     settings: &KpiSettings,
-) -> rusqlite::Result<(HashMap<i64, PeriodCounts>, HashMap<Point, Counts>)> {
+) -> rusqlite::Result<(HashMap<i64, PeriodCounts>, PointSums)> {
     let (h1, h2) = ((from_ms + HOUR_MS - 1).div_euclid(HOUR_MS), to_ms.div_euclid(HOUR_MS));
     let cached: Vec<i64> = if cacheable(settings) && h1 < h2 {
         let mut stmt = conn.prepare_cached("SELECT hour FROM alarm_kpi_hours WHERE hour >= ?1 AND hour < ?2")?;
@@ -186,7 +174,7 @@ fn activity_in_snapshot(
         Vec::new()
     };
     let mut periods: HashMap<i64, PeriodCounts> = HashMap::new();
-    let mut points: HashMap<Point, Counts> = HashMap::new();
+    let mut points = PointSums::default();
     // The spans not cached: gaps between cached hours, in milliseconds, ends included.
     let mut raw: Vec<(i64, i64)> = Vec::new();
     if cached.is_empty() {
@@ -205,9 +193,7 @@ fn activity_in_snapshot(
                 into[i] += v;
             }
         }
-        for (point, counts) in span.by_point() {
-            points.entry(point.clone()).or_default().add(counts);
-        }
+        span.add_to(&mut points);
     }
     Ok((periods, points))
 }
@@ -218,7 +204,7 @@ fn sum_cached(
     h1: i64,
     h2: i64,
     periods: &mut HashMap<i64, PeriodCounts>,
-    points: &mut HashMap<Point, Counts>,
+    points: &mut PointSums,
 ) -> rusqlite::Result<()> {
     let per_hour = HOUR_MS / PERIOD_MS;
     let mut stmt = conn.prepare_cached(
@@ -229,22 +215,15 @@ fn sum_cached(
     while let Some(r) = rows.next()? {
         periods.insert(r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?]);
     }
+    // One range scan, summed here by point (SQLite's GROUP BY would sort the rows first).
     let mut stmt = conn.prepare_cached(
-        "SELECT p.asset_id, p.sensor_id, p.code, s.activations, s.fleeting, s.chatter_episodes
-         FROM (SELECT point, sum(activations) AS activations, sum(fleeting) AS fleeting,
-                      sum(chatter_episodes) AS chatter_episodes
-               FROM alarm_kpi_point_hours WHERE hour >= ?1 AND hour < ?2 GROUP BY point) s
-         JOIN alarm_kpi_points p ON p.id = s.point",
+        "SELECT asset_id, sensor_id, code, activations, fleeting, chatter_episodes
+         FROM alarm_kpi_point_hours WHERE hour >= ?1 AND hour < ?2",
     )?;
     let mut rows = stmt.query([h1, h2])?;
     while let Some(r) = rows.next()? {
-        let sensor: String = r.get(1)?;
-        let point = Point { asset_id: r.get(0)?, sensor_id: (!sensor.is_empty()).then_some(sensor), code: r.get(2)? };
-        points.entry(point).or_default().add(Counts {
-            activations: r.get(3)?,
-            fleeting: r.get(4)?,
-            chatter_episodes: r.get(5)?,
-        });
+        let i = points.slot_of(r.get_ref(0)?.as_str()?, r.get_ref(1)?.as_str()?, r.get_ref(2)?.as_str()?);
+        points.counts[i].add(Counts { activations: r.get(3)?, fleeting: r.get(4)?, chatter_episodes: r.get(5)? });
     }
     Ok(())
 }
