@@ -283,6 +283,24 @@ fn top_points(sums: &PointSums, n: usize) -> Vec<Value> {
     sums.top(n).into_iter().map(|(p, count)| point_json(p, "activations", json!(count))).collect()
 }
 
+/// The points `keep` selects, in order, each with its two figures.
+fn list(
+    points: &[(Point, PointStats)],
+    keep: &dyn Fn(&PointStats) -> bool,
+    figures: &dyn Fn(&PointStats) -> [(&'static str, Value); 2],
+) -> Vec<Value> {
+    points
+        .iter()
+        .filter(|(_, s)| keep(s))
+        .map(|(p, s)| {
+            let [(k1, v1), (k2, v2)] = figures(s);
+            let mut v = point_json(p, k1, v1);
+            v[k2] = v2;
+            v
+        })
+        .collect()
+}
+
 fn point_json(p: &Point, key: &str, value: Value) -> Value {
     let mut v = json!({"asset_id": p.asset_id, "sensor_id": p.sensor_id, "code": p.code});
     v[key] = value;
@@ -375,50 +393,24 @@ impl Kpis {
     pub fn to_json(&self) -> Value {
         let (peak, peak_at) = self.peak();
         let over_10 = self.per_period.iter().filter(|&&n| n > 10).count() as i64;
-        let bad_actors: Vec<Value> = self
-            .ranked()
-            .iter()
-            .take(10)
-            .map(|(p, s)| {
-                let mut v = point_json(p, "activations", json!(s.activations));
-                v["share_pct"] = json!(pct(s.activations, self.annunciated));
-                v
-            })
-            .collect();
-        let chattering: Vec<Value> = self
-            .ranked()
-            .iter()
-            .filter(|(_, s)| s.chatter_episodes > 0)
-            .map(|(p, s)| {
-                let mut v = point_json(p, "activations", json!(s.activations));
-                v["chatter_episodes"] = json!(s.chatter_episodes);
-                v
-            })
-            .collect();
-        let fleeting: Vec<Value> = self
-            .ranked()
-            .iter()
-            .filter(|(_, s)| s.fleeting > 0)
-            .map(|(p, s)| {
-                let mut v = point_json(p, "fleeting", json!(s.fleeting));
-                v["activations"] = json!(s.activations);
-                v
-            })
-            .collect();
+        let ranked = self.ranked();
+        let minutes = |ms: i64| json!(round2(ms as f64 / 60_000.0));
+        let bad_actors = list(&ranked[..ranked.len().min(10)], &|_| true, &|s| {
+            [("activations", json!(s.activations)), ("share_pct", json!(pct(s.activations, self.annunciated)))]
+        });
+        let chattering = list(ranked, &|s| s.chatter_episodes > 0, &|s| {
+            [("activations", json!(s.activations)), ("chatter_episodes", json!(s.chatter_episodes))]
+        });
+        let fleeting = list(ranked, &|s| s.fleeting > 0, &|s| {
+            [("fleeting", json!(s.fleeting)), ("activations", json!(s.activations))]
+        });
         // Points shelved or out of service in the window: minutes, and whether still so.
-        let held = |minutes_key: &str, at_end_key: &str, of: &dyn Fn(&PointStats) -> (i64, bool)| -> Vec<Value> {
-            self.points
-                .iter()
-                .filter(|(_, s)| of(s).0 > 0 || of(s).1)
-                .map(|(p, s)| {
-                    let mut v = point_json(p, minutes_key, json!(round2(of(s).0 as f64 / 60_000.0)));
-                    v[at_end_key] = json!(of(s).1);
-                    v
-                })
-                .collect()
-        };
-        let shelved = held("shelved_minutes", "shelved_at_end", &|s| (s.shelved_ms, s.shelved_now));
-        let out_of_service = held("out_of_service_minutes", "out_of_service_at_end", &|s| (s.oos_ms, s.out_of_service));
+        let shelved = list(&self.points, &|s| s.shelved_ms > 0 || s.shelved_now, &|s| {
+            [("shelved_minutes", minutes(s.shelved_ms)), ("shelved_at_end", json!(s.shelved_now))]
+        });
+        let out_of_service = list(&self.points, &|s| s.oos_ms > 0 || s.out_of_service, &|s| {
+            [("out_of_service_minutes", minutes(s.oos_ms)), ("out_of_service_at_end", json!(s.out_of_service))]
+        });
         let fleeting_total: i64 = self.points.iter().map(|(_, s)| s.fleeting).sum();
         let severity = |i: usize| (Severity::ALL[i].as_str(), self.by_severity[i]);
         let priority: serde_json::Map<String, Value> =

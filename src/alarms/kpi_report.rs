@@ -32,8 +32,40 @@ fn point(v: &Value) -> Vec<String> {
 }
 
 fn tables(k: &Value) -> Vec<Table> {
+    let mut tables = vec![
+        Table {
+            title: "Figures".into(),
+            header: vec!["figure", "value", "target (ISA-18.2 Table 7)"],
+            rows: figures(k),
+        },
+        Table {
+            title: "Floods".into(),
+            header: vec!["start", "end", "activations", "peak/10 min", "top contributors"],
+            rows: rows(k, "floods", &|f| {
+                let top: Vec<String> = f["top"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| format!("{} {} ({})", s(&t["asset_id"]), s(&t["code"]), s(&t["activations"])))
+                    .collect();
+                let end = if f["ongoing"] == true { format!("{} (ongoing)", s(&f["end"])) } else { s(&f["end"]) };
+                vec![s(&f["start"]), end, s(&f["activations"]), s(&f["peak_10min"]), top.join(", ")]
+            }),
+        },
+    ];
+    tables.extend(point_tables(k));
+    tables
+}
+
+/// One row per item of the list `key`.
+fn rows(k: &Value, key: &str, f: &dyn Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+    k[key].as_array().map(|l| l.iter().map(f).collect()).unwrap_or_default()
+}
+
+/// Each figure beside its target.
+fn figures(k: &Value) -> Vec<Vec<String>> {
     let target = |key: &str| s(&k["targets"][key]);
-    let figures = vec![
+    vec![
         vec!["annunciated activations".into(), s(&k["annunciated"]), String::new()],
         vec!["suppressed (out of service, shelved)".into(), s(&k["suppressed"]), String::new()],
         vec!["average per day".into(), s(&k["rate_per_day"]), target("rate_per_day")],
@@ -63,44 +95,33 @@ fn tables(k: &Value) -> Vec<Table> {
             ["low", "medium", "high", "critical"].map(|p| s(&k["priority_pct"][p])).join(" / "),
             target("priority_pct"),
         ],
-    ];
-    let list = |key: &str| k[key].as_array().cloned().unwrap_or_default();
-    let rows = |key: &str, f: &dyn Fn(&Value) -> Vec<String>| list(key).iter().map(f).collect::<Vec<_>>();
+    ]
+}
+
+/// The lists of points: bad actors, chattering, fleeting, stale, shelved, out of service.
+fn point_tables(k: &Value) -> Vec<Table> {
     vec![
-        Table { title: "Figures".into(), header: vec!["figure", "value", "target (ISA-18.2 Table 7)"], rows: figures },
-        Table {
-            title: "Floods".into(),
-            header: vec!["start", "end", "activations", "peak/10 min", "top contributors"],
-            rows: rows("floods", &|f| {
-                let top: Vec<String> = f["top"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|t| format!("{} {} ({})", s(&t["asset_id"]), s(&t["code"]), s(&t["activations"])))
-                    .collect();
-                let end = if f["ongoing"] == true { format!("{} (ongoing)", s(&f["end"])) } else { s(&f["end"]) };
-                vec![s(&f["start"]), end, s(&f["activations"]), s(&f["peak_10min"]), top.join(", ")]
-            }),
-        },
         Table {
             title: "Most frequent points (bad actors)".into(),
             header: vec!["asset", "sensor", "code", "activations", "share %"],
-            rows: rows("bad_actors", &|b| [point(b), vec![s(&b["activations"]), s(&b["share_pct"])]].concat()),
+            rows: rows(k, "bad_actors", &|b| [point(b), vec![s(&b["activations"]), s(&b["share_pct"])]].concat()),
         },
         Table {
             title: "Chattering points".into(),
             header: vec!["asset", "sensor", "code", "activations", "episodes"],
-            rows: rows("chattering", &|c| [point(c), vec![s(&c["activations"]), s(&c["chatter_episodes"])]].concat()),
+            rows: rows(k, "chattering", &|c| {
+                [point(c), vec![s(&c["activations"]), s(&c["chatter_episodes"])]].concat()
+            }),
         },
         Table {
             title: "Fleeting activations".into(),
             header: vec!["asset", "sensor", "code", "fleeting", "activations"],
-            rows: rows("fleeting", &|c| [point(c), vec![s(&c["fleeting"]), s(&c["activations"])]].concat()),
+            rows: rows(k, "fleeting", &|c| [point(c), vec![s(&c["fleeting"]), s(&c["activations"])]].concat()),
         },
         Table {
             title: "Stale alarms".into(),
             header: vec!["alarm", "asset", "sensor", "code", "severity", "active since", "hours"],
-            rows: rows("stale", &|a| {
+            rows: rows(k, "stale", &|a| {
                 vec![
                     s(&a["alarm_id"]),
                     s(&a["asset_id"]),
@@ -115,12 +136,12 @@ fn tables(k: &Value) -> Vec<Table> {
         Table {
             title: "Shelved".into(),
             header: vec!["asset", "sensor", "code", "minutes", "shelved at the end"],
-            rows: rows("shelved", &|a| [point(a), vec![s(&a["shelved_minutes"]), s(&a["shelved_at_end"])]].concat()),
+            rows: rows(k, "shelved", &|a| [point(a), vec![s(&a["shelved_minutes"]), s(&a["shelved_at_end"])]].concat()),
         },
         Table {
             title: "Out of service".into(),
             header: vec!["asset", "sensor", "code", "minutes", "out at the end"],
-            rows: rows("out_of_service", &|a| {
+            rows: rows(k, "out_of_service", &|a| {
                 [point(a), vec![s(&a["out_of_service_minutes"]), s(&a["out_of_service_at_end"])]].concat()
             }),
         },

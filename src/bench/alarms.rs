@@ -62,6 +62,13 @@ pub fn alarms(args: &AlarmsBenchArgs) -> anyhow::Result<()> {
     let from = to.plus_secs(-(args.days as i64) * 86_400);
     println!("twinops bench alarms: {points} sensors, {events} journal events over {} days", args.days);
 
+    year(&store, from, to, args.days)?;
+    week(&store, to, args.iterations)?;
+    replay(&store, args.replay_days)
+}
+
+/// The figures over the journal's `days` three ways, beside a plain SQL count.
+fn year(store: &Store, from: Timestamp, to: Timestamp, days: u32) -> anyhow::Result<()> {
     // The year's figures three ways: passing over the journal (the cache emptied
     // first), caching its hours (once; housekeeping adds each hour as it closes), and
     // from the cache; beside a plain SQL count over the same rows.
@@ -92,7 +99,7 @@ pub fn alarms(args: &AlarmsBenchArgs) -> anyhow::Result<()> {
         "alarms kpi over {} days ({} annunciated activations, {} floods, {} chattering points): \
          {} ms from the cache, {} ms passing over the journal; plain SQL count per 10-minute period over \
          the same rows: {} ms ({plain} activations); ratios {:.2}x and {:.1}x",
-        args.days,
+        days,
         figures["annunciated"],
         figures["floods"].as_array().map_or(0, Vec::len),
         figures["chattering"].as_array().map_or(0, Vec::len),
@@ -111,13 +118,17 @@ pub fn alarms(args: &AlarmsBenchArgs) -> anyhow::Result<()> {
         rss_before as f64 / 1024.0,
         rss_after as f64 / 1024.0
     );
+    Ok(())
+}
 
+/// The agent's KPI tool over the last 7 days, `iterations` times, beside a plain SQL count.
+fn week(store: &Store, to: Timestamp, iterations: usize) -> anyhow::Result<()> {
     let week = to.plus_secs(-7 * 86_400);
     let docs = DocIndex::new();
-    let (tool, sql) = crate::tools::with_context(&store, &docs, to, Proposer::User("bench".into()), |ctx| {
-        let mut tool = Vec::with_capacity(args.iterations);
-        let mut sql = Vec::with_capacity(args.iterations);
-        for _ in 0..args.iterations {
+    let (tool, sql) = crate::tools::with_context(store, &docs, to, Proposer::User("bench".into()), |ctx| {
+        let mut tool = Vec::with_capacity(iterations);
+        let mut sql = Vec::with_capacity(iterations);
+        for _ in 0..iterations {
             let started = Instant::now();
             let out = crate::tools::call(ctx, "get_alarm_kpis", serde_json::json!({}));
             tool.push(started.elapsed());
@@ -137,7 +148,7 @@ pub fn alarms(args: &AlarmsBenchArgs) -> anyhow::Result<()> {
         ms(sql.p99),
         tool.n
     );
-    replay(&store, args.replay_days)
+    Ok(())
 }
 
 /// The sensor whose readings `alarms replay` runs through, and its high set point.
@@ -235,68 +246,82 @@ fn generate(store: &Store, args: &AlarmsBenchArgs) -> anyhow::Result<()> {
         let points = points.clone();
         store.writer().call(move |c| -> Result<(), StoreError> {
             let mut rng = Rng::from_label(&format!("bench-alarms-{done}"));
-            let mut alarm = c.prepare_cached(
-                "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, raised_at,
-                                     last_raised_at, cleared_at, acked_at, acked_by)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'cleared', '', ?6, ?6, ?7, ?8, ?9)",
-            )?;
-            let mut event = c.prepare_cached(
-                "INSERT INTO alarm_events (alarm_id, event_id, kind, at, millis, actor, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, '')",
-            )?;
             for i in done..done + batch {
-                let r = rng.uniform();
-                // 30% from 10 bad actors, 20% from 200 frequent points, the rest anywhere.
-                let p = if r < 0.3 {
-                    (rng.next_u64() % 10) as usize
-                } else if r < 0.5 {
-                    10 + (rng.next_u64() % 200) as usize
-                } else {
-                    (rng.next_u64() % points.len() as u64) as usize
-                } % points.len();
-                let (asset, sensor, kind) = &points[p];
-                let code = format!("{}-{}", kind.to_uppercase().replace('_', "-"), ["HI", "LO", "HIHI"][p % 3]);
-                let severity = match p % 20 {
-                    0 => "high",
-                    1..=3 => "medium",
-                    _ => "low",
-                };
-                let raised_ms = (start as f64 * 1000.0 + i as f64 * step * 1000.0) as i64;
-                // Bad actors come and go within a minute (a tenth within seconds: fleeting);
-                // frequent points stand minutes, the rest up to an hour.
-                let longest = match p {
-                    0..10 => 60_000.0,
-                    10..210 => 300_000.0,
-                    _ => 3_600_000.0,
-                };
-                let held_ms = if rng.uniform() < 0.1 { 2_000 } else { 1_000 + (rng.uniform() * longest) as i64 };
-                let cleared_ms = raised_ms + held_ms;
-                let acked = rng.uniform() < 0.5;
-                let id = format!("b{i}");
-                alarm.execute(params![
-                    id,
-                    asset,
-                    sensor,
-                    code,
-                    severity,
-                    raised_ms / 1000,
-                    cleared_ms / 1000,
-                    acked.then_some(raised_ms / 1000 + 1),
-                    acked.then_some("operator")
-                ])?;
-                let alarm_id = c.last_insert_rowid();
-                let mut journal = |kind: &str, at_ms: i64, event_id: Option<String>, actor: &str| {
-                    event.execute(params![alarm_id, event_id, kind, at_ms / 1000, at_ms % 1000, actor])
-                };
-                journal("raised", raised_ms, Some(id.clone()), "scada")?;
-                if acked {
-                    journal("acknowledged", raised_ms + 1_000, None, "operator")?;
-                }
-                journal("cleared", cleared_ms, Some(format!("{id}c")), "scada")?;
+                write_activation(c, &mut rng, &points, i, (start, step))?;
             }
             Ok(())
         })?;
         done += batch;
     }
+    Ok(())
+}
+
+/// Occurrence `i` of the generated journal: its alarm row and its raised, acknowledged
+/// (half of them) and cleared events.
+fn write_activation(
+    c: &rusqlite::Connection,
+    rng: &mut Rng,
+    points: &[(String, String, String)],
+    i: u64,
+    (start, step): (i64, f64),
+) -> rusqlite::Result<()> {
+    let mut alarm = c.prepare_cached(
+        "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, raised_at,
+                             last_raised_at, cleared_at, acked_at, acked_by)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'cleared', '', ?6, ?6, ?7, ?8, ?9)",
+    )?;
+    let mut event = c.prepare_cached(
+        "INSERT INTO alarm_events (alarm_id, event_id, kind, at, millis, actor, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, '')",
+    )?;
+    let r = rng.uniform();
+    // 30% from 10 bad actors, 20% from 200 frequent points, the rest anywhere.
+    let p = if r < 0.3 {
+        (rng.next_u64() % 10) as usize
+    } else if r < 0.5 {
+        10 + (rng.next_u64() % 200) as usize
+    } else {
+        (rng.next_u64() % points.len() as u64) as usize
+    } % points.len();
+    let (asset, sensor, kind) = &points[p];
+    let code = format!("{}-{}", kind.to_uppercase().replace('_', "-"), ["HI", "LO", "HIHI"][p % 3]);
+    let severity = match p % 20 {
+        0 => "high",
+        1..=3 => "medium",
+        _ => "low",
+    };
+    let raised_ms = (start as f64 * 1000.0 + i as f64 * step * 1000.0) as i64;
+    // Bad actors come and go within a minute (a tenth within seconds: fleeting);
+    // frequent points stand minutes, the rest up to an hour.
+    let longest = match p {
+        0..10 => 60_000.0,
+        10..210 => 300_000.0,
+        _ => 3_600_000.0,
+    };
+    let held_ms = if rng.uniform() < 0.1 { 2_000 } else { 1_000 + (rng.uniform() * longest) as i64 };
+    let cleared_ms = raised_ms + held_ms;
+    let acked = rng.uniform() < 0.5;
+    let id = format!("b{i}");
+    alarm.execute(params![
+        id,
+        asset,
+        sensor,
+        code,
+        severity,
+        raised_ms / 1000,
+        cleared_ms / 1000,
+        acked.then_some(raised_ms / 1000 + 1),
+        acked.then_some("operator")
+    ])?;
+    let alarm_id = c.last_insert_rowid();
+    let mut journal = |kind: &str, at_ms: i64, event_id: Option<String>, actor: &str| {
+        event.execute(params![alarm_id, event_id, kind, at_ms / 1000, at_ms % 1000, actor])
+    };
+    journal("raised", raised_ms, Some(id.clone()), "scada")?;
+    if acked {
+        journal("acknowledged", raised_ms + 1_000, None, "operator")?;
+    }
+    journal("cleared", cleared_ms, Some(format!("{id}c")), "scada")?;
+
     Ok(())
 }

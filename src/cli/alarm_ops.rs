@@ -138,66 +138,13 @@ pub(super) enum AlarmsCommand {
 pub(super) fn run(global: &Global, cmd: AlarmsCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         AlarmsCommand::Kpi { from, to, format, chatter_count, chatter_window } => {
-            let store = global.open()?;
-            let (from, to) =
-                kpi::window(from.as_deref(), to.as_deref(), Timestamp::now()).map_err(anyhow::Error::msg)?;
-            let settings = kpi::KpiSettings {
-                chatter_activations: chatter_count,
-                chatter_window_secs: chatter_window,
-                ..Default::default()
-            };
-            settings.validate().map_err(anyhow::Error::msg)?;
-            // The hours closed since housekeeping last ran (all of them, the first time).
-            crate::alarms::kpi_cache::refresh(store.writer(), Timestamp::now())?;
-            let figures = kpi::compute(&*store.read()?, from, to, settings)?.to_json();
-            println!("{}", crate::alarms::kpi_report::render(&figures, format));
+            kpi_figures(global, (from, to), format, chatter_count, chatter_window)?
         }
         AlarmsCommand::Replay { point, set_point, deadband, on_delay, off_delay, days, format } => {
             replay(global, &point, (set_point, deadband, on_delay, off_delay), days, format)?
         }
-        AlarmsCommand::Export { from, to, file } => {
-            let store = global.open()?;
-            let (from, to) =
-                kpi::window(from.as_deref(), to.as_deref(), Timestamp::now()).map_err(anyhow::Error::msg)?;
-            let db = store.read()?;
-            if file.as_os_str() == "-" {
-                crate::alarms::journal::export(&db, from, to, std::io::stdout().lock())?;
-            } else {
-                let out = std::fs::File::create(&file).with_context(|| format!("creating {}", file.display()))?;
-                let n = crate::alarms::journal::export(&db, from, to, std::io::BufWriter::new(out))?;
-                eprintln!(
-                    "wrote {n} journal events from {} to {} to {}",
-                    from.to_rfc3339(),
-                    to.to_rfc3339(),
-                    file.display()
-                );
-            }
-        }
-        AlarmsCommand::List { active, asset, limit } => {
-            let store = global.open()?;
-            let asset = asset.map(|a| AssetId::parse(&a)).transpose()?;
-            let scope = if active { Scope::Active } else { Scope::Any };
-            let filter = AlarmFilter { asset, scope, ..Default::default() };
-            let rows = alarms::list::list(&*store.read()?, &filter, limit.into(), 0)?;
-            println!(
-                "{:>6}  {:<9} {:<22} {:<15} {:<8} {:<19} {:<20} {:<20} {:>4}",
-                "id", "asset", "sensor", "code", "severity", "state", "raised", "cleared", "reps"
-            );
-            for a in rows {
-                println!(
-                    "{:>6}  {:<9} {:<22} {:<15} {:<8} {:<19} {:<20} {:<20} {:>4}",
-                    a.id,
-                    a.asset_id,
-                    a.sensor_id.as_deref().unwrap_or("-"),
-                    a.code,
-                    a.severity,
-                    a.state,
-                    a.raised_at.to_rfc3339(),
-                    a.cleared_at.map_or("-".to_string(), |c| c.to_rfc3339()),
-                    a.reraise_count
-                );
-            }
-        }
+        AlarmsCommand::Export { from, to, file } => export(global, (from, to), &file)?,
+        AlarmsCommand::List { active, asset, limit } => list(global, active, asset, limit)?,
         AlarmsCommand::Ack { alarm_id, returned: false, user } => {
             let store = global.open()?;
             let state = alarms::acknowledge(store.writer(), alarm_id, &user, Timestamp::now())?;
@@ -232,6 +179,72 @@ pub(super) fn run(global: &Global, cmd: AlarmsCommand) -> anyhow::Result<ExitCod
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `alarms kpi`: the figures over the window, the cache brought up to date first.
+fn kpi_figures(
+    global: &Global,
+    (from, to): (Option<String>, Option<String>),
+    format: crate::alarms::kpi_report::Format,
+    chatter_count: usize,
+    chatter_window: i64,
+) -> anyhow::Result<()> {
+    let store = global.open()?;
+    let (from, to) = kpi::window(from.as_deref(), to.as_deref(), Timestamp::now()).map_err(anyhow::Error::msg)?;
+    let settings = kpi::KpiSettings {
+        chatter_activations: chatter_count,
+        chatter_window_secs: chatter_window,
+        ..Default::default()
+    };
+    settings.validate().map_err(anyhow::Error::msg)?;
+    // The hours closed since housekeeping last ran (all of them, the first time).
+    crate::alarms::kpi_cache::refresh(store.writer(), Timestamp::now())?;
+    let figures = kpi::compute(&*store.read()?, from, to, settings)?.to_json();
+    println!("{}", crate::alarms::kpi_report::render(&figures, format));
+    Ok(())
+}
+
+/// `alarms export`: the journal as CSV, to a file or `-` for standard output.
+fn export(global: &Global, (from, to): (Option<String>, Option<String>), file: &std::path::Path) -> anyhow::Result<()> {
+    let store = global.open()?;
+    let (from, to) = kpi::window(from.as_deref(), to.as_deref(), Timestamp::now()).map_err(anyhow::Error::msg)?;
+    let db = store.read()?;
+    if file.as_os_str() == "-" {
+        crate::alarms::journal::export(&db, from, to, std::io::stdout().lock())?;
+    } else {
+        let out = std::fs::File::create(file).with_context(|| format!("creating {}", file.display()))?;
+        let n = crate::alarms::journal::export(&db, from, to, std::io::BufWriter::new(out))?;
+        eprintln!("wrote {n} journal events from {} to {} to {}", from.to_rfc3339(), to.to_rfc3339(), file.display());
+    }
+    Ok(())
+}
+
+/// `alarms list`: occurrences, newest first.
+fn list(global: &Global, active: bool, asset: Option<String>, limit: u32) -> anyhow::Result<()> {
+    let store = global.open()?;
+    let asset = asset.map(|a| AssetId::parse(&a)).transpose()?;
+    let scope = if active { Scope::Active } else { Scope::Any };
+    let filter = AlarmFilter { asset, scope, ..Default::default() };
+    let rows = alarms::list::list(&*store.read()?, &filter, limit.into(), 0)?;
+    println!(
+        "{:>6}  {:<9} {:<22} {:<15} {:<8} {:<19} {:<20} {:<20} {:>4}",
+        "id", "asset", "sensor", "code", "severity", "state", "raised", "cleared", "reps"
+    );
+    for a in rows {
+        println!(
+            "{:>6}  {:<9} {:<22} {:<15} {:<8} {:<19} {:<20} {:<20} {:>4}",
+            a.id,
+            a.asset_id,
+            a.sensor_id.as_deref().unwrap_or("-"),
+            a.code,
+            a.severity,
+            a.state,
+            a.raised_at.to_rfc3339(),
+            a.cleared_at.map_or("-".to_string(), |c| c.to_rfc3339()),
+            a.reraise_count
+        );
+    }
+    Ok(())
 }
 
 /// `alarms replay`: the point's readings with its settings and the proposed ones.

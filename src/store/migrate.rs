@@ -562,27 +562,27 @@ mod tests {
             .unwrap();
         drop(check);
 
-        let answers = |path: &Path| {
-            let store = crate::store::Store::open(path).unwrap();
-            let docs = crate::rag::DocIndex::new();
-            [
-                ("get_asset_details", serde_json::json!({"asset_id": "pump-007"})),
-                ("list_alarms", serde_json::json!({"last_hours": 24})),
-                ("get_sensor_history", serde_json::json!({"sensor_id": "PUMP-004.PRESS-SUC", "hours": 24})),
-                ("list_assets", serde_json::json!({"kind": "motor"})),
-                ("get_system_summary", serde_json::json!({})),
-            ]
-            .map(|(name, args)| {
-                let caller = crate::approvals::Proposer::Run(1);
-                crate::tools::with_context(&store, &docs, end, caller, |ctx| {
-                    crate::tools::call(ctx, name, args).content
-                })
-                .unwrap()
-            })
-        };
-        let (before, after) = (answers(&new_path), answers(&old_path));
+        let (before, after) = (tool_answers(&new_path, end), tool_answers(&old_path, end));
         assert!(!before[0].contains("No asset"), "{}", before[0]);
         assert_eq!(before, after, "the tools answer the same on the upgraded database");
+    }
+
+    /// What five read tools answer on the database at `path`, as of `end`.
+    fn tool_answers(path: &Path, end: crate::domain::Timestamp) -> [String; 5] {
+        let store = crate::store::Store::open(path).unwrap();
+        let docs = crate::rag::DocIndex::new();
+        [
+            ("get_asset_details", serde_json::json!({"asset_id": "pump-007"})),
+            ("list_alarms", serde_json::json!({"last_hours": 24})),
+            ("get_sensor_history", serde_json::json!({"sensor_id": "PUMP-004.PRESS-SUC", "hours": 24})),
+            ("list_assets", serde_json::json!({"kind": "motor"})),
+            ("get_system_summary", serde_json::json!({})),
+        ]
+        .map(|(name, args)| {
+            let caller = crate::approvals::Proposer::Run(1);
+            crate::tools::with_context(&store, &docs, end, caller, |ctx| crate::tools::call(ctx, name, args).content)
+                .unwrap()
+        })
     }
 
     /// Each table of a schema with its columns, in creation order.

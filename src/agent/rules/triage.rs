@@ -3,6 +3,8 @@
 //! documented procedure).
 
 use super::*;
+use crate::agent::judgement::Judgement;
+use crate::alarms::points::Rationalization;
 
 /// Triage: the four reads at once, then the procedure, then the note.
 pub(super) fn triage_step(s: &Seen, asset: &str) -> ModelReply {
@@ -88,32 +90,8 @@ pub(super) fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]
     summary.push_str(&rationalization_sentence(t));
     let procedure = Procedure::read(&doc);
     let citation = doc["citation"].as_str().map(str::to_string);
-    let cite = |s: String| match &citation {
-        Some(c) => format!("{s} [{c}]"),
-        None => s,
-    };
-    // The site's rationalization first; the documented procedure where it is silent.
-    let documented_causes = procedure
-        .field("Probable causes")
-        .map(|c| c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).collect());
-    let likely_causes: Vec<String> = r
-        .map(|r| r.cause_list().into_iter().map(documented).collect::<Vec<_>>())
-        .filter(|c| !c.is_empty())
-        .or(documented_causes)
-        .map(|c: Vec<String>| c.into_iter().take(4).collect())
-        .unwrap_or_else(|| vec!["No documented causes found; see the asset details.".to_string()]);
-    let mut recommended_actions: Vec<String> = match r.map(|r| r.response_steps()).filter(|s| !s.is_empty()) {
-        Some(steps) => steps.into_iter().map(documented).collect(),
-        None => operator_actions(procedure.text).into_iter().map(cite).collect(),
-    };
-    if recommended_actions.is_empty() {
-        recommended_actions.push("Check the asset locally and follow the site alarm response procedure.".into());
-    }
-    let mut likely_causes = likely_causes;
-    if let Some(j) = &judgement {
-        likely_causes.insert(0, j.cause.clone());
-        recommended_actions.insert(0, j.action.clone());
-    }
+    let (likely_causes, mut recommended_actions) =
+        causes_and_actions(r, &procedure, citation.as_deref(), judgement.as_ref());
     let madb_minutes = r.and_then(|r| r.respond_within_min);
     let respond = r.and_then(|r| r.respond_within()).or_else(|| procedure.field("Time to respond"));
     if let Some(within) = &respond {
@@ -140,6 +118,42 @@ pub(super) fn triage_note(t: &TaskFacts, seen: &[(String, Value, Option<Value>)]
         proposed_work_order: None,
         evidence,
     }
+}
+
+/// What the note says to suspect and to do: the site's rationalization first, the
+/// documented procedure (cited) where it is silent, and a judgement about the alarm
+/// itself ahead of both.
+fn causes_and_actions(
+    r: Option<&Rationalization>,
+    procedure: &Procedure,
+    citation: Option<&str>,
+    judgement: Option<&Judgement>,
+) -> (Vec<String>, Vec<String>) {
+    let cite = |s: String| match citation {
+        Some(c) => format!("{s} [{c}]"),
+        None => s,
+    };
+    let documented_causes = procedure
+        .field("Probable causes")
+        .map(|c| c.split(';').map(|s| s.trim().trim_end_matches('.').to_string()).filter(|s| !s.is_empty()).collect());
+    let mut likely_causes: Vec<String> = r
+        .map(|r| r.cause_list().into_iter().map(documented).collect::<Vec<_>>())
+        .filter(|c| !c.is_empty())
+        .or(documented_causes)
+        .map(|c: Vec<String>| c.into_iter().take(4).collect())
+        .unwrap_or_else(|| vec!["No documented causes found; see the asset details.".to_string()]);
+    let mut recommended_actions: Vec<String> = match r.map(|r| r.response_steps()).filter(|s| !s.is_empty()) {
+        Some(steps) => steps.into_iter().map(documented).collect(),
+        None => operator_actions(procedure.text).into_iter().map(cite).collect(),
+    };
+    if recommended_actions.is_empty() {
+        recommended_actions.push("Check the asset locally and follow the site alarm response procedure.".into());
+    }
+    if let Some(j) = judgement {
+        likely_causes.insert(0, j.cause.clone());
+        recommended_actions.insert(0, j.action.clone());
+    }
+    (likely_causes, recommended_actions)
 }
 
 /// The alarm's sensor as the tools read it: its latest value, band and limits, its
