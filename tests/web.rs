@@ -300,7 +300,7 @@ async fn returned_alarms_of_a_point_are_acknowledged_together() {
     assert_eq!(p.count(&journalled), waiting);
 
     let again = hmi.post(&path, &operator, json!({})).await;
-    assert_eq!(again.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(again.status(), StatusCode::CONFLICT);
     assert!(again.text().await.unwrap().contains("no returned-to-normal alarm waiting"));
     assert_eq!(hmi.post("/api/alarms/999999/ack-returned", &operator, json!({})).await.status(), StatusCode::NOT_FOUND);
     hmi.daemon.shutdown().await;
@@ -819,7 +819,7 @@ async fn an_admin_manages_users_and_tokens() {
     // One's own password: the current one is checked; the other sessions end.
     let elsewhere = cookie_of(&hmi.login("viewer.ng", new).await).unwrap();
     let r = hmi.post("/api/me/password", &viewer, json!({"current": "not the password", "new": PASSWORD})).await;
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
     assert!(r.text().await.unwrap().contains("current password is wrong"));
     let r = hmi.post("/api/me/password", &viewer, json!({"current": new, "new": PASSWORD})).await;
     assert_eq!(r.status(), StatusCode::OK);

@@ -34,6 +34,9 @@ pub struct User {
 pub enum AccountError {
     #[error("{0}")]
     Invalid(String),
+    /// A password given to confirm a change is not the user's (HTTP 403).
+    #[error("the current password is wrong; nothing was changed")]
+    WrongPassword,
     #[error("a user named {0} already exists")]
     Exists(String),
     #[error("no user named {0}; list users with `twinops user list` or GET /api/users")]
@@ -253,7 +256,7 @@ pub fn change_own_password(
         store.read()?.query_row("SELECT password_hash FROM users WHERE id = ?1", [user.id], |r| r.get(0))?;
     if !verify_password(current, &phc) {
         audit(store, &user.name, "password_change_refused", "wrong current password", None)?;
-        return Err(AccountError::Invalid("the current password is wrong; nothing was changed".into()));
+        return Err(AccountError::WrongPassword);
     }
     let hash = new_password_hash(new)?;
     let (id, name, keep) = (user.id, user.name.clone(), keep.map(sha256_hex).unwrap_or_default());

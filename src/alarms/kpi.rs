@@ -56,9 +56,9 @@ impl Default for KpiSettings {
 
 impl KpiSettings {
     pub fn validate(&self) -> Result<(), String> {
-        if self.chatter_activations < 2 {
+        if !(2..=100).contains(&self.chatter_activations) {
             return Err(format!(
-                "chatter activations must be at least 2 (ISA-18.2 uses 3), got {}",
+                "chatter activations must be 2 to 100 (ISA-18.2 uses 3), got {}",
                 self.chatter_activations
             ));
         }

@@ -409,6 +409,10 @@ pub enum ActionError {
     NotFound(i64),
     #[error("alarm {id} is {state}; {hint}")]
     WrongState { id: i64, state: AlarmState, hint: &'static str },
+    /// The request is fine but the alarm's history does not allow it (HTTP 409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The request itself is not (HTTP 400).
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -460,7 +464,7 @@ pub fn acknowledge(writer: &Writer, id: i64, user: &str, now: Timestamp) -> Resu
 pub fn acknowledge_returned(writer: &Writer, id: i64, user: &str, now: Timestamp) -> Result<Vec<i64>, ActionError> {
     let user = user.to_string();
     writer.call(move |conn| {
-        state_of(conn, id)?;
+        let (state, ..) = state_of(conn, id)?;
         let ids: Vec<i64> = conn
             .prepare_cached(concat!(
                 "SELECT p.id FROM alarms a",
@@ -470,9 +474,12 @@ pub fn acknowledge_returned(writer: &Writer, id: i64, user: &str, now: Timestamp
             .query_map([id], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
         if ids.is_empty() {
-            return Err(ActionError::Invalid(format!(
-                "alarm {id}'s point has no returned-to-normal alarm waiting for acknowledgement"
-            )));
+            // A state, not a bad request: the HTTP answer is 409.
+            return Err(ActionError::WrongState {
+                id,
+                state,
+                hint: "its point has no returned-to-normal alarm waiting for acknowledgement",
+            });
         }
         for &alarm in &ids {
             conn.prepare_cached("UPDATE alarms SET state = 'cleared', acked_at = ?2, acked_by = ?3 WHERE id = ?1")?
@@ -584,7 +591,7 @@ pub fn remove_from_service(
             .prepare_cached(concat!("SELECT max(p.id) FROM alarms a", same_point!(), "WHERE a.id = ?1"))?
             .query_row([id], |r| r.get(0))?;
         if latest != id {
-            return Err(ActionError::Invalid(format!(
+            return Err(ActionError::Conflict(format!(
                 "alarm {id} is not its point's latest occurrence; take alarm {latest} out of service instead"
             )));
         }

@@ -19,6 +19,7 @@ type S = Arc<WebState>;
 fn account_error(e: AccountError) -> ApiError {
     match e {
         AccountError::Invalid(_) => ApiError::bad_request(e.to_string()),
+        AccountError::WrongPassword => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
         AccountError::NoSuchUser(_) | AccountError::NoSuchToken(_) => ApiError::not_found(e.to_string()),
         AccountError::Exists(_) | AccountError::LastAdmin(_) | AccountError::Disabled(_) => {
             ApiError::new(StatusCode::CONFLICT, e.to_string())
@@ -43,9 +44,11 @@ pub(super) async fn users(State(s): State<S>) -> Result<Json<Vec<Account>>, ApiE
 #[serde(deny_unknown_fields)]
 pub struct NewUser {
     /// 2 to 40 of a-z, 0-9, `.`, `_`, `-`, e.g. "operator.kaur".
+    #[schemars(pattern(r"^[a-z0-9._-]{2,40}$"))]
     pub name: String,
     pub role: Role,
     /// At least 12 characters.
+    #[schemars(length(min = 12))]
     pub password: String,
 }
 
@@ -70,6 +73,7 @@ pub struct RoleRequest {
 #[serde(deny_unknown_fields)]
 pub struct PasswordRequest {
     /// At least 12 characters.
+    #[schemars(length(min = 12))]
     pub password: String,
 }
 

@@ -39,7 +39,10 @@ pub(super) struct AlarmQuery {
 }
 
 pub(super) async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>) -> Result<Json<Value>, ApiError> {
-    let limit = q.limit.unwrap_or(200).clamp(1, 1000);
+    let limit = q.limit.unwrap_or(200);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request(format!("limit {limit}: use 1 to 1000 (default 200)")));
+    }
     let scope = match (q.suppressed.unwrap_or(false), q.active.unwrap_or(true)) {
         (true, _) => Scope::Suppressed,
         (false, true) => Scope::Attention,
@@ -47,6 +50,11 @@ pub(super) async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>)
     };
     let asset =
         q.asset.as_deref().map(AssetId::parse).transpose().map_err(|e| ApiError::bad_request(format!("asset: {e}")))?;
+    for (name, value) in [("sensor", &q.sensor), ("code", &q.code)] {
+        if value.as_ref().is_some_and(|v| v.is_empty() || v.chars().count() > 64) {
+            return Err(ApiError::bad_request(format!("{name}: 1 to 64 characters, or leave it out")));
+        }
+    }
     let filter =
         AlarmFilter { asset, sensor: q.sensor, code: q.code, scope, order: Order::Priority, ..Default::default() };
     let alarms = alarms::list::list(&*s.store.read()?, &filter, limit.into(), 0)?;
@@ -56,8 +64,10 @@ pub(super) async fn list_alarms(State(s): State<S>, Query(q): Query<AlarmQuery>)
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct KpiQuery {
     /// Start of the window, RFC 3339 UTC or a date, e.g. 2026-11-23T00:00:00Z (default: 7 days before `to`).
+    #[schemars(extend("format" = "date-time"))]
     from: Option<String>,
     /// End of the window, exclusive, RFC 3339 UTC or a date (default: now).
+    #[schemars(extend("format" = "date-time"))]
     to: Option<String>,
     /// Chattering: this many activations of one point within `chatter_window_secs`, 2 to 100 (default 3).
     #[schemars(range(min = 2, max = 100))]
@@ -126,6 +136,7 @@ pub(super) fn action_error(e: alarms::ActionError) -> ApiError {
     match e {
         alarms::ActionError::NotFound(_) => ApiError::not_found(e.to_string()),
         alarms::ActionError::WrongState { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+        alarms::ActionError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
         alarms::ActionError::Invalid(m) => ApiError::bad_request(m),
         alarms::ActionError::Store(e) => e.into(),
     }
@@ -166,9 +177,12 @@ pub(super) async fn alarm_action(
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShelveRequest {
-    /// How long, in minutes (1 to 1440).
-    pub minutes: i64,
-    /// Why, for the journal (e.g. "permit 4471: PUMP-001 isolated for work").
+    /// How long, in minutes (1 to 1440; a fraction is taken to the second). A number,
+    /// since JSON does not tell 30 from 30.0.
+    #[schemars(range(min = 1, max = 1440))]
+    pub minutes: f64,
+    /// Why, for the journal (e.g. "permit 4471: PUMP-001 isolated for work"; not blank).
+    #[schemars(length(min = 1, max = 2000), pattern(r"\S"))]
     pub reason: String,
 }
 
@@ -180,7 +194,9 @@ pub(super) async fn shelve(
 ) -> Result<Json<Value>, ApiError> {
     let w = s.store.writer().clone();
     alarm_action(id, move || {
-        alarms::shelve(&w, id, &user.name, req.minutes.saturating_mul(60), &req.reason, Timestamp::now())
+        // `as` saturates: a huge number becomes i64::MAX seconds, which shelve refuses.
+        let secs = (req.minutes * 60.0).round() as i64;
+        alarms::shelve(&w, id, &user.name, secs, &req.reason, Timestamp::now())
     })
     .await
 }

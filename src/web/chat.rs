@@ -29,7 +29,8 @@ pub(super) async fn chat_history(
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatRequest {
-    /// The operator's question, at most 4,000 characters.
+    /// The operator's question, at most 4,000 characters (not blank).
+    #[schemars(length(min = 1, max = 4000), pattern(r"\S"))]
     pub message: String,
 }
 

@@ -13,18 +13,28 @@ fn error(description: &str) -> Value {
     json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
 }
 
+/// A citation key: a document path (no empty or `..` part), `#`, and a chunk or page.
+const CITATION: &str = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*#p?[0-9]{1,9}$";
+
+/// An asset or sensor id, as `domain::AssetId` takes it.
+fn id_schema() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": crate::domain::MAX_ID_CHARS, "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"})
+}
+
 /// A path parameter: a row id is a whole number; the plant's ids are text.
 fn path_parameter(path: &str, name: &str) -> Value {
     let integer = name == "id" && INTEGER_IDS.iter().any(|p| path.starts_with(p));
     let (schema, description) = match (integer, name) {
         (true, _) => (json!({"type": "integer", "format": "int64", "minimum": 1}), "a row id, as the lists give it"),
-        (false, "name") => (json!({"type": "string"}), "a user name, e.g. operator.kaur"),
-        (false, "file") => (json!({"type": "string"}), "a module of the page, e.g. core.js"),
-        (false, "citation") => (json!({"type": "string"}), "a citation key, e.g. arp-vibration.md#2"),
-        (false, _) if path.starts_with("/api/sensors/") => {
-            (json!({"type": "string"}), "a sensor id, e.g. PUMP-007.VIB-DE")
+        (false, "name") => {
+            (json!({"type": "string", "pattern": "^[a-z0-9._-]{2,40}$"}), "a user name, e.g. operator.kaur")
         }
-        (false, _) => (json!({"type": "string"}), "an asset id, e.g. PUMP-007"),
+        (false, "file") => (json!({"type": "string"}), "a module of the page, e.g. core.js"),
+        (false, "citation") => {
+            (json!({"type": "string", "pattern": CITATION}), "a citation key, e.g. arp-vibration.md#2")
+        }
+        (false, _) if path.starts_with("/api/sensors/") => (id_schema(), "a sensor id, e.g. PUMP-007.VIB-DE"),
+        (false, _) => (id_schema(), "an asset id, e.g. PUMP-007"),
     };
     json!({"name": name, "in": "path", "required": true, "schema": schema, "description": description})
 }

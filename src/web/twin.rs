@@ -59,6 +59,7 @@ pub(super) async fn doc(
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct WindowQuery {
     /// Hours back from now (or from the last reading of a quiet sensor), 1 to 168 (default 24).
+    #[schemars(range(min = 1, max = 168))]
     hours: Option<i64>,
 }
 
@@ -94,6 +95,7 @@ pub(super) async fn run(
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct LimitQuery {
     /// Most handovers returned, 1 to 50 (default 10).
+    #[schemars(range(min = 1, max = 50))]
     limit: Option<u32>,
 }
 

@@ -18,6 +18,7 @@ type S = Arc<WebState>;
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct StatusQuery {
     /// Only work orders in this status: pending_approval, approved, rejected, expired, dispatched.
+    #[schemars(extend("enum" = ["pending_approval", "approved", "rejected", "expired", "dispatched"]))]
     status: Option<String>,
 }
 
@@ -32,7 +33,8 @@ pub(super) async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReasonRequest {
-    /// E.g. "permit 4471: suction transmitter replaced".
+    /// E.g. "permit 4471: suction transmitter replaced" (not blank).
+    #[schemars(length(min = 1, max = 2000), pattern(r"\S"))]
     pub reason: String,
 }
 
@@ -78,6 +80,7 @@ pub(super) async fn reject(
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct ChangeStatusQuery {
     /// Only alarm changes in this status: pending_approval, approved, rejected, expired.
+    #[schemars(extend("enum" = ["pending_approval", "approved", "rejected", "expired"]))]
     status: Option<String>,
 }
 
@@ -117,4 +120,33 @@ pub(super) async fn reject_change(
     Json(req): Json<ReasonRequest>,
 ) -> Result<Json<Value>, ApiError> {
     decide_change(s, user, id, false, req.reason).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{AlarmChangeStatus, WorkOrderStatus};
+
+    /// The statuses openapi.json lists are the vocabularies the server parses.
+    #[test]
+    fn the_status_queries_list_every_status() {
+        let listed = |schema: schemars::Schema| -> Vec<String> {
+            let v = schema.to_value();
+            v["properties"]["status"]["enum"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_string())
+                .collect()
+        };
+        let all = |names: Vec<&str>| names.into_iter().map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            listed(schemars::schema_for!(StatusQuery)),
+            all(WorkOrderStatus::ALL.iter().map(|s| s.as_str()).collect())
+        );
+        assert_eq!(
+            listed(schemars::schema_for!(ChangeStatusQuery)),
+            all(AlarmChangeStatus::ALL.iter().map(|s| s.as_str()).collect())
+        );
+    }
 }
