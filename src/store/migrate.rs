@@ -445,6 +445,13 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX dead_letters_received ON dead_letters(received_at);
      CREATE UNIQUE INDEX dead_letters_content ON dead_letters(content_hash) WHERE content_hash IS NOT NULL;
      CREATE INDEX dead_letters_last_seen ON dead_letters(last_seen_at);",
+    // 25: the summary's attention ranking reads assets through this index; with
+    // `retired_at` in it (the partial index's own condition) the index covers the read
+    // and no row is looked up per asset in alarm (get_system_summary at 1,000 active
+    // alarms: p50 1.80 -> 1.59 ms, p99 2.16 -> 1.78 ms; README, bench tools).
+    "DROP INDEX IF EXISTS assets_attention;
+     CREATE INDEX assets_attention ON assets(id, status, criticality, last_maintenance_on, retired_at)
+         WHERE retired_at IS NULL;",
 ];
 
 /// The schema version this build writes.
