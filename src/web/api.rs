@@ -24,10 +24,15 @@ use super::work_orders::*;
 
 type S = Arc<WebState>;
 
+/// Every endpoint, in the order openapi.json lists them.
 pub fn endpoints() -> Vec<Endpoint> {
+    [pages(), accounts(), alarms(), twin(), decisions()].into_iter().flatten().collect()
+}
+
+/// The page, its assets, login and logout, probes, the event stream, this description and metrics.
+fn pages() -> Vec<Endpoint> {
     use Method as M;
-    let (viewer, operator, supervisor, admin) =
-        (Some(Role::Viewer), Some(Role::Operator), Some(Role::Supervisor), Some(Role::Admin));
+    let viewer = Some(Role::Viewer);
     vec![
         ep(M::GET, "/", None, "The HMI page", get(page)).produces("text/html"),
         ep(M::GET, "/app.js", None, "The HMI script (an ES module: the shell)", get(script))
@@ -45,6 +50,14 @@ pub fn endpoints() -> Vec<Endpoint> {
         ep(M::GET, "/api/openapi.json", None, "This API's OpenAPI 3.1 description", get(openapi)),
         ep(M::GET, "/metrics", None, "Prometheus metrics (text format; no ids in labels)", get(metrics))
             .produces("text/plain"),
+    ]
+}
+
+/// Users, tokens and the logged-in user.
+fn accounts() -> Vec<Endpoint> {
+    use Method as M;
+    let (viewer, admin) = (Some(Role::Viewer), Some(Role::Admin));
+    vec![
         ep(M::GET, "/api/me", viewer, "The logged-in user and role", get(me)),
         ep(
             M::POST,
@@ -93,6 +106,14 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Degraded conditions: model breakers, broker, alarm flood, triage backlog, refused messages",
             get(status),
         ),
+    ]
+}
+
+/// Alarms: the list, the figures, one alarm and the operator actions.
+fn alarms() -> Vec<Endpoint> {
+    use Method as M;
+    let (viewer, operator, supervisor) = (Some(Role::Viewer), Some(Role::Operator), Some(Role::Supervisor));
+    vec![
         ep(
             M::GET,
             "/api/alarms",
@@ -155,6 +176,14 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Return an alarm's point to service; an active alarm annunciates again",
             post(in_service),
         ),
+    ]
+}
+
+/// The twin: assets, sensors' readings, documents.
+fn twin() -> Vec<Endpoint> {
+    use Method as M;
+    let viewer = Some(Role::Viewer);
+    vec![
         ep(M::GET, "/api/assets", viewer, "Assets with status and active alarms", get(assets)),
         ep(
             M::GET,
@@ -174,6 +203,14 @@ pub fn endpoints() -> Vec<Endpoint> {
             "An agent run with its steps (model calls, tool calls, guardrails); a chat run only for its asker, or from supervisor up",
             get(run),
         ),
+    ]
+}
+
+/// Work orders and alarm changes and their decisions, handovers, notes, runs and chat.
+fn decisions() -> Vec<Endpoint> {
+    use Method as M;
+    let (viewer, operator, supervisor) = (Some(Role::Viewer), Some(Role::Operator), Some(Role::Supervisor));
+    vec![
         ep(M::GET, "/api/work_orders", viewer, "Work orders (query: status)", get(work_orders)).query::<StatusQuery>(),
         ep(
             M::POST,
