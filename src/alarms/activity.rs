@@ -336,8 +336,8 @@ pub fn held(conn: &Connection, from_ms: i64, to_ms: i64) -> rusqlite::Result<Vec
          ORDER BY e.at, e.millis, e.id",
     )?;
     let clip = |since: i64, until: i64| (until.min(to_ms) - since.max(from_ms)).max(0);
-    let mut points: Vec<(Point, Held)> = Vec::new();
-    let mut index: HashMap<Point, usize> = HashMap::new();
+    let mut index = PointIndex::default();
+    let mut held: Vec<Held> = Vec::new();
     let mut out_since: HashMap<usize, i64> = HashMap::new();
     // Shelved occurrences: (point, since, their return to normal if any).
     let mut shelved: HashMap<i64, (usize, i64, Option<i64>)> = HashMap::new();
@@ -347,22 +347,17 @@ pub fn held(conn: &Connection, from_ms: i64, to_ms: i64) -> rusqlite::Result<Vec
         if at >= to_ms {
             break;
         }
-        let point = Point {
-            asset_id: r.get(3)?,
-            sensor_id: Some(r.get::<_, String>(4)?).filter(|s| !s.is_empty()),
-            code: r.get(5)?,
-        };
-        let p = *index.entry(point.clone()).or_insert_with(|| {
-            points.push((point, Held::default()));
-            points.len() - 1
-        });
+        let p = index.index(r.get_ref(3)?.as_str()?, r.get_ref(4)?.as_str()?, r.get_ref(5)?.as_str()?);
+        if p == held.len() {
+            held.push(Held::default());
+        }
         match r.get_ref(1)?.as_str()? {
             "out_of_service" => {
                 out_since.entry(p).or_insert(at);
             }
             "returned_to_service" => {
                 if let Some(since) = out_since.remove(&p) {
-                    points[p].1.out_of_service_ms += clip(since, at);
+                    held[p].out_of_service_ms += clip(since, at);
                 }
             }
             "shelved" => {
@@ -370,20 +365,21 @@ pub fn held(conn: &Connection, from_ms: i64, to_ms: i64) -> rusqlite::Result<Vec
             }
             _ => {
                 if let Some((p, since, cleared)) = shelved.remove(&alarm) {
-                    points[p].1.shelved_ms += clip(since, cleared.map_or(at, |c| c.min(at)));
+                    held[p].shelved_ms += clip(since, cleared.map_or(at, |c| c.min(at)));
                 }
             }
         }
     }
     for (p, since) in out_since {
-        points[p].1.out_of_service_ms += clip(since, to_ms);
-        points[p].1.out_of_service_at_end = true;
+        held[p].out_of_service_ms += clip(since, to_ms);
+        held[p].out_of_service_at_end = true;
     }
     for (p, since, cleared) in shelved.into_values() {
         let until = cleared.filter(|&c| c < to_ms);
-        points[p].1.shelved_ms += clip(since, until.unwrap_or(to_ms));
-        points[p].1.shelved_at_end |= until.is_none();
+        held[p].shelved_ms += clip(since, until.unwrap_or(to_ms));
+        held[p].shelved_at_end |= until.is_none();
     }
+    let mut points: Vec<(Point, Held)> = index.points.into_iter().zip(held).collect();
     points.retain(|(_, h)| h.out_of_service_ms > 0 || h.out_of_service_at_end || h.shelved_ms > 0 || h.shelved_at_end);
     Ok(points)
 }

@@ -176,23 +176,24 @@ pub fn apply(
         Err(refusal) => return Ok(Err(refusal)),
     };
     let ev = &ev;
-    let open: Option<(i64, AlarmState)> = conn
+    // The open occurrence: id, state, and when it was raised (for the figures' cache).
+    let open: Option<(i64, AlarmState, i64)> = conn
         .prepare_cached(
-            "SELECT id, state FROM alarms WHERE asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
+            "SELECT id, state, raised_at FROM alarms WHERE asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
              AND cleared_at IS NULL",
         )?
-        .query_row(params![ev.asset_id, ev.sensor_id, ev.code], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![ev.asset_id, ev.sensor_id, ev.code], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     let t = ev.time.unix();
     let applied = match (ev.transition, open) {
-        (Transition::Raised, Some((alarm_id, _))) => {
+        (Transition::Raised, Some((alarm_id, ..))) => {
             conn.prepare_cached("UPDATE alarms SET reraise_count = reraise_count + 1, last_raised_at = ?2, value = coalesce(?3, value) WHERE id = ?1")?
                 .execute(params![alarm_id, t, ev.value])?;
             scada_journal(conn, alarm_id, ev, "reraised", raw)?;
             Applied::Reraised { alarm_id }
         }
         (Transition::Raised, None) => return raise(conn, ev, raw, received, policy).map(Ok),
-        (Transition::Cleared, Some((alarm_id, state))) => {
+        (Transition::Cleared, Some((alarm_id, state, raised))) => {
             let next = match state {
                 AlarmState::Unacknowledged => AlarmState::RtnUnacknowledged,
                 AlarmState::OutOfService => AlarmState::OutOfService,
@@ -201,9 +202,6 @@ pub fn apply(
             conn.prepare_cached("UPDATE alarms SET cleared_at = ?2, state = ?3, shelved_until = NULL WHERE id = ?1")?
                 .execute(params![alarm_id, t, next])?;
             scada_journal(conn, alarm_id, ev, "cleared", raw)?;
-            let raised: i64 = conn
-                .prepare_cached("SELECT raised_at FROM alarms WHERE id = ?1")?
-                .query_row([alarm_id], |r| r.get(0))?;
             kpi_cache::invalidate(conn, raised, ev.at_ms())?;
             Applied::Cleared { alarm_id }
         }

@@ -197,8 +197,11 @@ fn kpi_figures(
         ..Default::default()
     };
     settings.validate().map_err(anyhow::Error::msg)?;
-    // The hours closed since housekeeping last ran (all of them, the first time).
-    crate::alarms::kpi_cache::refresh(store.writer(), Timestamp::now())?;
+    // The hours closed since housekeeping last ran (all of them, the first time); other
+    // definitions than the default pass over the journal and have no use for them.
+    if crate::alarms::kpi_cache::cacheable(&settings) {
+        crate::alarms::kpi_cache::refresh(store.writer(), Timestamp::now())?;
+    }
     let figures = kpi::compute(&*store.read()?, from, to, settings)?.to_json();
     println!("{}", crate::alarms::kpi_report::render(&figures, format));
     Ok(())
