@@ -149,7 +149,8 @@ fn points(list: &Value) -> Vec<(String, String, String)> {
 fn the_figures_of_a_known_journal() {
     let j = journal();
     let db = j.store.read().unwrap();
-    let k = kpi::compute(&db, at("00:00:00"), at("00:00:00").plus_secs(86_400), kpi::KpiSettings::default()).unwrap();
+    let k =
+        kpi::compute(&db, at("00:00:00"), at("00:00:00").plus_secs(86_400), kpi::KpiSettings::default(), None).unwrap();
     let v = k.to_json();
     // 23 flood activations, 4 chattering, 1 before out of service, 2 high, 1 critical.
     assert_eq!(v["annunciated"], 31, "{v:#}");
@@ -224,17 +225,17 @@ fn the_figures_of_a_known_journal() {
 fn windows_cut_through_states_and_settings_change_definitions() {
     let j = journal();
     let db = j.store.read().unwrap();
-    let k = kpi::compute(&db, at("05:30:00"), at("08:00:00"), kpi::KpiSettings::default()).unwrap().to_json();
+    let k = kpi::compute(&db, at("05:30:00"), at("08:00:00"), kpi::KpiSettings::default(), None).unwrap().to_json();
     assert_eq!((k["annunciated"].as_i64(), k["suppressed"].as_i64()), (Some(0), Some(1)), "{k:#}");
     assert_eq!(k["out_of_service"][0]["out_of_service_minutes"], 90.0, "from the window's start to the return");
 
-    let k = kpi::compute(&db, at("01:00:00"), at("01:15:00"), kpi::KpiSettings::default()).unwrap().to_json();
+    let k = kpi::compute(&db, at("01:00:00"), at("01:15:00"), kpi::KpiSettings::default(), None).unwrap().to_json();
     let flood = &k["floods"][0];
     assert_eq!((flood["ongoing"].as_bool(), flood["end"].as_str()), (Some(true), Some("2026-06-01T01:15:00Z")));
     assert_eq!(k["pct_time_in_flood"], 100.0, "both periods of the window are in flood");
 
     let loose = kpi::KpiSettings { chatter_activations: 5, ..Default::default() };
-    let k = kpi::compute(&db, at("00:00:00"), at("23:59:00"), loose).unwrap().to_json();
+    let k = kpi::compute(&db, at("00:00:00"), at("23:59:00"), loose, None).unwrap().to_json();
     assert_eq!(k["chattering"], json!([]), "4 activations are not 5");
     assert!(k["definitions"]["chattering"].as_str().unwrap().contains("5 or more"));
     assert!(kpi::KpiSettings { flood_end: 12, ..Default::default() }.validate().is_err());
@@ -255,7 +256,10 @@ fn the_hourly_cache_gives_the_journals_figures_and_follows_late_events() {
     ];
     let figures = |j: &Journal| -> Vec<Value> {
         let db = j.store.read().unwrap();
-        windows.iter().map(|(f, t)| kpi::compute(&db, *f, *t, kpi::KpiSettings::default()).unwrap().to_json()).collect()
+        windows
+            .iter()
+            .map(|(f, t)| kpi::compute(&db, *f, *t, kpi::KpiSettings::default(), None).unwrap().to_json())
+            .collect()
     };
     let from_journal = figures(&j);
     let now = parse_time("2026-06-03T00:00:00Z").unwrap();
@@ -300,4 +304,43 @@ fn the_hourly_cache_gives_the_journals_figures_and_follows_late_events() {
         })
         .unwrap();
     assert_eq!(figures(&j)[0]["chattering"][0]["activations"], 105);
+}
+
+/// The agent's tool asks for lists cut to 10 rows: a cut list is the first rows of the
+/// whole one (most activations first, ties by point), with its length in `*_total`,
+/// from the journal and from the cache alike.
+#[test]
+fn cut_lists_are_the_first_rows_of_the_whole_ones() {
+    let mut j = Journal::new();
+    // Three points chattering and fleeting: 6, 4 and 4 activations 10 s apart, each
+    // back in 2 s; a tie between the last two, which the point's code breaks.
+    let chatterers = [(CHATTER, 6), (("BLR-452", "VT-4523", "VT-HI"), 4), (("BLR-452", "TIT-4522", "TIT-HI"), 4)];
+    for (n, (p, times)) in chatterers.iter().enumerate() {
+        for k in 0..*times {
+            j.pulse(*p, "low", at("03:00:00").plus_secs(600 * n as i64 + 10 * k), 2);
+        }
+    }
+    let (from, to) = (at("00:00:00"), at("00:00:00").plus_secs(86_400));
+    let both = |j: &Journal| {
+        let db = j.store.read().unwrap();
+        let whole = kpi::compute(&db, from, to, kpi::KpiSettings::default(), None).unwrap().to_json();
+        let cut = kpi::compute(&db, from, to, kpi::KpiSettings::default(), Some(2)).unwrap().to_json();
+        (whole, cut)
+    };
+    let (whole, cut) = both(&j);
+    assert_eq!(
+        points(&whole["chattering"]),
+        vec![point(CHATTER), point(("BLR-452", "TIT-4522", "TIT-HI")), point(("BLR-452", "VT-4523", "VT-HI"))],
+        "most first, then by code: {whole:#}"
+    );
+    assert!(whole.get("chattering_total").is_none() && whole.get("fleeting_total").is_none());
+    for key in ["chattering", "fleeting"] {
+        assert_eq!(cut[key].as_array().unwrap()[..], whole[key].as_array().unwrap()[..2], "{key}");
+        assert_eq!(cut[format!("{key}_total")], 3, "{key}");
+    }
+    assert_eq!(cut["bad_actors"], whole["bad_actors"], "the ten most frequent are never cut below ten");
+
+    let now = parse_time("2026-06-03T00:00:00Z").unwrap();
+    assert!(alarms::kpi_cache::refresh(j.store.writer(), now).unwrap() > 0);
+    assert_eq!(both(&j), (whole, cut), "the same from the cache");
 }

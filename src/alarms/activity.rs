@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::kpi::{KpiSettings, Point};
 use crate::domain::Severity;
@@ -54,51 +54,137 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// Adds the span's counts to `sums`, per point.
-    pub fn add_to(&self, sums: &mut PointSums) {
+    /// The span's counts per point, whatever hours they fell in.
+    pub fn per_point(&self) -> Vec<Counts> {
+        let mut sums = vec![Counts::default(); self.points.len()];
         for (&(_, p), c) in &self.counts {
-            let i = sums.slot(&self.points[p]);
-            sums.counts[i].add(*c);
+            sums[p].add(*c);
         }
+        sums
     }
 }
 
-/// Counts per point over a window, each point indexed once however many spans and
-/// hours it appears in.
+/// A point in a window's sums: by its id in the cache's dictionary of points
+/// (`alarm_kpi_points`), or by name when the cache does not know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PointKey {
+    Cached(i64),
+    Named(usize),
+}
+
+/// A point among the first of a window, named.
+#[derive(Debug)]
+pub struct Ranked {
+    pub key: PointKey,
+    pub point: Point,
+    pub counts: Counts,
+}
+
+/// Counts per point over a window. The cache's rows give points as dictionary ids, named
+/// only when they are listed: a week of a large utility has some 17,000 points with an
+/// activation, of which a page lists a few dozen.
 #[derive(Debug, Default)]
 pub struct PointSums {
-    pub index: PointIndex,
-    /// By point index.
-    pub counts: Vec<Counts>,
+    /// By dictionary id (ids are dense from 1).
+    cached: Vec<Counts>,
+    /// Points from passes over the journal that the cache does not know.
+    named: PointIndex,
+    named_counts: Vec<Counts>,
 }
 
 impl PointSums {
-    /// The point's index, given a slot if it is new.
-    pub fn slot(&mut self, p: &Point) -> usize {
-        self.slot_of(&p.asset_id, p.sensor_id.as_deref().unwrap_or(""), &p.code)
+    pub fn add_cached(&mut self, id: i64, c: Counts) {
+        let i = usize::try_from(id).unwrap_or(0);
+        if i >= self.cached.len() {
+            self.cached.resize(i + 1, Counts::default());
+        }
+        self.cached[i].add(c);
     }
 
-    pub fn slot_of(&mut self, asset: &str, sensor: &str, code: &str) -> usize {
-        let i = self.index.index(asset, sensor, code);
-        if i == self.counts.len() {
-            self.counts.push(Counts::default());
+    pub fn add_named(&mut self, p: &Point, c: Counts) {
+        let i = self.named.index(&p.asset_id, p.sensor_id.as_deref().unwrap_or(""), &p.code);
+        if i == self.named_counts.len() {
+            self.named_counts.push(Counts::default());
         }
-        i
+        self.named_counts[i].add(c);
     }
 
-    /// The `n` points with most activations, most first, ties by point.
-    pub fn top(&self, n: usize) -> Vec<(&Point, i64)> {
-        let mut v: Vec<(&Point, i64)> = Vec::with_capacity(n + 1);
-        for (p, c) in self.index.points.iter().zip(&self.counts).filter(|(_, c)| c.activations > 0) {
-            let before = |q: &(&Point, i64)| c.activations > q.1 || (c.activations == q.1 && p.order(q.0).is_lt());
-            let at = v.iter().position(before).unwrap_or(v.len());
-            if at < n {
-                v.insert(at, (p, c.activations));
-                v.truncate(n);
-            }
-        }
-        v
+    /// Every point with anything counted.
+    pub fn iter(&self) -> impl Iterator<Item = (PointKey, Counts)> + '_ {
+        let cached = self.cached.iter().enumerate().map(|(i, c)| (PointKey::Cached(i as i64), *c));
+        let named = self.named_counts.iter().enumerate().map(|(i, c)| (PointKey::Named(i), *c));
+        cached.chain(named).filter(|(_, c)| *c != Counts::default())
     }
+
+    pub fn get(&self, key: PointKey) -> Counts {
+        let slot = match key {
+            PointKey::Cached(id) => usize::try_from(id).ok().and_then(|i| self.cached.get(i)),
+            PointKey::Named(i) => self.named_counts.get(i),
+        };
+        slot.copied().unwrap_or_default()
+    }
+
+    /// Point `p`'s key: by name if a pass met it, else its dictionary id if the cache
+    /// knows it (its counts may then be none in this window).
+    pub fn key_of(&self, conn: &Connection, p: &Point) -> rusqlite::Result<Option<PointKey>> {
+        if let Some(i) = self.named.get(&p.asset_id, p.sensor_id.as_deref().unwrap_or(""), &p.code) {
+            return Ok(Some(PointKey::Named(i)));
+        }
+        Ok(dictionary_id(conn, p)?.map(PointKey::Cached))
+    }
+
+    pub fn name(&self, conn: &Connection, key: PointKey) -> rusqlite::Result<Point> {
+        match key {
+            PointKey::Named(i) => Ok(self.named.points[i].clone()),
+            PointKey::Cached(id) => conn
+                .prepare_cached("SELECT asset_id, sensor_id, code FROM alarm_kpi_points WHERE id = ?1")?
+                .query_row([id], |r| {
+                    let sensor: String = r.get(1)?;
+                    Ok(Point {
+                        asset_id: r.get(0)?,
+                        sensor_id: (!sensor.is_empty()).then_some(sensor),
+                        code: r.get(2)?,
+                    })
+                }),
+        }
+    }
+
+    /// The first `n` of the points `keep` selects, most activations first, ties by
+    /// point, named; and how many it selects in all. Only those with as many activations
+    /// as the `n`th are named.
+    pub fn first(
+        &self,
+        conn: &Connection,
+        n: usize,
+        keep: impl Fn(&Counts) -> bool,
+    ) -> rusqlite::Result<(Vec<Ranked>, usize)> {
+        let mut kept: Vec<(PointKey, Counts)> = self.iter().filter(|(_, c)| keep(c)).collect();
+        let total = kept.len();
+        if n == 0 {
+            return Ok((Vec::new(), total));
+        }
+        if kept.len() > n {
+            let least =
+                kept.select_nth_unstable_by(n - 1, |a, b| b.1.activations.cmp(&a.1.activations)).1.1.activations;
+            kept.retain(|(_, c)| c.activations >= least);
+        }
+        let mut first = Vec::with_capacity(kept.len());
+        for (key, counts) in kept {
+            first.push(Ranked { key, point: self.name(conn, key)?, counts });
+        }
+        first.sort_unstable_by(|a, b| {
+            b.counts.activations.cmp(&a.counts.activations).then_with(|| a.point.order(&b.point))
+        });
+        first.truncate(n);
+        Ok((first, total))
+    }
+}
+
+/// Point `p`'s id in the cache's dictionary, if the cache ever counted it.
+pub fn dictionary_id(conn: &Connection, p: &Point) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT id FROM alarm_kpi_points WHERE asset_id = ?1 AND sensor_id = ?2 AND code = ?3")?
+        .query_row(params![p.asset_id, p.sensor_id.as_deref().unwrap_or(""), p.code], |r| r.get(0))
+        .optional()
 }
 
 /// Points by their three ids, each given an index the first time it is seen; a known
@@ -112,20 +198,36 @@ pub struct PointIndex {
 
 impl PointIndex {
     pub fn index(&mut self, asset: &str, sensor: &str, code: &str) -> usize {
-        self.key.clear();
+        let mut key = std::mem::take(&mut self.key);
+        Self::key_into(&mut key, asset, sensor, code);
+        let i = match self.ids.get(key.as_str()) {
+            Some(&i) => i,
+            None => {
+                self.points.push(Point {
+                    asset_id: asset.to_string(),
+                    sensor_id: (!sensor.is_empty()).then(|| sensor.to_string()),
+                    code: code.to_string(),
+                });
+                self.ids.insert(key.clone(), self.points.len() - 1);
+                self.points.len() - 1
+            }
+        };
+        self.key = key;
+        i
+    }
+
+    /// The point's index, if it has one.
+    pub fn get(&self, asset: &str, sensor: &str, code: &str) -> Option<usize> {
+        let mut key = String::new();
+        Self::key_into(&mut key, asset, sensor, code);
+        self.ids.get(key.as_str()).copied()
+    }
+
+    fn key_into(key: &mut String, asset: &str, sensor: &str, code: &str) {
+        key.clear();
         for part in [asset, "\u{1f}", sensor, "\u{1f}", code] {
-            self.key.push_str(part);
+            key.push_str(part);
         }
-        if let Some(&i) = self.ids.get(self.key.as_str()) {
-            return i;
-        }
-        self.points.push(Point {
-            asset_id: asset.to_string(),
-            sensor_id: (!sensor.is_empty()).then(|| sensor.to_string()),
-            code: code.to_string(),
-        });
-        self.ids.insert(self.key.clone(), self.points.len() - 1);
-        self.points.len() - 1
     }
 }
 

@@ -16,6 +16,8 @@
 //! at once; with the default definitions, closed hours come summed from a cache
 //! ([`super::kpi_cache`]).
 
+use std::collections::HashMap;
+
 use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -156,13 +158,25 @@ pub struct Kpis {
     pub per_period: Vec<i64>,
     pub floods: Vec<Flood>,
     pub by_severity: [i64; 4],
-    /// Most activations first, ties by point; those with none (held only) last.
+    /// Fleeting activations, all points.
+    pub fleeting: i64,
+    /// The points listed ([`listed_points`]): most activations first, ties by point.
     points: Vec<(Point, PointStats)>,
+    /// The chattering and fleeting lists' cut, and their lengths uncut.
+    rows: usize,
+    listed_totals: [usize; 2],
     stale: Vec<Value>,
 }
 
-/// Computes the figures for [from, to).
-pub fn compute(conn: &Connection, from: Timestamp, to: Timestamp, settings: KpiSettings) -> rusqlite::Result<Kpis> {
+/// Computes the figures for [from, to), the chattering and fleeting points' lists cut to
+/// `rows` if given (each cut list's length in `*_total`).
+pub fn compute(
+    conn: &Connection,
+    from: Timestamp,
+    to: Timestamp,
+    settings: KpiSettings,
+    rows: Option<usize>,
+) -> rusqlite::Result<Kpis> {
     let (from_ms, to_ms) = (from.unix() * 1000, to.unix() * 1000);
     let first_period = from_ms.div_euclid(PERIOD_MS);
     let periods = ((to_ms - 1).div_euclid(PERIOD_MS) - first_period + 1).max(0);
@@ -179,27 +193,8 @@ pub fn compute(conn: &Connection, from: Timestamp, to: Timestamp, settings: KpiS
         suppressed += n[SUPPRESSED];
     }
     let floods = floods(conn, &per_period, first_period, (from_ms, to_ms), &settings, &by_point)?;
-    let mut sums = by_point;
-    let mut stats: Vec<PointStats> = sums
-        .counts
-        .iter()
-        .map(|c| PointStats {
-            activations: c.activations,
-            chatter_episodes: c.chatter_episodes,
-            fleeting: c.fleeting,
-            ..Default::default()
-        })
-        .collect();
-    for (p, h) in activity::held(conn, from_ms, to_ms)? {
-        let i = sums.slot(&p);
-        stats.resize_with(sums.counts.len(), Default::default);
-        let s = &mut stats[i];
-        (s.oos_ms, s.out_of_service) = (h.out_of_service_ms, h.out_of_service_at_end);
-        (s.shelved_ms, s.shelved_now) = (h.shelved_ms, h.shelved_at_end);
-    }
-    // Ranked once: most activations first (those with none, held only, last).
-    let mut points: Vec<(Point, PointStats)> = sums.index.points.into_iter().zip(stats).collect();
-    points.sort_unstable_by(|a, b| b.1.activations.cmp(&a.1.activations).then_with(|| a.0.order(&b.0)));
+    let rows = rows.unwrap_or(usize::MAX);
+    let (points, listed_totals) = listed_points(conn, &by_point, (from_ms, to_ms), rows)?;
     Ok(Kpis {
         from,
         to,
@@ -210,9 +205,59 @@ pub fn compute(conn: &Connection, from: Timestamp, to: Timestamp, settings: KpiS
         per_period,
         floods,
         by_severity,
+        fleeting: by_point.iter().map(|(_, c)| c.fleeting).sum(),
         points,
+        rows,
+        listed_totals,
         stale: stale(conn, to, settings.stale_hours)?,
     })
+}
+
+type Listed = Vec<(Point, PointStats)>;
+
+/// The points the figures list, named: the ten most frequent, and the first `rows`
+/// that chattered and that were fleeting, and every one shelved or out of service.
+/// Most activations first, ties by point; those with none (held only) last. Also how
+/// many chattered and how many were fleeting.
+fn listed_points(
+    conn: &Connection,
+    sums: &PointSums,
+    (from_ms, to_ms): (i64, i64),
+    rows: usize,
+) -> rusqlite::Result<(Listed, [usize; 2])> {
+    let stats = |c: activity::Counts| PointStats {
+        activations: c.activations,
+        chatter_episodes: c.chatter_episodes,
+        fleeting: c.fleeting,
+        ..Default::default()
+    };
+    let (top, _) = sums.first(conn, 10, |c| c.activations > 0)?;
+    let (chattering, chattering_total) = sums.first(conn, rows, |c| c.chatter_episodes > 0)?;
+    let (fleeting, fleeting_total) = sums.first(conn, rows, |c| c.fleeting > 0)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut points: Vec<(Point, PointStats)> = Vec::new();
+    for r in top.into_iter().chain(chattering).chain(fleeting) {
+        if seen.insert(r.key) {
+            points.push((r.point, stats(r.counts)));
+        }
+    }
+    let mut at: HashMap<Point, usize> = points.iter().enumerate().map(|(i, (p, _))| (p.clone(), i)).collect();
+    for (p, h) in activity::held(conn, from_ms, to_ms)? {
+        let i = match at.get(&p) {
+            Some(&i) => i,
+            None => {
+                let counts = sums.key_of(conn, &p)?.map(|k| sums.get(k)).unwrap_or_default();
+                at.insert(p.clone(), points.len());
+                points.push((p, stats(counts)));
+                points.len() - 1
+            }
+        };
+        let s = &mut points[i].1;
+        (s.oos_ms, s.out_of_service) = (h.out_of_service_ms, h.out_of_service_at_end);
+        (s.shelved_ms, s.shelved_now) = (h.shelved_ms, h.shelved_at_end);
+    }
+    points.sort_unstable_by(|a, b| b.1.activations.cmp(&a.1.activations).then_with(|| a.0.order(&b.0)));
+    Ok((points, [chattering_total, fleeting_total]))
 }
 
 /// The flood episodes in the periods, each with its three largest contributors.
@@ -246,9 +291,9 @@ fn floods(
     for (start, end, activations, peak) in spans.into_iter().chain(ongoing) {
         let (a, b) = (period_ms(start).max(from_ms), period_ms(end).min(to_ms));
         let top = if (a, b) == (from_ms, to_ms) {
-            top_points(window, 3)
+            top_points(conn, window, 3)?
         } else {
-            top_points(&kpi_cache::activity(conn, a, b, settings)?.1, 3)
+            top_points(conn, &kpi_cache::activity(conn, a, b, settings)?.1, 3)?
         };
         floods.push(Flood {
             start: Timestamp::from_unix(period_ms(start) / 1000),
@@ -279,8 +324,9 @@ fn stale(conn: &Connection, to: Timestamp, hours: i64) -> rusqlite::Result<Vec<V
 }
 
 /// The `n` points with most activations, most first, ties by point.
-fn top_points(sums: &PointSums, n: usize) -> Vec<Value> {
-    sums.top(n).into_iter().map(|(p, count)| point_json(p, "activations", json!(count))).collect()
+fn top_points(conn: &Connection, sums: &PointSums, n: usize) -> rusqlite::Result<Vec<Value>> {
+    let (top, _) = sums.first(conn, n, |c| c.activations > 0)?;
+    Ok(top.into_iter().map(|r| point_json(&r.point, "activations", json!(r.counts.activations))).collect())
 }
 
 /// The points `keep` selects, in order, each with its two figures.
@@ -374,17 +420,6 @@ impl Kpis {
         &self.points[..n]
     }
 
-    /// A point's annunciated activations in the window, its rank among the ten most
-    /// frequent (1 to 10) if it is one, and whether it chattered.
-    pub fn point(&self, asset_id: &str, sensor_id: Option<&str>, code: &str) -> (i64, Option<usize>, bool) {
-        let same = |p: &Point| p.asset_id == asset_id && p.sensor_id.as_deref() == sensor_id && p.code == code;
-        let rank = self.ranked().iter().take(10).position(|(p, _)| same(p)).map(|i| i + 1);
-        self.points
-            .iter()
-            .find(|(p, _)| same(p))
-            .map_or((0, None, false), |(_, s)| (s.activations, rank, s.chatter_episodes > 0))
-    }
-
     pub fn top10_share_pct(&self) -> f64 {
         pct(self.ranked().iter().take(10).map(|(_, s)| s.activations).sum(), self.annunciated)
     }
@@ -398,12 +433,14 @@ impl Kpis {
         let bad_actors = list(&ranked[..ranked.len().min(10)], &|_| true, &|s| {
             [("activations", json!(s.activations)), ("share_pct", json!(pct(s.activations, self.annunciated)))]
         });
-        let chattering = list(ranked, &|s| s.chatter_episodes > 0, &|s| {
+        let mut chattering = list(ranked, &|s| s.chatter_episodes > 0, &|s| {
             [("activations", json!(s.activations)), ("chatter_episodes", json!(s.chatter_episodes))]
         });
-        let fleeting = list(ranked, &|s| s.fleeting > 0, &|s| {
+        let mut fleeting = list(ranked, &|s| s.fleeting > 0, &|s| {
             [("fleeting", json!(s.fleeting)), ("activations", json!(s.activations))]
         });
+        chattering.truncate(self.rows);
+        fleeting.truncate(self.rows);
         // Points shelved or out of service in the window: minutes, and whether still so.
         let shelved = list(&self.points, &|s| s.shelved_ms > 0 || s.shelved_now, &|s| {
             [("shelved_minutes", minutes(s.shelved_ms)), ("shelved_at_end", json!(s.shelved_now))]
@@ -411,14 +448,13 @@ impl Kpis {
         let out_of_service = list(&self.points, &|s| s.oos_ms > 0 || s.out_of_service, &|s| {
             [("out_of_service_minutes", minutes(s.oos_ms)), ("out_of_service_at_end", json!(s.out_of_service))]
         });
-        let fleeting_total: i64 = self.points.iter().map(|(_, s)| s.fleeting).sum();
         let severity = |i: usize| (Severity::ALL[i].as_str(), self.by_severity[i]);
         let priority: serde_json::Map<String, Value> =
             (0..4).map(|i| (severity(i).0.into(), json!(severity(i).1))).collect();
         let priority_pct: serde_json::Map<String, Value> =
             (0..4).map(|i| (severity(i).0.into(), json!(pct(severity(i).1, self.annunciated)))).collect();
         let hours = self.hours();
-        json!({
+        let mut figures = json!({
             "window": {"from": self.from, "to": self.to, "hours": round2(hours), "periods_10min": self.periods},
             "annunciated": self.annunciated,
             "suppressed": self.suppressed,
@@ -435,7 +471,7 @@ impl Kpis {
             "bad_actors": bad_actors,
             "chattering": chattering,
             "fleeting": fleeting,
-            "fleeting_activations": fleeting_total,
+            "fleeting_activations": self.fleeting,
             "stale": self.stale,
             "priority": priority,
             "priority_pct": priority_pct,
@@ -446,7 +482,13 @@ impl Kpis {
             "settings": self.settings,
             "definitions": self.definitions(),
             "targets": TARGETS.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-        })
+        });
+        for (key, total) in ["chattering", "fleeting"].into_iter().zip(self.listed_totals) {
+            if total > self.rows {
+                figures[format!("{key}_total")] = total.into();
+            }
+        }
+        figures
     }
 
     /// Every definition in force, in words, for wherever the figures are shown.

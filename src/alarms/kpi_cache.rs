@@ -3,6 +3,8 @@
 //! severity, and per point its activations, fleeting activations and chattering
 //! episodes begun). A year's figures then sum about as many rows as there are
 //! (point, hour) pairs with an activation, instead of passing over every journal event.
+//! Points are ids in a dictionary of their own (`alarm_kpi_points`), named only when a
+//! figure lists them.
 //!
 //! An hour is cached once it is over, past the fleeting limit and a minute for events
 //! in flight, by housekeeping or `alarms kpi`. An event journalled late (a gateway
@@ -15,7 +17,7 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::activity::{self, Activity, Counts, HOUR_MS, PERIOD_MS, PeriodCounts, PointSums};
-use super::kpi::{KpiSettings, MAX_WINDOW_DAYS};
+use super::kpi::{KpiSettings, MAX_WINDOW_DAYS, Point};
 use crate::domain::Timestamp;
 use crate::store::{StoreError, Writer};
 
@@ -104,20 +106,33 @@ fn store(c: &Connection, from: i64, to: i64, act: &Activity) -> rusqlite::Result
     for (p, n) in &act.periods {
         period.execute(params![p, n[0], n[1], n[2], n[3], n[4]])?;
     }
+    let mut ids: Vec<Option<i64>> = vec![None; act.points.len()];
     let mut row = c.prepare_cached(
-        "INSERT INTO alarm_kpi_point_hours (hour, asset_id, sensor_id, code, activations, fleeting, chatter_episodes)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO alarm_kpi_point_hours (hour, point, activations, fleeting, chatter_episodes)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     for (&(hour, p), n) in &act.counts {
-        let pt = &act.points[p];
-        let sensor = pt.sensor_id.as_deref().unwrap_or("");
-        row.execute(params![hour, pt.asset_id, sensor, pt.code, n.activations, n.fleeting, n.chatter_episodes])?;
+        let id = match ids[p] {
+            Some(id) => id,
+            None => *ids[p].insert(dictionary_add(c, &act.points[p])?),
+        };
+        row.execute(params![hour, id, n.activations, n.fleeting, n.chatter_episodes])?;
     }
     let mut hour = c.prepare_cached("INSERT OR REPLACE INTO alarm_kpi_hours (hour, definition) VALUES (?1, ?2)")?;
     for h in from..to {
         hour.execute(params![h, def])?;
     }
     Ok(())
+}
+
+/// Point `p`'s id in the cache's dictionary, given one if it has none.
+fn dictionary_add(c: &Connection, p: &Point) -> rusqlite::Result<i64> {
+    if let Some(id) = activity::dictionary_id(c, p)? {
+        return Ok(id);
+    }
+    c.prepare_cached("INSERT INTO alarm_kpi_points (asset_id, sensor_id, code) VALUES (?1, ?2, ?3)")?
+        .execute(params![p.asset_id, p.sensor_id.as_deref().unwrap_or(""), p.code])?;
+    Ok(c.last_insert_rowid())
 }
 
 /// Drops the cached hours an event journalled now can change: for an activation at
@@ -185,6 +200,7 @@ fn activity_in_snapshot(
         raw.push((h2 * HOUR_MS, to_ms));
         sum_cached(conn, h1, h2, &mut periods, &mut points)?;
     }
+    let used_cache = !cached.is_empty();
     for (a, b) in raw.into_iter().filter(|(a, b)| a < b) {
         let span = activity::span(conn, a, b, settings, false)?;
         for (p, n) in &span.periods {
@@ -193,7 +209,13 @@ fn activity_in_snapshot(
                 into[i] += v;
             }
         }
-        span.add_to(&mut points);
+        // A point the cached hours may have counted too is summed under its id.
+        for (p, c) in span.points.iter().zip(span.per_point()) {
+            match used_cache.then(|| activity::dictionary_id(conn, p)).transpose()?.flatten() {
+                Some(id) => points.add_cached(id, c),
+                None => points.add_named(p, c),
+            }
+        }
     }
     Ok((periods, points))
 }
@@ -217,13 +239,12 @@ fn sum_cached(
     }
     // One range scan, summed here by point (SQLite's GROUP BY would sort the rows first).
     let mut stmt = conn.prepare_cached(
-        "SELECT asset_id, sensor_id, code, activations, fleeting, chatter_episodes
-         FROM alarm_kpi_point_hours WHERE hour >= ?1 AND hour < ?2",
+        "SELECT point, activations, fleeting, chatter_episodes FROM alarm_kpi_point_hours WHERE hour >= ?1 AND hour < ?2",
     )?;
     let mut rows = stmt.query([h1, h2])?;
     while let Some(r) = rows.next()? {
-        let i = points.slot_of(r.get_ref(0)?.as_str()?, r.get_ref(1)?.as_str()?, r.get_ref(2)?.as_str()?);
-        points.counts[i].add(Counts { activations: r.get(3)?, fleeting: r.get(4)?, chatter_episodes: r.get(5)? });
+        points
+            .add_cached(r.get(0)?, Counts { activations: r.get(1)?, fleeting: r.get(2)?, chatter_episodes: r.get(3)? });
     }
     Ok(())
 }

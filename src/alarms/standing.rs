@@ -6,7 +6,9 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use super::kpi::{self, KpiSettings};
+use super::activity::{Counts, PointSums};
+use super::kpi::{KpiSettings, Point};
+use super::kpi_cache;
 use crate::domain::Timestamp;
 
 /// An earlier occurrence of the same point, triaged within the hour.
@@ -94,12 +96,23 @@ pub fn of(conn: &Connection, alarm_id: i64, now: Timestamp) -> rusqlite::Result<
         .query_row([alarm_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
         .optional()?;
     let Some((asset, sensor, code, raised_at, cleared_at)) = row else { return Ok(None) };
-    let settings = KpiSettings::default();
-    let hour = kpi::compute(conn, now.plus_secs(-3600), now.plus_secs(1), settings)?;
-    let (activations_last_hour, _, chattering) = hour.point(&asset, sensor.as_deref(), &code);
-    let week = kpi::compute(conn, now.plus_secs(-7 * 86_400), now.plus_secs(1), settings)?;
-    let (week_activations, week_rank, _) = week.point(&asset, sensor.as_deref(), &code);
-    let week_rank = week_rank.filter(|_| week_activations >= BAD_ACTOR_MIN_WEEK);
+    let point = Point { asset_id: asset.clone(), sensor_id: sensor.clone(), code: code.clone() };
+    let counts = |from: Timestamp| -> rusqlite::Result<(PointSums, Counts)> {
+        let (_, sums) =
+            kpi_cache::activity(conn, from.unix() * 1000, (now.unix() + 1) * 1000, &KpiSettings::default())?;
+        let counts = sums.key_of(conn, &point)?.map(|k| sums.get(k)).unwrap_or_default();
+        Ok((sums, counts))
+    };
+    let (_, hour) = counts(now.plus_secs(-3600))?;
+    let (activations_last_hour, chattering) = (hour.activations, hour.chatter_episodes > 0);
+    let (week, counts) = counts(now.plus_secs(-7 * 86_400))?;
+    let week_activations = counts.activations;
+    let week_rank = if week_activations >= BAD_ACTOR_MIN_WEEK {
+        let (top, _) = week.first(conn, 10, |c| c.activations > 0)?;
+        top.iter().position(|r| r.point == point).map(|i| i + 1)
+    } else {
+        None
+    };
     let earlier = conn
         .prepare_cached(
             "SELECT a.id, a.raised_at, n.id FROM alarms a JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'

@@ -81,13 +81,13 @@ fn year(store: &Store, from: Timestamp, to: Timestamp, days: u32) -> anyhow::Res
     let db = store.read()?;
     let rss_before = peak_rss_kib();
     let started = Instant::now();
-    let journal = kpi::compute(&db, from, to, kpi::KpiSettings::default())?.to_json();
+    let journal = kpi::compute(&db, from, to, kpi::KpiSettings::default(), None)?.to_json();
     let journal_time = started.elapsed();
     let started = Instant::now();
     let hours = kpi_cache::refresh(store.writer(), to.plus_secs(3600))?;
     let cache_time = started.elapsed();
     let started = Instant::now();
-    let figures = kpi::compute(&db, from, to, kpi::KpiSettings::default())?.to_json();
+    let figures = kpi::compute(&db, from, to, kpi::KpiSettings::default(), None)?.to_json();
     let kpi_time = started.elapsed();
     let rss_after = peak_rss_kib();
     anyhow::ensure!(figures == journal, "the cached figures differ from the journal's");

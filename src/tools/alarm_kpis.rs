@@ -59,11 +59,13 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
         (None, from) => from,
     };
     let (from, to) = kpi::window(from.as_deref(), args.to.as_deref(), ctx.now).map_err(ToolError::InvalidArguments)?;
-    let mut figures = kpi::compute(ctx.db, from, to, kpi::KpiSettings::default())?.to_json();
+    let mut figures = kpi::compute(ctx.db, from, to, kpi::KpiSettings::default(), Some(ROWS))?.to_json();
     let Some(map) = figures.as_object_mut() else { return Ok(figures) };
     // The chart's series is for the page, not for reading.
     map.remove("per_10min");
-    for key in ["floods", "chattering", "fleeting", "stale", "shelved", "out_of_service"] {
+    // The chattering and fleeting lists come cut, with their totals: a week of a large
+    // plant has thousands of fleeting points, and naming them all is most of the cost.
+    for key in ["floods", "stale", "shelved", "out_of_service"] {
         if let Some(Value::Array(list)) = map.get_mut(key)
             && list.len() > ROWS
         {
