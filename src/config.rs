@@ -29,6 +29,10 @@ pub use crate::web::WebConfig;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// Folder for the database and other state; `--data-dir` and `TWINOPS_DATA_DIR`
+    /// take precedence (default `data`, beside where twinops runs).
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
     #[serde(default)]
     pub llm: LlmConfig,
     #[serde(default)]

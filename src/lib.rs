@@ -29,7 +29,7 @@
 //!   systemd readiness); [`bench`](mod@bench): the figures; [`eval`]: the quality cases,
 //!   with [`scripted`], the scripted model server; [`config`]: the configuration, part
 //!   by part; [`support`]: secrets, hex, the deterministic `Rng`; [`cli`]: the command
-//!   line (`main.rs` only calls it).
+//!   line (`main.rs` only calls it); [`check`]: a configuration and what it points at.
 
 pub mod accounts;
 pub mod agent;
@@ -38,6 +38,7 @@ pub mod app;
 pub mod approvals;
 pub mod bench;
 pub mod broker;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod console;

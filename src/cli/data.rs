@@ -279,7 +279,7 @@ pub(super) fn seed(global: &Global, args: SeedArgs) -> anyhow::Result<()> {
 }
 
 pub(super) fn backup(global: &Global, to: &std::path::Path) -> anyhow::Result<()> {
-    let from = global.db_path();
+    let from = global.db_path()?;
     let b = crate::store::backup(&from, to)?;
     println!(
         "backup of {} written to {}: {:.1} MiB, schema version {}, integrity ok, in {:.1} s",

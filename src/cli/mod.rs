@@ -27,10 +27,21 @@ use alarm_ops::AlarmsCommand;
 use data::{DeadLettersCommand, DocsCommand, PlantCommand, ReadingsCommand};
 use people::{TokenCommand, UserCommand};
 
+/// `twinops --version`: the release, the commit it was built from, and the database
+/// schema it writes (a database of a later schema is refused, an earlier one migrated).
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} (commit {}, database schema {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("TWINOPS_GIT_COMMIT"),
+        crate::store::SCHEMA_VERSION
+    )
+});
+
 #[derive(Parser)]
 #[command(
     name = "twinops",
-    version,
+    version = VERSION.as_str(),
     about = "An operations agent for pumping stations and water plants: \
 a SQLite twin of the plant, documentation search, and the read-only tools an LLM uses to triage alarms."
 )]
@@ -43,9 +54,10 @@ pub struct Cli {
 
 #[derive(Args)]
 struct Global {
-    /// Folder for the database and other state.
-    #[arg(long, global = true, env = "TWINOPS_DATA_DIR", default_value = "data")]
-    data_dir: PathBuf,
+    /// Folder for the database and other state. Default: the configuration's
+    /// `data_dir`, else `data`.
+    #[arg(long, global = true, env = "TWINOPS_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     /// SQLite database file. Default: DATA_DIR/twinops.db.
     #[arg(long, global = true, env = "TWINOPS_DB")]
     db: Option<PathBuf>,
@@ -55,12 +67,21 @@ struct Global {
 }
 
 impl Global {
-    fn db_path(&self) -> PathBuf {
-        self.db.clone().unwrap_or_else(|| self.data_dir.join("twinops.db"))
+    /// `--db`, else `twinops.db` in the data folder: `--data-dir`, the configuration's
+    /// `data_dir` (read only when neither is given), or `data`.
+    fn db_path(&self) -> anyhow::Result<PathBuf> {
+        if let Some(db) = &self.db {
+            return Ok(db.clone());
+        }
+        let dir = match &self.data_dir {
+            Some(dir) => dir.clone(),
+            None => self.config()?.data_dir.unwrap_or_else(|| PathBuf::from("data")),
+        };
+        Ok(dir.join("twinops.db"))
     }
 
     fn open(&self) -> anyhow::Result<Store> {
-        let path = self.db_path();
+        let path = self.db_path()?;
         Store::open(&path).with_context(|| format!("opening {}", path.display()))
     }
 
@@ -191,6 +212,20 @@ enum Command {
     /// API tokens for machine clients (bearer tokens; shown once, stored hashed): create, list, revoke.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Check the configuration and everything it points at (database, broker, model
+    /// servers, embeddings, listening addresses, documents), one line each with what to
+    /// do; exit status 0 only when everything it turns on works. Changes nothing.
+    #[command(after_help = "Example:\n  sudo -u twinops twinops --config /etc/twinops/twinops.toml check")]
+    Check,
+    /// Write the manual page or a shell's completions (for packagers).
+    #[command(hide = true)]
+    Generate {
+        #[arg(value_enum)]
+        what: Generate,
+        /// Folder to write into.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
     /// Copy the database to a new file, consistent and checked, while the daemon runs.
     #[command(after_help = "Example:\n  twinops backup /var/backups/twinops/twinops-2026-12-01.db")]
     Backup {
@@ -317,7 +352,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { demo, seed_from, notes } => {
             let opts =
-                crate::app::ServeOptions { config: global.config()?, db: global.db_path(), demo, seed_dir: seed_from };
+                crate::app::ServeOptions { config: global.config()?, db: global.db_path()?, demo, seed_dir: seed_from };
             runtime()?.block_on(crate::app::serve(opts, notes))?;
         }
         Command::Broker { listen } => crate::broker::run(listen)?,
@@ -346,6 +381,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(crate::mcp::serve_stdio(store, docs, allow))?;
         }
         Command::Seed(args) => data::seed(global, args)?,
+        Command::Check => return check(global),
+        Command::Generate { what, out } => generate(what, &out)?,
         Command::Backup { to } => data::backup(global, &to)?,
         Command::Plant(cmd) => return data::plant(global, cmd),
         Command::Readings(cmd) => return data::readings(global, cmd),
@@ -361,6 +398,63 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Alarms(cmd) => return alarm_ops::run(global, cmd),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn check(global: &Global) -> anyhow::Result<ExitCode> {
+    println!("twinops {}: checking {}", VERSION.as_str(), global.config.display());
+    let config = match global.config() {
+        Ok(c) => c,
+        Err(e) => {
+            println!(
+                "FAIL  config        {e:#}\n{:19} -> fix the file (unknown keys and bad values are named above)",
+                ""
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let db = global.db_path()?;
+    let lines = runtime()?.block_on(crate::check::run(&config, &global.config, &db));
+    for line in &lines {
+        println!("{line}");
+    }
+    let (summary, passed) = crate::check::summary(&lines);
+    println!("{summary}");
+    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Generate {
+    /// twinops.1, the manual page (roff).
+    Man,
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// The manual page or completions, from the command line's own definition.
+fn generate(what: Generate, out: &std::path::Path) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let mut cmd = Cli::command();
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let (shell, file) = match what {
+        Generate::Man => {
+            let path = out.join("twinops.1");
+            let mut buf = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut buf)?;
+            std::fs::write(&path, buf).with_context(|| format!("writing {}", path.display()))?;
+            println!("{}", path.display());
+            return Ok(());
+        }
+        Generate::Bash => (Shell::Bash, "twinops.bash"),
+        Generate::Zsh => (Shell::Zsh, "_twinops"),
+        Generate::Fish => (Shell::Fish, "twinops.fish"),
+    };
+    let path = out.join(file);
+    let mut f = std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
+    clap_complete::generate(shell, &mut cmd, "twinops", &mut f);
+    println!("{}", path.display());
+    Ok(())
 }
 
 fn simulate(opts: &crate::sim::SimOptions) -> anyhow::Result<()> {

@@ -16,6 +16,12 @@ pub enum DocText {
 /// The extensions read, for messages.
 pub const KINDS: &str = ".md, .txt, .html, .pdf";
 
+/// Whether `path` is a document the search reads, by its extension.
+pub fn is_document(path: &Path) -> bool {
+    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    ["md", "markdown", "txt", "html", "htm", "pdf"].contains(&ext.as_str())
+}
+
 /// Reads `path` by its extension; `Err` says why it is not indexed.
 pub fn read(path: &Path) -> Result<DocText, String> {
     let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();

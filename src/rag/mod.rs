@@ -12,5 +12,5 @@ mod index;
 pub use bm25::{DocIndex, Hit, SearchError};
 pub use chunk::{Chunk, MAX_CHUNK_CHARS, chunk_markdown, heading};
 pub use embed::{EmbedError, EmbedReport, Embedder, EmbeddingsConfig, embed_chunks};
-pub use formats::{DocText, html_to_markdown, pdf_pages};
+pub use formats::{DocText, KINDS as DOCUMENT_KINDS, html_to_markdown, is_document, pdf_pages};
 pub use index::{IndexReport, SourceDoc, index_dir, index_docs};
