@@ -222,6 +222,28 @@ mod tests {
         move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
     }
 
+    /// The package's /etc/twinops/twinops.toml loads as shipped (the package's data
+    /// folder, every other setting at its default), and with every commented setting
+    /// uncommented it still parses: no key in it is misspelt or misplaced.
+    #[test]
+    fn the_packaged_configuration_is_valid_commented_and_uncommented() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/twinops.toml");
+        let shipped = Config::load(&path, &|_| None).unwrap();
+        assert_eq!(shipped.data_dir.as_deref(), Some(Path::new("/var/lib/twinops")));
+        assert!(shipped.llm.chain.is_empty() && shipped.mqtt.url.is_empty());
+        let text = std::fs::read_to_string(&path).unwrap();
+        let uncommented: String = text
+            .lines()
+            .map(|l| l.strip_prefix("# ").filter(|_| !l.starts_with("##")).unwrap_or(l))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let all: Config = toml::from_str(&uncommented).unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+        assert_eq!(all.llm.chain.len(), 2);
+        assert_eq!(all.mqtt.username.as_deref(), Some("twinops"));
+        assert!(all.embeddings.is_some() && all.sparkplug.host_id == "twinops");
+        assert_eq!(all.schedule.docs_dir.as_deref(), Some(Path::new("/var/lib/twinops/docs")));
+    }
+
     #[test]
     fn env_overrides_and_errors_name_the_key() {
         let missing = Path::new("/nonexistent/twinops.toml");
