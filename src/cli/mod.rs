@@ -199,7 +199,7 @@ enum Command {
     DeadLetters(DeadLettersCommand),
     /// Serve the twin's read-only tools to an MCP host over stdio (the host spawns it).
     #[command(
-        after_help = "Examples:\n  twinops --db /var/lib/twinops/twinops.db mcp\n  (Claude Desktop: see README, \"Connecting an MCP host\")"
+        after_help = "Examples:\n  twinops --db /var/lib/twinops/twinops.db mcp\n  (Claude Desktop: see the user guide, docs/src/agent.md, \"Connecting an MCP host\")"
     )]
     Mcp {
         /// Offer propose_work_order too (it only parks a proposal for a supervisor).
@@ -302,7 +302,7 @@ enum BenchCommand {
     Tools(bench::ToolsBenchArgs),
     /// Ingest throughput against a bare subscriber on the same broker.
     #[command(
-        after_help = "Examples:\n  twinops bench ingest\n  twinops bench ingest --broker mqtt://127.0.0.1:1883 --batch-ms 1   # Mosquitto, set up as in the README"
+        after_help = "Examples:\n  twinops bench ingest\n  twinops bench ingest --broker mqtt://127.0.0.1:1883 --batch-ms 1   # Mosquitto, set up as in the user guide (docs/src/connecting.md)"
     )]
     Ingest(bench::IngestBenchArgs),
     /// Sparkplug B ingest (DDATA of 100 metrics) beside JSON telemetry of the same readings.

@@ -448,7 +448,7 @@ const MIGRATIONS: &[&str] = &[
     // 25: the summary's attention ranking reads assets through this index; with
     // `retired_at` in it (the partial index's own condition) the index covers the read
     // and no row is looked up per asset in alarm (get_system_summary at 1,000 active
-    // alarms: p50 1.80 -> 1.59 ms, p99 2.16 -> 1.78 ms; README, bench tools).
+    // alarms: p50 1.80 -> 1.59 ms, p99 2.16 -> 1.78 ms; docs/src/performance.md, bench tools).
     "DROP INDEX IF EXISTS assets_attention;
      CREATE INDEX assets_attention ON assets(id, status, criticality, last_maintenance_on, retired_at)
          WHERE retired_at IS NULL;",
