@@ -92,12 +92,12 @@ fn the_foundations_depend_on_nothing_above_them() {
 }
 
 /// `config` only assembles: each component owns its part and is used by the assembly
-/// (`app`, `cli`), never the other way round.
+/// (`app`, `check`, `cli`), never the other way round.
 #[test]
 fn only_the_assembly_uses_config() {
     let deps = dependencies();
     let users: Vec<&String> = deps.iter().filter(|(_, d)| d.contains("config")).map(|(m, _)| m).collect();
-    assert_eq!(users, ["app", "cli"], "modules that use config");
+    assert_eq!(users, ["app", "check", "cli"], "modules that use config");
 }
 
 /// The layers of ARCHITECTURE.md's Boundaries section, lowest first, and the uses
@@ -108,7 +108,7 @@ const LAYERS: &[&[&str]] = &[
     &["plant", "rag", "alarms", "approvals", "handover", "accounts", "sparkplug", "ingest"],
     &["tools", "agent", "triage", "notify", "schedule"],
     &["web", "mcp", "console", "publish", "sim", "seed", "scripted", "eval", "bench", "broker", "sdnotify"],
-    &["config", "app", "cli"],
+    &["config", "app", "check", "cli"],
 ];
 
 const WITHIN_A_LAYER: &[(&str, &str)] = &[
@@ -141,6 +141,8 @@ const WITHIN_A_LAYER: &[(&str, &str)] = &[
     ("app", "config"),
     ("cli", "config"),
     ("cli", "app"),
+    ("check", "config"),
+    ("cli", "check"),
 ];
 
 #[test]
