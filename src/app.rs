@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::{Notify, watch};
 
+use crate::accounts::{self, directory::Directory};
 use crate::agent::{self, Agent};
 use crate::config::Config;
 use crate::console::{NoteConsole, NotesOutput};
@@ -110,6 +111,48 @@ fn notifiers(
 }
 
 /// The demo's login, made on first start: a supervisor with a random password.
+/// The directory, when `[directory]` is set. A local user whose name the directory
+/// also has is a configuration error, and stops the start; a directory that does not
+/// answer does not (local logins work without it), and is logged.
+async fn directory(store: &Store, config: &Config) -> anyhow::Result<Option<Directory>> {
+    let Some(cfg) = config.directory.clone() else { return Ok(None) };
+    let dir = Directory::new(cfg, &|k| std::env::var(k).ok())?;
+    match accounts::directory_conflicts(store, &dir).await {
+        Ok(both) if !both.is_empty() => anyhow::bail!(
+            "these local users also exist in the directory ({}): {}; which of the two would log in? Rename or \
+             remove the local ones (`twinops user disable NAME` does not do: the name stays), or narrow \
+             directory.user_filter",
+            dir.url(),
+            both.join(", ")
+        ),
+        Ok(_) => tracing::info!(stage = "directory", url = dir.url(), "directory login on"),
+        Err(e) => {
+            tracing::warn!(stage = "directory", error = %e, "the directory does not answer at start; local logins work, directory ones will once it does")
+        }
+    }
+    Ok(Some(dir))
+}
+
+/// Every `recheck_secs`, the roles of directory users with live sessions or tokens are
+/// read again: a leaver loses access within that interval.
+async fn recheck_directory(store: Store, dir: Directory, mut stop: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(dir.recheck());
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return,
+        }
+        match accounts::recheck_directory_users(&store, &dir).await {
+            Ok((checked, ended)) if ended > 0 => {
+                tracing::warn!(stage = "directory", checked, ended, "directory users lost access (audited)")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(stage = "directory", error = %e, "directory users' roles could not be read again"),
+        }
+    }
+}
+
 fn demo_supervisor(store: &Store) -> anyhow::Result<Option<(String, String)>> {
     if crate::accounts::user_count(store)? > 0 {
         return Ok(None);
@@ -162,6 +205,10 @@ impl Daemon {
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
         tasks.extend(notifiers(&store, &mqtt, &opts.config, &triage, &stop_rx));
         let demo_login = if opts.demo { demo_supervisor(&store)? } else { None };
+        let directory = directory(&store, &opts.config).await?;
+        if let Some(dir) = &directory {
+            tasks.push(tokio::spawn(recheck_directory(store.clone(), dir.clone(), stop_rx.clone())));
+        }
         let mut web_addr = None;
         if !opts.config.web.listen.is_empty() {
             let listener = tokio::net::TcpListener::bind(&opts.config.web.listen).await.with_context(|| {
@@ -179,6 +226,7 @@ impl Daemon {
                 broker_up,
                 mcp: opts.config.mcp.clone(),
                 queue: policy.queue,
+                directory: directory.clone(),
             };
             tasks.push(tokio::spawn(crate::web::serve(listener, Arc::new(state), stop_rx.clone())));
         }

@@ -78,7 +78,28 @@ pub async fn run(config: &Config, config_path: &Path, db: &Path) -> Vec<Line> {
     lines.push(listen("web", &config.web.listen, "web.listen"));
     lines.push(documents(config.schedule.docs_dir.as_deref()));
     lines.push(webhook(config));
+    lines.push(directory(config).await);
     lines
+}
+
+/// The directory: the service account binds (over TLS unless a lab allows plain).
+async fn directory(config: &Config) -> Line {
+    let Some(cfg) = config.directory.clone() else {
+        return Line::new("directory", Verdict::Off, "not configured: local accounts only");
+    };
+    let url = cfg.url.clone();
+    let dir = match crate::accounts::directory::Directory::new(cfg, &|k| std::env::var(k).ok()) {
+        Ok(d) => d,
+        Err(e) => return Line::fail("directory", format!("{e:#}"), "fix the [directory] setting it names"),
+    };
+    match dir.probe().await {
+        Ok(()) => Line::new("directory", Verdict::Ok, format!("{url}: the service account binds")),
+        Err(e) => Line::fail(
+            "directory",
+            e.to_string(),
+            "check directory.url, ca_file (the CA that signed the directory's certificate), bind_dn and its password",
+        ),
+    }
 }
 
 fn config_line(path: &Path) -> Line {

@@ -53,6 +53,9 @@ pub struct Config {
     /// Off unless set: `src/rag/embed.rs`.
     #[serde(default)]
     pub embeddings: Option<crate::rag::EmbeddingsConfig>,
+    /// Directory login, off unless set: `src/accounts/directory.rs`.
+    #[serde(default)]
+    pub directory: Option<crate::accounts::directory::DirectoryConfig>,
 }
 
 impl Config {
@@ -207,6 +210,9 @@ impl Config {
         if let Some(e) = &self.embeddings {
             e.validate().map_err(anyhow::Error::msg)?;
         }
+        if let Some(d) = &self.directory {
+            d.validate()?;
+        }
         Ok(())
     }
 }
@@ -242,6 +248,9 @@ mod tests {
         assert_eq!(all.mqtt.username.as_deref(), Some("twinops"));
         assert!(all.embeddings.is_some() && all.sparkplug.host_id == "twinops");
         assert_eq!(all.schedule.docs_dir.as_deref(), Some(Path::new("/var/lib/twinops/docs")));
+        let directory = all.directory.expect("[directory] uncommented");
+        assert_eq!(directory.roles.len(), 2);
+        directory.validate().unwrap();
     }
 
     #[test]

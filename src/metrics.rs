@@ -91,6 +91,11 @@ pub const DEFINED: &[Def] = &[
         "Alarms raised in the last 10 minutes (ISA-18.2 flood lines: 10 and 5).",
     ),
     def("twinops_triage_queue_depth", Gauge, "Triage jobs waiting."),
+    def(
+        "twinops_directory_up",
+        Gauge,
+        "1 while the directory (LDAP, AD) answers, 0 when its last call failed; absent without one.",
+    ),
     def("twinops_triage_wait_seconds", Histogram, "From an occurrence's job being queued to a worker taking it."),
     def("twinops_triage_run_seconds", Histogram, "One triage run (a group of one asset's occurrences)."),
     def("twinops_triage_runs_total", Counter, "Triage runs by mode (agent, rules) and outcome."),

@@ -539,7 +539,10 @@ fn users_and_tokens_are_managed_from_the_command_line() {
         }
     }
     let kaur = list.lines().find(|l| l.starts_with("operator.kaur")).unwrap();
-    assert_eq!(kaur.split_whitespace().take(4).collect::<Vec<_>>(), ["operator.kaur", "supervisor", "disabled", "0"]);
+    assert_eq!(
+        kaur.split_whitespace().take(4).collect::<Vec<_>>(),
+        ["operator.kaur", "supervisor", "local", "disabled"]
+    );
     let out = twinops_with_input(&p, &["user", "passwd", "nobody"], password);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no user named nobody"));
     let out = twinops_with_input(&p, &["user", "passwd", "admin.lee"], "a new passphrase for lee\n");

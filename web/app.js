@@ -42,6 +42,8 @@ function showLogin() {
   const q = new URLSearchParams(location.search);
   $('#login-failed').hidden = q.get('login') !== 'failed';
   $('#login-locked').hidden = q.get('login') !== 'locked';
+  $('#login-nogroup').hidden = q.get('login') !== 'nogroup';
+  $('#login-directory').hidden = q.get('login') !== 'directory';
   $('#login-locked').textContent =
     `Too many failed logins from here: try again in ${q.get('minutes') || 15} minutes, ` +
     'or ask an administrator to unlock the account (Account tab, or twinops user unlock NAME).';

@@ -5,6 +5,7 @@
 //! Secrets (passwords, session and API tokens) are never stored or logged: passwords
 //! as argon2id PHC strings, tokens as their SHA-256.
 
+pub mod directory;
 pub mod lockout;
 
 use std::time::Duration;
@@ -147,6 +148,8 @@ pub struct Account {
     pub live_tokens: i64,
     /// Locks on this name in force ([`lockout`]).
     pub locks: Vec<lockout::Lock>,
+    /// Local, or from the directory (whose groups give the role).
+    pub source: Source,
 }
 
 /// Every user, disabled ones included, by name.
@@ -154,7 +157,7 @@ pub fn accounts(store: &Store) -> Result<Vec<Account>, StoreError> {
     let db = store.read()?;
     let mut stmt = db.prepare_cached(
         "SELECT name, role, disabled, created_at,
-                (SELECT count(*) FROM api_tokens t WHERE t.user_id = u.id AND t.revoked = 0)
+                (SELECT count(*) FROM api_tokens t WHERE t.user_id = u.id AND t.revoked = 0), source
          FROM users u ORDER BY name",
     )?;
     let locks = lockout::locks(&db, Timestamp::now())?;
@@ -167,6 +170,7 @@ pub fn accounts(store: &Store) -> Result<Vec<Account>, StoreError> {
             disabled: r.get(2)?,
             created_at: Timestamp::from_unix(r.get(3)?),
             live_tokens: r.get(4)?,
+            source: if r.get_ref(5)?.as_str()? == "directory" { Source::Directory } else { Source::Local },
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -194,11 +198,17 @@ pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Resul
     };
     let (name, by) = (name.to_string(), by.to_string());
     store.writer().call(move |c| {
-        let row: Option<(i64, Role, bool)> = c
-            .prepare_cached("SELECT id, role, disabled FROM users WHERE name = ?1")?
-            .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        let row: Option<(i64, Role, bool, String)> = c
+            .prepare_cached("SELECT id, role, disabled, source FROM users WHERE name = ?1")?
+            .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .optional()?;
-        let (id, role, disabled) = row.ok_or_else(|| AccountError::NoSuchUser(name.clone()))?;
+        let (id, role, disabled, source) = row.ok_or_else(|| AccountError::NoSuchUser(name.clone()))?;
+        if source == "directory" && matches!(change, Change::Role(_) | Change::Password(_)) {
+            return Err(AccountError::Invalid(format!(
+                "{name} logs in with the directory, which owns their password and role: change them there \
+                 (the role follows the directory groups at the next login, or within directory.recheck_secs)"
+            )));
+        }
         let demotes = match change {
             Change::Disable => true,
             Change::Role(new) => new != Role::Admin,
@@ -299,55 +309,262 @@ pub enum LoginError {
     Wrong,
     #[error("too many failed logins; try again in {} minutes, or ask an administrator to unlock the account (`twinops user unlock NAME`, or Unlock in the Account tab)", .0.as_secs().div_ceil(60))]
     Limited(Duration),
+    /// A directory user whose password is right, in no group mapped to a role.
+    #[error("{0}; ask the directory's administrators for a group that gives access to twinops")]
+    NoRole(String),
+    /// The directory did not answer: directory users cannot log in now, local ones can.
+    #[error(
+        "the directory does not answer, so directory accounts cannot log in now (local accounts can); try again later"
+    )]
+    DirectoryDown,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
+/// Where a user, and a session, comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Local,
+    Directory,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Local => "local",
+            Source::Directory => "directory",
+        }
+    }
+}
+
 /// Checks a password and, if right, starts a session. Returns the user and the new
-/// session token (the cookie value). Failures count towards the locks of [`lockout`];
-/// a user that does not exist costs the same hash as one that does.
-pub fn login(store: &Store, name: &str, password: &str, address: &str) -> Result<(User, String), LoginError> {
+/// session token (the cookie value). A local user is checked against their hash; any
+/// other name, when a directory is configured, against the directory ([`directory`]).
+/// Failures count towards the locks of [`lockout`]; a user that does not exist costs
+/// the same hash as one that does.
+pub fn login(
+    store: &Store,
+    dir: Option<&directory::Directory>,
+    name: &str,
+    password: &str,
+    address: &str,
+) -> Result<(User, String), LoginError> {
     let now = Timestamp::now();
     if let Some(lock) = lockout::lock_on(&*store.read()?, name, address, now).map_err(StoreError::from)? {
         audit(store, name, "login_refused", &lock.to_string(), Some(address))?;
         return Err(LoginError::Limited(Duration::from_secs((lock.until.unix() - now.unix()).max(1) as u64)));
     }
-    let row: Option<(i64, String, Role, String)> = store
+    let local: Option<(i64, String, Role, String)> = store
         .read()?
-        .query_row("SELECT id, name, role, password_hash FROM users WHERE name = ?1 AND disabled = 0", [name], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })
+        .query_row(
+            "SELECT id, name, role, password_hash FROM users WHERE name = ?1 AND disabled = 0 AND source = 'local'",
+            [name],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
         .optional()
         .map_err(StoreError::from)?;
+    if let (None, Some(dir)) = (&local, dir) {
+        return directory_login(store, dir, name, password, address);
+    }
     // A fixed hash to verify against when the user does not exist, so timing does not
     // tell which names exist.
     static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let phc = row.as_ref().map(|r| r.3.clone()).unwrap_or_else(|| DUMMY.get_or_init(|| hash_password("x")).clone());
-    let ok = verify_password(password, &phc) && row.is_some();
-    let Some((id, name, role, _)) = row.filter(|_| ok) else {
-        let (tried, addr) = (name.to_string(), address.to_string());
-        store.writer().call(move |c| {
-            audit_in(c, &tried, "login_failed", "", Some(&addr))?;
-            for lock in lockout::fail(c, &tried, &addr, now)? {
-                tracing::warn!(stage = "web", %lock, "failed logins locked a login; `twinops user unlock NAME` lifts it");
-                audit_in(c, &tried, "login_locked", &lock.to_string(), Some(&addr))?;
-            }
-            Ok::<_, StoreError>(())
-        })?;
+    let phc = local.as_ref().map(|r| r.3.clone()).unwrap_or_else(|| DUMMY.get_or_init(|| hash_password("x")).clone());
+    let ok = verify_password(password, &phc) && local.is_some();
+    let Some((id, name, role, _)) = local.filter(|_| ok) else {
+        failed(store, name, address, now)?;
         return Err(LoginError::Wrong);
     };
+    let token = start_session(store, id, &name, Source::Local, address)?;
+    Ok((User { id, name, role }, token))
+}
+
+/// A failed login: audited, and counted towards the locks.
+fn failed(store: &Store, name: &str, address: &str, now: Timestamp) -> Result<(), StoreError> {
+    let (tried, addr) = (name.to_string(), address.to_string());
+    store.writer().call(move |c| {
+        audit_in(c, &tried, "login_failed", "", Some(&addr))?;
+        for lock in lockout::fail(c, &tried, &addr, now)? {
+            tracing::warn!(stage = "web", %lock, "failed logins locked a login; `twinops user unlock NAME` lifts it");
+            audit_in(c, &tried, "login_locked", &lock.to_string(), Some(&addr))?;
+        }
+        Ok::<_, StoreError>(())
+    })
+}
+
+/// A new session for user `id`; returns its token (the cookie value).
+fn start_session(store: &Store, id: i64, name: &str, source: Source, address: &str) -> Result<String, StoreError> {
     let token = new_secret();
     let (hash, now) = (sha256_hex(&token), Timestamp::now().unix());
-    let (actor, addr) = (name.clone(), address.to_string());
+    let (actor, addr) = (name.to_string(), address.to_string());
     store.writer().call(move |c| {
         c.prepare_cached(
-            "INSERT INTO sessions (token_hash, user_id, created_at, last_seen_at, expires_at) VALUES (?1, ?2, ?3, ?3, ?4)",
+            "INSERT INTO sessions (token_hash, user_id, created_at, last_seen_at, expires_at, source)
+             VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
         )?
-        .execute(params![hash, id, now, now + SESSION_MAX_SECS])?;
+        .execute(params![hash, id, now, now + SESSION_MAX_SECS, source.as_str()])?;
         lockout::succeeded(c, &actor, &addr)?;
-        Ok::<_, StoreError>(audit_in(c, &actor, "login", "", Some(&addr))?)
+        let detail = if source == Source::Directory { "from the directory" } else { "" };
+        Ok::<_, StoreError>(audit_in(c, &actor, "login", detail, Some(&addr))?)
     })?;
+    Ok(token)
+}
+
+/// A login for a name that is not a local user's: the directory checks the password and
+/// gives the role; the user's row is made or updated to match (names in lower case, as
+/// directories compare them).
+fn directory_login(
+    store: &Store,
+    dir: &directory::Directory,
+    name: &str,
+    password: &str,
+    address: &str,
+) -> Result<(User, String), LoginError> {
+    use directory::DirectoryError;
+    let name = name.to_lowercase();
+    let now = Timestamp::now();
+    let (dn, role) = match directory::block_on(dir.authenticate(&name, password)) {
+        Ok(found) => found,
+        Err(DirectoryError::Wrong) => {
+            failed(store, &name, address, now)?;
+            return Err(LoginError::Wrong);
+        }
+        Err(e @ DirectoryError::NoRole { .. }) => {
+            audit(store, &name, "login_refused", "in no directory group mapped to a role", Some(address))?;
+            end_directory_access(store, &name, "in no directory group mapped to a role")?;
+            return Err(LoginError::NoRole(e.to_string()));
+        }
+        Err(e) => {
+            tracing::warn!(stage = "directory", error = %e, "a directory login could not be checked");
+            audit(store, &name, "login_refused", "the directory did not answer", Some(address))?;
+            return Err(LoginError::DirectoryDown);
+        }
+    };
+    let (user, by) = (name.clone(), name.clone());
+    let found: Option<(i64, bool)> = store.writer().call(move |c| {
+        let before: Option<(i64, Role, bool)> = c
+            .prepare_cached("SELECT id, role, disabled FROM users WHERE name = ?1 AND source = 'directory'")?
+            .query_row([&user], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        match before {
+            Some((id, old, disabled)) => {
+                c.prepare_cached("UPDATE users SET role = ?2, directory_dn = ?3 WHERE id = ?1")?
+                    .execute(params![id, role, dn])?;
+                if old != role {
+                    audit_in(c, &by, "directory_role", &format!("{} -> {}", old.as_str(), role.as_str()), None)?;
+                }
+                Ok::<_, StoreError>(Some((id, disabled)))
+            }
+            None => {
+                c.prepare_cached(
+                    "INSERT INTO users (name, password_hash, role, created_at, source, directory_dn)
+                     VALUES (?1, '', ?2, ?3, 'directory', ?4)",
+                )?
+                .execute(params![user, role, now.unix(), dn])?;
+                let id = c.last_insert_rowid();
+                audit_in(c, &by, "directory_user", &format!("first login, {}", role.as_str()), None)?;
+                Ok(Some((id, false)))
+            }
+        }
+    })?;
+    // Disabled in twinops by an administrator: the directory's word does not lift it.
+    let Some((id, false)) = found else {
+        failed(store, &name, address, now)?;
+        return Err(LoginError::Wrong);
+    };
+    let token = start_session(store, id, &name, Source::Directory, address)?;
     Ok((User { id, name, role }, token))
+}
+
+/// Reads again the role of every directory user with a live session or token: a changed
+/// role is taken (audited), a user the directory no longer gives one loses their
+/// sessions and tokens ([`end_directory_access`]). Returns how many were checked and
+/// how many lost access. An unreachable directory changes nothing (live sessions keep
+/// working) and is the error.
+pub async fn recheck_directory_users(
+    store: &Store,
+    dir: &directory::Directory,
+) -> Result<(usize, usize), directory::DirectoryError> {
+    let now = Timestamp::now().unix();
+    let users: Vec<(String, Role)> = {
+        let db = store.read()?;
+        let mut stmt = db
+            .prepare_cached(
+                "SELECT name, role FROM users u WHERE source = 'directory' AND disabled = 0
+                   AND (EXISTS (SELECT 1 FROM sessions s WHERE s.user_id = u.id AND s.expires_at > ?1)
+                        OR EXISTS (SELECT 1 FROM api_tokens t WHERE t.user_id = u.id AND t.revoked = 0))
+                 ORDER BY name",
+            )
+            .map_err(StoreError::from)?;
+        let rows = stmt.query_map([now], |r| Ok((r.get(0)?, r.get(1)?))).map_err(StoreError::from)?;
+        rows.collect::<Result<_, _>>().map_err(StoreError::from)?
+    };
+    let mut ended = 0;
+    for (name, old) in &users {
+        match dir.lookup(name).await? {
+            Some(role) if role != *old => {
+                let (n, detail) = (name.clone(), format!("{} -> {}", old.as_str(), role.as_str()));
+                store.writer().call(move |c| {
+                    c.prepare_cached("UPDATE users SET role = ?2 WHERE name = ?1 AND source = 'directory'")?
+                        .execute(params![n, role])?;
+                    Ok::<_, StoreError>(audit_in(c, "directory", "directory_role", &format!("{n}: {detail}"), None)?)
+                })?;
+            }
+            Some(_) => {}
+            None => {
+                let why = "no longer in the directory, or in none of its groups mapped to a role";
+                ended += usize::from(end_directory_access(store, name, why)?);
+            }
+        }
+    }
+    Ok((users.len(), ended))
+}
+
+/// Local users whose name the directory also has: a configuration error (which of the
+/// two would log in?), reported at start. Local ones win at login meanwhile.
+pub async fn directory_conflicts(
+    store: &Store,
+    dir: &directory::Directory,
+) -> Result<Vec<String>, directory::DirectoryError> {
+    let names: Vec<String> = {
+        let db = store.read()?;
+        let mut stmt = db
+            .prepare_cached("SELECT name FROM users WHERE source = 'local' ORDER BY name")
+            .map_err(StoreError::from)?;
+        let rows = stmt.query_map([], |r| r.get(0)).map_err(StoreError::from)?;
+        rows.collect::<Result<_, _>>().map_err(StoreError::from)?
+    };
+    let mut both = Vec::new();
+    for name in names {
+        if dir.knows(&name).await? {
+            both.push(name);
+        }
+    }
+    Ok(both)
+}
+
+/// A directory user the directory no longer gives a role: their sessions end and their
+/// tokens are revoked, audited with `why`.
+pub fn end_directory_access(store: &Store, name: &str, why: &str) -> Result<bool, StoreError> {
+    let (name, why) = (name.to_string(), why.to_string());
+    store.writer().call(move |c| {
+        let Some(id): Option<i64> = c
+            .prepare_cached("SELECT id FROM users WHERE name = ?1 AND source = 'directory'")?
+            .query_row([&name], |r| r.get(0))
+            .optional()?
+        else {
+            return Ok(false);
+        };
+        let sessions = c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1")?.execute([id])?;
+        let tokens =
+            c.prepare_cached("UPDATE api_tokens SET revoked = 1 WHERE user_id = ?1 AND revoked = 0")?.execute([id])?;
+        if sessions + tokens > 0 {
+            let detail = format!("{why}: {sessions} sessions ended, {tokens} tokens revoked");
+            audit_in(c, "directory", "directory_access_ended", &format!("{name}: {detail}"), None)?;
+        }
+        Ok::<_, StoreError>(sessions + tokens > 0)
+    })
 }
 
 /// The user of a live session: not expired, not idle longer than `idle`. Touches it

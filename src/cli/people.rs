@@ -76,14 +76,18 @@ pub(super) fn user(global: &Global, cmd: UserCommand) -> anyhow::Result<ExitCode
             let accounts = crate::accounts::accounts(&store)?;
             // Columns as wide as their longest value, so that they line up.
             let w = accounts.iter().map(|a| a.name.chars().count()).max().unwrap_or(0).max(4);
-            println!("{:<w$} {:<11} {:<9} {:>6}  {:<20}  locks", "name", "role", "state", "tokens", "created");
+            println!(
+                "{:<w$} {:<11} {:<9} {:<9} {:>6}  {:<20}  locks",
+                "name", "role", "from", "state", "tokens", "created"
+            );
             for a in accounts {
                 let state = if a.disabled { "disabled" } else { "enabled" };
                 let locks: Vec<String> = a.locks.iter().map(ToString::to_string).collect();
                 println!(
-                    "{:<w$} {:<11} {state:<9} {:>6}  {:<20}  {}",
+                    "{:<w$} {:<11} {:<9} {state:<9} {:>6}  {:<20}  {}",
                     a.name,
                     a.role.as_str(),
+                    a.source.as_str(),
                     a.live_tokens,
                     a.created_at.to_rfc3339(),
                     if locks.is_empty() { "-".to_string() } else { locks.join("; ") }

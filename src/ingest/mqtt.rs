@@ -68,38 +68,12 @@ pub fn options(cfg: &MqttConfig, client_id: &str) -> anyhow::Result<MqttOptions>
 /// not on a process-wide default provider.
 fn tls_config(cfg: &MqttConfig) -> anyhow::Result<rustls::ClientConfig> {
     use anyhow::Context;
+    use rustls::pki_types::PrivateKeyDer;
     use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-    let certs = |path: &std::path::Path, key: &str| -> anyhow::Result<Vec<CertificateDer<'static>>> {
-        let certs = CertificateDer::pem_file_iter(path)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .with_context(|| format!("{key}: reading PEM certificates from {}", path.display()))?;
-        anyhow::ensure!(!certs.is_empty(), "{key}: no certificate in {}", path.display());
-        Ok(certs)
-    };
-    let mut roots = rustls::RootCertStore::empty();
-    match &cfg.ca_file {
-        Some(path) => {
-            for cert in certs(path, "mqtt.ca_file")? {
-                roots
-                    .add(cert)
-                    .with_context(|| format!("mqtt.ca_file: a certificate in {} is not valid", path.display()))?;
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
-            anyhow::ensure!(
-                !roots.is_empty(),
-                "mqtts: no system CA certificates found; set mqtt.ca_file to the broker's CA"
-            );
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
+    use crate::support::tls::certs;
+
+    let builder = crate::support::tls::builder(cfg.ca_file.as_deref(), "mqtt.ca_file")?;
     Ok(match (&cfg.client_cert_file, &cfg.client_key_file) {
         (Some(cert), Some(key)) => {
             let chain = certs(cert, "mqtt.client_cert_file")?;

@@ -474,6 +474,12 @@ const MIGRATIONS: &[&str] = &[
          chatter_episodes INTEGER NOT NULL,
          PRIMARY KEY (hour, point)
      ) STRICT, WITHOUT ROWID;",
+    // 27: users from the site's directory (`accounts::directory`) beside local ones:
+    // where a user comes from, their entry's DN, and where each session came from.
+    // A directory user's password is the directory's: their password_hash is empty.
+    "ALTER TABLE users ADD COLUMN source TEXT NOT NULL DEFAULT 'local' CHECK (source IN ('local', 'directory'));
+     ALTER TABLE users ADD COLUMN directory_dn TEXT;
+     ALTER TABLE sessions ADD COLUMN source TEXT NOT NULL DEFAULT 'local' CHECK (source IN ('local', 'directory'));",
 ];
 
 /// The schema version this build writes.

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 mod rng;
+pub mod tls;
 
 pub use rng::Rng;
 

@@ -383,7 +383,7 @@ async fn login(
         if let Some(Extension(Credential::Session(old))) = credential {
             accounts::end_session(&st.store, &old)?;
         }
-        anyhow::Ok(accounts::login(&st.store, form.name.trim(), &form.password, &address))
+        anyhow::Ok(accounts::login(&st.store, st.directory.as_ref(), form.name.trim(), &form.password, &address))
     })
     .await?
     .map_err(ApiError::internal)?;
@@ -398,6 +398,10 @@ async fn login(
             Ok(redirect(&format!("/?login=locked&minutes={}", wait.as_secs().div_ceil(60))))
         }
         Err(e @ LoginError::Limited(_)) => Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())),
+        Err(LoginError::NoRole(_)) if browser => Ok(redirect("/?login=nogroup")),
+        Err(e @ LoginError::NoRole(_)) => Err(ApiError::new(StatusCode::FORBIDDEN, e.to_string())),
+        Err(LoginError::DirectoryDown) if browser => Ok(redirect("/?login=directory")),
+        Err(e @ LoginError::DirectoryDown) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
         Err(LoginError::Store(e)) => Err(e.into()),
     }
 }

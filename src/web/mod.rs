@@ -92,6 +92,8 @@ pub struct WebState {
     pub mcp: crate::mcp::McpConfig,
     /// For an alarm returned to service that needs triage.
     pub queue: crate::alarms::QueuePolicy,
+    /// Directory login, when `[directory]` is set.
+    pub directory: Option<crate::accounts::directory::Directory>,
 }
 
 /// An error as the API returns it: a status and a message a person can act on.

@@ -67,6 +67,8 @@ fn errors(e: &Endpoint, has_params: bool) -> Vec<(&'static str, Value)> {
     }
     if e.path == "/login" {
         out.push(("429", error("Too many failed logins; the message says for how long")));
+        out.push(("403", error("A directory user in none of the groups mapped to a role")));
+        out.push(("503", error("The directory does not answer: directory accounts cannot log in now")));
     }
     out
 }

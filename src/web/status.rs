@@ -21,7 +21,12 @@ pub(super) async fn readyz(State(s): State<S>) -> Response {
     let db = s.store.read().and_then(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?)).is_ok();
     let broker = *s.broker_up.borrow();
     let status = if db && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(json!({"database": db, "broker": broker}))).into_response()
+    let mut body = json!({"database": db, "broker": broker});
+    // Shown, not required: without the directory, local logins and live sessions work.
+    if let Some(dir) = &s.directory {
+        body["directory"] = json!(dir.up());
+    }
+    (status, Json(body)).into_response()
 }
 
 /// The registry's counters and histograms, and gauges read from the twin now.
@@ -40,6 +45,9 @@ pub(super) async fn metrics(State(s): State<S>) -> Result<Response, ApiError> {
         for (status, n) in approvals::counts(&db)? {
             g.set("twinops_work_orders", &[("status", &status)], n as f64);
         }
+    }
+    if let Some(up) = s.directory.as_ref().and_then(|d| d.up()) {
+        g.set("twinops_directory_up", &[], f64::from(u8::from(up)));
     }
     for l in s.agent.chain().links() {
         let open = l.breaker.state() != crate::agent::reliability::BreakerState::Closed;

@@ -17,6 +17,7 @@ export async function loadAccount() {
   $('#user-rows').replaceChildren(
     ...users.map((u) => {
       const actions = h('td', {});
+      const fromDirectory = u.source === 'directory';
       const role = h(
         'select',
         {
@@ -50,7 +51,7 @@ export async function loadAccount() {
           ? h('button', { class: 'enable', onclick: userAction(u.name, 'enable') }, 'Enable')
           : h('button', { class: 'disable', onclick: disable }, 'Disable'),
         ' ',
-        h('button', { class: 'reset', onclick: reset }, 'Reset password'),
+        ...(fromDirectory ? [] : [h('button', { class: 'reset', onclick: reset }, 'Reset password')]),
         ...(u.locks.length
           ? [' ', h('button', { class: 'unlock', onclick: userAction(u.name, 'unlock') }, 'Unlock')]
           : []),
@@ -59,7 +60,15 @@ export async function loadAccount() {
         'tr',
         { 'data-user': u.name },
         h('td', {}, u.name),
-        h('td', {}, role),
+        // The directory owns these users' roles and passwords: changed there, not here.
+        h(
+          'td',
+          {},
+          fromDirectory
+            ? h('span', { class: 'role', title: 'set by the directory groups; change it in the directory' }, u.role)
+            : role,
+        ),
+        h('td', { class: 'source' }, fromDirectory ? 'directory' : 'local'),
         h(
           'td',
           { class: 'state' },
