@@ -323,3 +323,117 @@ fn check_says_whether_the_directory_takes_the_service_account() {
     assert!(out.contains("FAIL  directory") && out.contains("refused the service account"), "{out}");
     assert!(!out.contains("wrong-secret"), "the password is never printed:\n{out}");
 }
+
+/// The HMI's rules hold for directory users as for local ones, over real HTTP: roles
+/// decide (an operator may not approve, 403), cross-site requests are refused, a login
+/// rotates the session, logout ends it, wrong passwords lock the name; a user in no
+/// group is told so; `/readyz` shows the directory; the Account API says where users
+/// come from and refuses to change a directory user's role.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hmi_rules_hold_for_directory_users() {
+    use reqwest::StatusCode;
+    use reqwest::header::{ACCEPT, COOKIE, LOCATION, ORIGIN, SET_COOKIE};
+    use serde_json::{Value, json};
+
+    let Some(ldap) = Slapd::start() else { return };
+    let p = common::Plant::new();
+    let mut config = common::test_config("directory");
+    config.directory = Some(ldap.config(&format!("ldaps://localhost:{}", ldap.tls_port)));
+    let opts = twinops::app::ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
+    let daemon = twinops::app::Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    let base = format!("http://{}", daemon.web_addr.unwrap());
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let login = |name: &str, pw: &str, accept: &str| {
+        http.post(format!("{base}/login"))
+            .header(ORIGIN, &base)
+            .header(ACCEPT, accept)
+            .form(&[("name", name), ("password", pw)])
+            .send()
+    };
+    let cookie = |r: &reqwest::Response| {
+        r.headers().get(SET_COOKIE).map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string())
+    };
+    let session = |name: &'static str| {
+        let login = &login;
+        async move {
+            let r = login(name, &password(name), "text/html").await.unwrap();
+            assert_eq!(r.headers()[LOCATION], "/", "{name}");
+            cookie(&r).unwrap()
+        }
+    };
+    let post = |path: String, cookie: String, body: Value| {
+        http.post(format!("{base}{path}")).header(COOKIE, cookie).header(ORIGIN, &base).json(&body).send()
+    };
+
+    let draft = twinops::domain::WorkOrderDraft::new(
+        twinops::domain::AssetId::parse("PUMP-007").unwrap(),
+        None,
+        twinops::domain::WorkAction::ReplaceBearing,
+        twinops::domain::WorkPriority::Urgent,
+        "Replace PUMP-007 drive-end bearing",
+        "Drive-end vibration is in zone C and rising week on week.",
+        vec![],
+    )
+    .unwrap();
+    let wo = twinops::approvals::Approvals::new(p.store.writer().clone())
+        .propose(draft, twinops::approvals::Proposer::Run(1), twinops::domain::Timestamp::now())
+        .unwrap()
+        .work_order_id;
+    let operator = session("operator.ob").await;
+    let r = post(format!("/api/work_orders/{wo}/approve"), operator.clone(), json!({"reason": "go"})).await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "an operator from the directory may not approve");
+    // Cross-site: refused, with a directory session as with a local one.
+    let r = http
+        .post(format!("{base}/api/work_orders/{wo}/approve"))
+        .header(COOKIE, session("supervisor.sk").await)
+        .header(ORIGIN, "http://evil.example")
+        .json(&json!({"reason": "csrf"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let supervisor = session("supervisor.sk").await;
+    let r =
+        post(format!("/api/work_orders/{wo}/approve"), supervisor.clone(), json!({"reason": "zone C"})).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+    assert_eq!(
+        p.count(&format!("SELECT count(*) FROM work_orders WHERE id = {wo} AND decided_by = 'supervisor.sk'")),
+        1
+    );
+
+    // A new login rotates the session id; logout ends it.
+    let again = session("supervisor.sk").await;
+    assert_ne!(again, supervisor);
+    let r = http.post(format!("{base}/logout")).header(COOKIE, &again).header(ORIGIN, &base).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let me = http.get(format!("{base}/api/me")).header(COOKIE, &again).send().await.unwrap();
+    assert_eq!(me.status(), StatusCode::UNAUTHORIZED);
+
+    // No group: said, to the page and to a client.
+    let r = login("nobody.nb", &password("nobody.nb"), "text/html").await.unwrap();
+    assert_eq!(r.headers()[LOCATION], "/?login=nogroup");
+    let r = login("nobody.nb", &password("nobody.nb"), "application/json").await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // Five wrong passwords lock the name, right password or not.
+    for _ in 0..5 {
+        let r = login("viewer.vo", "Pass-wrong-1", "text/html").await.unwrap();
+        assert_eq!(r.headers()[LOCATION], "/?login=failed");
+    }
+    let r = login("viewer.vo", &password("viewer.vo"), "application/json").await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    let ready: Value = http.get(format!("{base}/readyz")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(ready["directory"], true, "{ready}");
+    let admin = session("admin.ad").await;
+    let users: Value =
+        http.get(format!("{base}/api/users")).header(COOKIE, &admin).send().await.unwrap().json().await.unwrap();
+    let source = |name: &str| {
+        users.as_array().or(users["users"].as_array()).unwrap().iter().find(|u| u["name"] == name).unwrap()["source"]
+            .clone()
+    };
+    assert_eq!(source("supervisor.sk"), "directory", "{users}");
+    let r = post("/api/users/operator.ob/role".into(), admin.clone(), json!({"role": "admin"})).await.unwrap();
+    assert!(r.status().is_client_error(), "{}", r.status());
+    assert!(r.text().await.unwrap().contains("change them there"));
+    daemon.shutdown().await;
+}
