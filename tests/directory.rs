@@ -422,6 +422,18 @@ async fn the_hmi_rules_hold_for_directory_users() {
     let r = login("viewer.vo", &password("viewer.vo"), "application/json").await.unwrap();
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
 
+    // Out of the group: the daemon's own check (recheck_secs = 1 here) ends the session.
+    let me = |cookie: String| http.get(format!("{base}/api/me")).header(COOKIE, cookie).send();
+    assert_eq!(me(operator.clone()).await.unwrap().status(), StatusCode::OK);
+    ldap.modify(&format!(
+        "dn: cn=twinops-operators,ou=groups,{BASE}\nchangetype: modify\ndelete: member\nmember: uid=operator.ob,ou=people,{BASE}\n"
+    ));
+    let started = std::time::Instant::now();
+    while me(operator.clone()).await.unwrap().status() != StatusCode::UNAUTHORIZED {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "the session outlived its group");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
     let ready: Value = http.get(format!("{base}/readyz")).send().await.unwrap().json().await.unwrap();
     assert_eq!(ready["directory"], true, "{ready}");
     let admin = session("admin.ad").await;
