@@ -110,7 +110,19 @@ fn notifiers(
     tasks
 }
 
-/// The demo's login, made on first start: a supervisor with a random password.
+/// The plant simulator against the daemon's broker, for `serve --demo`.
+fn demo_simulator(opts: &ServeOptions, broker: &str) -> tokio::task::JoinHandle<()> {
+    let sparkplug = (opts.config.sparkplug.enabled)
+        .then(|| opts.config.sparkplug.groups.first().cloned().unwrap_or_else(|| "demo".into()));
+    let sim = SimOptions::demo(broker, &opts.seed_dir, sparkplug);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Err(e) = sim::simulate(&sim).await {
+            tracing::warn!(stage = "sim", error = %e, "demo simulator stopped");
+        }
+    })
+}
+
 /// The directory, when `[directory]` is set. A local user whose name the directory
 /// also has is a configuration error, and stops the start; a directory that does not
 /// answer does not (local logins work without it), and is logged.
@@ -153,6 +165,7 @@ async fn recheck_directory(store: Store, dir: Directory, mut stop: watch::Receiv
     }
 }
 
+/// The demo's login, made on first start: a supervisor with a random password.
 fn demo_supervisor(store: &Store) -> anyhow::Result<Option<(String, String)>> {
     if crate::accounts::user_count(store)? > 0 {
         return Ok(None);
@@ -181,6 +194,8 @@ impl Daemon {
         if opts.demo {
             seed_demo(&store, &opts.seed_dir)?;
         }
+        // Before anything starts: a configuration it refuses leaves nothing running.
+        let directory = directory(&store, &opts.config).await?;
         let mqtt = broker(&opts.config.mqtt)?;
 
         let (agent, rules) = agents(&store, &opts.config);
@@ -205,10 +220,7 @@ impl Daemon {
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
         tasks.extend(notifiers(&store, &mqtt, &opts.config, &triage, &stop_rx));
         let demo_login = if opts.demo { demo_supervisor(&store)? } else { None };
-        let directory = directory(&store, &opts.config).await?;
-        if let Some(dir) = &directory {
-            tasks.push(tokio::spawn(recheck_directory(store.clone(), dir.clone(), stop_rx.clone())));
-        }
+        tasks.extend(directory.clone().map(|d| tokio::spawn(recheck_directory(store.clone(), d, stop_rx.clone()))));
         let mut web_addr = None;
         if !opts.config.web.listen.is_empty() {
             let listener = tokio::net::TcpListener::bind(&opts.config.web.listen).await.with_context(|| {
@@ -235,18 +247,7 @@ impl Daemon {
             schedule.docs_dir = Some(opts.seed_dir.join("docs"));
         }
         let scheduler = crate::schedule::start(&schedule, store.clone(), agent).await?;
-        let mut simulator = None;
-        if opts.demo {
-            let sparkplug = (opts.config.sparkplug.enabled)
-                .then(|| opts.config.sparkplug.groups.first().cloned().unwrap_or_else(|| "demo".into()));
-            let sim = SimOptions::demo(&mqtt.url, &opts.seed_dir, sparkplug);
-            simulator = Some(tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if let Err(e) = sim::simulate(&sim).await {
-                    tracing::warn!(stage = "sim", error = %e, "demo simulator stopped");
-                }
-            }));
-        }
+        let simulator = opts.demo.then(|| demo_simulator(&opts, &mqtt.url));
         Ok(Daemon {
             stop,
             tasks,

@@ -120,67 +120,58 @@ fn config_line(path: &Path) -> Line {
 
 /// The database: there (or its folder, to create it in), its schema, writable, disk.
 fn database(path: &Path) -> Line {
+    database_state(path).unwrap_or_else(|failed| failed)
+}
+
+/// [`database`]'s line, a failure as the error.
+fn database_state(path: &Path) -> Result<Line, Line> {
+    let fail = |what: String, fix: &str| Line::fail("database", format!("{}: {what}", path.display()), fix);
     let dir = path.parent().unwrap_or(Path::new("."));
     // The daemon creates the folder (and its parents) at first start.
-    let Some(existing) = dir.ancestors().find(|d| d.as_os_str().is_empty() || d.is_dir()) else {
-        return Line::fail("database", format!("{}: no folder of it exists", path.display()), "set data_dir");
-    };
+    let existing = dir
+        .ancestors()
+        .find(|d| d.as_os_str().is_empty() || d.is_dir())
+        .ok_or_else(|| fail("no folder of it exists".into(), "set data_dir"))?;
     let existing = if existing.as_os_str().is_empty() { Path::new(".") } else { existing };
     let free = free_disk(existing);
     if !path.exists() {
-        return if writable(existing) {
-            with_disk(
-                Line::new(
-                    "database",
-                    Verdict::Ok,
-                    format!("{}: not there yet, created at first start", path.display()),
-                ),
-                free,
-            )
-        } else {
-            Line::fail(
-                "database",
-                format!("{}: not there, and {} is not writable by this user", path.display(), existing.display()),
+        if !writable(existing) {
+            return Err(fail(
+                format!("not there, and {} is not writable by this user", existing.display()),
                 "create the folder, owned by the user twinops runs as, or set data_dir (or --data-dir, --db)",
-            )
-        };
-    }
-    let conn = match rusqlite::Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE) {
-        Ok(c) => c,
-        Err(e) => {
-            return Line::fail(
-                "database",
-                format!("{}: cannot be opened: {e}", path.display()),
-                "check its owner and mode (the service user reads and writes it) and that it is a twinops database",
-            );
+            ));
         }
-    };
+        let line =
+            Line::new("database", Verdict::Ok, format!("{}: not there yet, created at first start", path.display()));
+        return Ok(with_disk(line, free));
+    }
+    let conn = rusqlite::Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE).map_err(|e| {
+        fail(
+            format!("cannot be opened: {e}"),
+            "check its owner and mode (the service user reads and writes it) and that it is a twinops database",
+        )
+    })?;
     let _ = conn.busy_timeout(Duration::from_secs(2));
-    let schema: i64 = match conn.pragma_query_value(None, "user_version", |r| r.get(0)) {
-        Ok(v) => v,
-        Err(e) => {
-            return Line::fail(
-                "database",
-                format!("{}: not readable as SQLite: {e}", path.display()),
-                "it is damaged or not a database: stop the daemon and put a backup (twinops backup) in its place",
-            );
-        }
-    };
+    let schema: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| {
+        fail(
+            format!("not readable as SQLite: {e}"),
+            "it is damaged or not a database: stop the daemon and put a backup (twinops backup) in its place",
+        )
+    })?;
     if schema > SCHEMA_VERSION {
-        return Line::fail(
-            "database",
-            format!("{}: schema {schema}, newer than this build's {SCHEMA_VERSION}", path.display()),
+        return Err(fail(
+            format!("schema {schema}, newer than this build's {SCHEMA_VERSION}"),
             "run the twinops release that wrote it, or restore a backup taken before the upgrade",
-        );
+        ));
     }
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;") {
+    conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").map_err(|e| {
         let fix = if e.to_string().contains("locked") {
             "another process holds a write lock for long: find it (fuser the file) and stop it"
         } else {
             "give the user twinops runs as write access to the file, its -wal and -shm, and the folder"
         };
-        return Line::fail("database", format!("{}: not writable: {e}", path.display()), fix);
-    }
+        fail(format!("not writable: {e}"), fix)
+    })?;
     let line = if schema < SCHEMA_VERSION {
         Line {
             fix: Some("take a backup first (twinops backup FILE): the upgrade cannot be undone".into()),
@@ -193,7 +184,7 @@ fn database(path: &Path) -> Line {
     } else {
         Line::new("database", Verdict::Ok, format!("{}: schema {schema}, writable", path.display()))
     };
-    with_disk(line, free)
+    Ok(with_disk(line, free))
 }
 
 /// An error and its causes, as one line (reqwest's own message leaves them out).

@@ -258,29 +258,27 @@ impl Directory {
         Ok((user.dn, role))
     }
 
-    /// `name`'s role now: `None` when the directory no longer has them (deleted,
-    /// disabled, out of every mapped group).
-    pub async fn lookup(&self, name: &str) -> Result<Option<Role>, DirectoryError> {
+    /// The users named, as the directory has them now, in order, on one connection:
+    /// `None` for a name it no longer has (deleted, or disabled, as the filter excludes).
+    pub async fn users(&self, names: &[String]) -> Result<Vec<Option<DirectoryUser>>, DirectoryError> {
         let mut ldap = self.connect().await?;
-        let found = self.find(&mut ldap, name).await;
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            match self.find(&mut ldap, name).await {
+                Ok(user) => found.push(user),
+                Err(e) => {
+                    let _ = ldap.unbind().await;
+                    return Err(e);
+                }
+            }
+        }
         let _ = ldap.unbind().await;
-        Ok(found?.and_then(|u| u.role))
+        Ok(found)
     }
 
     /// The service account binds: the directory answers and takes its credentials.
     pub async fn probe(&self) -> Result<(), DirectoryError> {
-        let mut ldap = self.connect().await?;
-        let _ = ldap.unbind().await;
-        Ok(())
-    }
-
-    /// Whether the directory knows `name` at all (a local user of that name is a
-    /// configuration error).
-    pub async fn knows(&self, name: &str) -> Result<bool, DirectoryError> {
-        let mut ldap = self.connect().await?;
-        let found = self.find(&mut ldap, name).await;
-        let _ = ldap.unbind().await;
-        Ok(found?.is_some())
+        self.users(&[]).await.map(drop)
     }
 }
 

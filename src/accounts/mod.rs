@@ -16,6 +16,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+pub use crate::domain::UserSource as Source;
 use crate::domain::{Role, Timestamp};
 use crate::store::{Store, StoreError};
 use crate::support::hex;
@@ -170,7 +171,7 @@ pub fn accounts(store: &Store) -> Result<Vec<Account>, StoreError> {
             disabled: r.get(2)?,
             created_at: Timestamp::from_unix(r.get(3)?),
             live_tokens: r.get(4)?,
-            source: if r.get_ref(5)?.as_str()? == "directory" { Source::Directory } else { Source::Local },
+            source: r.get(5)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -198,12 +199,12 @@ pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Resul
     };
     let (name, by) = (name.to_string(), by.to_string());
     store.writer().call(move |c| {
-        let row: Option<(i64, Role, bool, String)> = c
+        let row: Option<(i64, Role, bool, Source)> = c
             .prepare_cached("SELECT id, role, disabled, source FROM users WHERE name = ?1")?
             .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .optional()?;
         let (id, role, disabled, source) = row.ok_or_else(|| AccountError::NoSuchUser(name.clone()))?;
-        if source == "directory" && matches!(change, Change::Role(_) | Change::Password(_)) {
+        if source == Source::Directory && matches!(change, Change::Role(_) | Change::Password(_)) {
             return Err(AccountError::Invalid(format!(
                 "{name} logs in with the directory, which owns their password and role: change them there \
                  (the role follows the directory groups at the next login, or within directory.recheck_secs)"
@@ -321,23 +322,6 @@ pub enum LoginError {
     Store(#[from] StoreError),
 }
 
-/// Where a user, and a session, comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    Local,
-    Directory,
-}
-
-impl Source {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Local => "local",
-            Source::Directory => "directory",
-        }
-    }
-}
-
 /// Checks a password and, if right, starts a session. Returns the user and the new
 /// session token (the cookie value). A local user is checked against their hash; any
 /// other name, when a directory is configured, against the directory ([`directory`]).
@@ -403,7 +387,7 @@ fn start_session(store: &Store, id: i64, name: &str, source: Source, address: &s
             "INSERT INTO sessions (token_hash, user_id, created_at, last_seen_at, expires_at, source)
              VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
         )?
-        .execute(params![hash, id, now, now + SESSION_MAX_SECS, source.as_str()])?;
+        .execute(params![hash, id, now, now + SESSION_MAX_SECS, source])?;
         lockout::succeeded(c, &actor, &addr)?;
         let detail = if source == Source::Directory { "from the directory" } else { "" };
         Ok::<_, StoreError>(audit_in(c, &actor, "login", detail, Some(&addr))?)
@@ -500,9 +484,11 @@ pub async fn recheck_directory_users(
         let rows = stmt.query_map([now], |r| Ok((r.get(0)?, r.get(1)?))).map_err(StoreError::from)?;
         rows.collect::<Result<_, _>>().map_err(StoreError::from)?
     };
+    let names: Vec<String> = users.iter().map(|(n, _)| n.clone()).collect();
+    let now_in = dir.users(&names).await?;
     let mut ended = 0;
-    for (name, old) in &users {
-        match dir.lookup(name).await? {
+    for ((name, old), found) in users.iter().zip(now_in) {
+        match found.and_then(|u| u.role) {
             Some(role) if role != *old => {
                 let (n, detail) = (name.clone(), format!("{} -> {}", old.as_str(), role.as_str()));
                 store.writer().call(move |c| {
@@ -535,13 +521,8 @@ pub async fn directory_conflicts(
         let rows = stmt.query_map([], |r| r.get(0)).map_err(StoreError::from)?;
         rows.collect::<Result<_, _>>().map_err(StoreError::from)?
     };
-    let mut both = Vec::new();
-    for name in names {
-        if dir.knows(&name).await? {
-            both.push(name);
-        }
-    }
-    Ok(both)
+    let found = dir.users(&names).await?;
+    Ok(names.into_iter().zip(found).filter(|(_, u)| u.is_some()).map(|(n, _)| n).collect())
 }
 
 /// A directory user the directory no longer gives a role: their sessions end and their

@@ -208,6 +208,12 @@ text_enum! {
 }
 
 text_enum! {
+    /// Where a user, and a session, comes from: twinops's own accounts, or the site's
+    /// directory (whose groups give the role and which owns the password).
+    UserSource { Local => "local", Directory => "directory" }
+}
+
+text_enum! {
     /// How a triage job is run: with the configured models, or by the rules model alone
     /// (low severity, a chattering point, a flood, the overflow job, or over budget).
     TriageMode { Agent => "agent", Rules => "rules" }

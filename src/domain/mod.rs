@@ -12,7 +12,7 @@ mod work_order;
 pub use alarm_event::{AlarmEvent, Transition};
 pub use enums::{
     Access, AlarmChangeStatus, AlarmState, AssetKind, AssetStatus, Criticality, DeadLetterReason, Role, SensorKind,
-    Severity, TriageMode, WorkAction, WorkOrderStatus, WorkPriority,
+    Severity, TriageMode, UserSource, WorkAction, WorkOrderStatus, WorkPriority,
 };
 pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId, kind_name};
 pub use net::IpNet;
