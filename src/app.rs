@@ -46,6 +46,8 @@ pub struct Daemon {
     pub web_addr: Option<SocketAddr>,
     /// Whether ingest is connected and subscribed.
     pub broker_up: watch::Receiver<bool>,
+    /// Whether the OPC UA session is up and subscribed, when `[opcua]` is on.
+    pub opcua_up: Option<watch::Receiver<bool>>,
     /// The demo supervisor's name and password, made by `--demo` on a database with no
     /// users; shown once.
     pub demo_login: Option<(String, String)>,
@@ -217,6 +219,19 @@ impl Daemon {
         )?;
         let broker_up = ingest.broker_up.clone();
         let mut tasks = vec![ingest.task];
+        let opcua = opts.config.opcua.enabled.then(|| {
+            let data_dir = opts.db.parent().map_or_else(|| std::path::PathBuf::from("."), std::path::Path::to_path_buf);
+            let link = crate::opcua::link::start(
+                store.writer().clone(),
+                opts.config.opcua.clone(),
+                data_dir,
+                policy.clone(),
+                Arc::clone(&wake),
+                stop_rx.clone(),
+            );
+            tasks.push(link.task);
+            link.up
+        });
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
         tasks.extend(notifiers(&store, &mqtt, &opts.config, &triage, &stop_rx));
         let demo_login = if opts.demo { demo_supervisor(&store)? } else { None };
@@ -258,6 +273,7 @@ impl Daemon {
             mqtt_url: mqtt.url,
             web_addr,
             broker_up: ingest.broker_up,
+            opcua_up: opcua,
             demo_login,
         })
     }

@@ -50,6 +50,9 @@ pub struct Config {
     /// Owned by its component: `src/sparkplug/mod.rs`.
     #[serde(default)]
     pub sparkplug: crate::sparkplug::SparkplugConfig,
+    /// Owned by its component: `src/opcua/mod.rs`.
+    #[serde(default)]
+    pub opcua: crate::opcua::OpcuaConfig,
     /// Off unless set: `src/rag/embed.rs`.
     #[serde(default)]
     pub embeddings: Option<crate::rag::EmbeddingsConfig>,
@@ -201,6 +204,7 @@ impl Config {
 
     fn validate(&mut self) -> anyhow::Result<()> {
         self.sparkplug.validate().map_err(anyhow::Error::msg)?;
+        self.opcua.validate()?;
         self.llm.validate()?;
         self.mqtt.validate()?;
         self.notify.validate()?;

@@ -9,7 +9,8 @@
 //!   at the edge.
 //! - [`ingest`]: MQTT (rumqttc, manual acks after commit), payloads, dead letters;
 //!   [`broker`] is the embedded rumqttd; [`sparkplug`]: Sparkplug B as a host application,
-//!   on the same connection and transaction.
+//!   on the same connection and transaction; [`opcua`]: an OPC UA client (values,
+//!   Alarms & Conditions) into the same transaction.
 //! - [`plant`]: a site's plant from its own files (TOML, CSV, the rationalization
 //!   sheet), and back.
 //! - [`store`]: the SQLite twin. `schema.sql` via `user_version` migrations, one writer
@@ -49,6 +50,7 @@ pub mod ingest;
 pub mod mcp;
 pub mod metrics;
 pub mod notify;
+pub mod opcua;
 pub mod plant;
 pub mod publish;
 pub mod rag;

@@ -51,6 +51,24 @@ pub const DEFINED: &[Def] = &[
         Counter,
         "Rebirth requests (NCMD Node Control/Rebirth) sent to edge nodes.",
     ),
+    def(
+        "twinops_opcua_notifications_total",
+        Counter,
+        "OPC UA notifications with data received, by subscription (values, events).",
+    ),
+    def(
+        "twinops_opcua_sequence_gaps_total",
+        Counter,
+        "OPC UA notification sequence gaps found, by subscription (each filled by Republish or recorded).",
+    ),
+    def("twinops_opcua_republished_total", Counter, "OPC UA notifications recovered by Republish, by subscription."),
+    def("twinops_opcua_reconnects_total", Counter, "OPC UA sessions connected again after a loss."),
+    def("twinops_opcua_connect_failures_total", Counter, "OPC UA connects that failed (each retried with backoff)."),
+    def(
+        "twinops_opcua_bad_values_total",
+        Counter,
+        "OPC UA values with a bad or uncertain status: not stored, their sensor marked stale.",
+    ),
     def("twinops_ingest_commit_seconds", Histogram, "From queueing a batch to its commit."),
     def(
         "twinops_store_writer_busy_seconds_total",

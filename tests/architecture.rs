@@ -105,7 +105,7 @@ fn only_the_assembly_uses_config() {
 /// dependency goes down, or is one of the stated uses within a layer.
 const LAYERS: &[&[&str]] = &[
     &["support", "metrics", "domain", "store"],
-    &["plant", "rag", "alarms", "approvals", "handover", "accounts", "sparkplug", "ingest"],
+    &["plant", "rag", "alarms", "approvals", "handover", "accounts", "sparkplug", "ingest", "opcua"],
     &["tools", "agent", "triage", "notify", "schedule"],
     &["web", "mcp", "console", "publish", "sim", "seed", "scripted", "eval", "bench", "broker", "sdnotify"],
     &["config", "app", "check", "cli"],
@@ -121,6 +121,9 @@ const WITHIN_A_LAYER: &[(&str, &str)] = &[
     ("ingest", "sparkplug"),
     ("ingest", "accounts"),
     ("ingest", "plant"),
+    ("opcua", "ingest"),
+    ("opcua", "plant"),
+    ("opcua", "alarms"),
     ("approvals", "alarms"),
     ("agent", "tools"),
     ("triage", "agent"),

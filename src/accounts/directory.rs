@@ -141,17 +141,13 @@ impl std::fmt::Debug for Directory {
 impl Directory {
     pub fn new(cfg: DirectoryConfig, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Directory> {
         cfg.validate()?;
-        let password = match (env("TWINOPS_DIRECTORY_BIND_PASSWORD"), &cfg.bind_password, &cfg.bind_password_file) {
-            (Some(p), _, _) => Secret::new(p),
-            (None, Some(p), _) => p.clone(),
-            (None, None, Some(path)) => Secret::new(
-                std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("directory.bind_password_file {}: {e}", path.display()))?
-                    .trim()
-                    .to_string(),
-            ),
-            (None, None, None) => anyhow::bail!("directory: no bind password"),
-        };
+        let password = crate::support::secret_from(
+            env("TWINOPS_DIRECTORY_BIND_PASSWORD"),
+            cfg.bind_password.as_ref(),
+            cfg.bind_password_file.as_deref(),
+            "directory.bind_password",
+        )
+        .map_err(anyhow::Error::msg)?;
         let tls =
             Arc::new(crate::support::tls::builder(cfg.ca_file.as_deref(), "directory.ca_file")?.with_no_client_auth());
         Ok(Directory { cfg: Arc::new(cfg), password, tls, up: Arc::new(AtomicI8::new(-1)) })

@@ -454,6 +454,34 @@ pub fn acknowledge(writer: &Writer, id: i64, user: &str, now: Timestamp) -> Resu
     })
 }
 
+/// Acknowledges, in the caller's transaction, the occurrences of a point its source
+/// says were acknowledged there (an operator at the SCADA, through OPC UA's
+/// AckedState): unacknowledged becomes acknowledged, returned-to-normal
+/// unacknowledged becomes cleared, each journalled as `actor`'s. Returns their ids.
+pub fn acknowledged_at_source(
+    conn: &Connection,
+    asset: &str,
+    sensor: Option<&str>,
+    code: &str,
+    actor: &str,
+    at: Timestamp,
+) -> rusqlite::Result<Vec<i64>> {
+    let open: Vec<(i64, AlarmState)> = conn
+        .prepare_cached(
+            "SELECT id, state FROM alarms WHERE asset_id = ?1 COLLATE NOCASE AND coalesce(sensor_id, '') = coalesce(?2, '') COLLATE NOCASE
+             AND code = ?3 COLLATE NOCASE AND state IN ('unacknowledged', 'rtn_unacknowledged') ORDER BY id",
+        )?
+        .query_map(params![asset, sensor, code], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    for (id, state) in &open {
+        let next = if *state == AlarmState::Unacknowledged { AlarmState::Acknowledged } else { AlarmState::Cleared };
+        conn.prepare_cached("UPDATE alarms SET state = ?2, acked_at = ?3, acked_by = ?4 WHERE id = ?1")?
+            .execute(params![id, next, at.unix(), actor])?;
+        journal(conn, *id, None, "acknowledged", at.unix(), actor, "acknowledged at the source")?;
+    }
+    Ok(open.into_iter().map(|(id, _)| id).collect())
+}
+
 /// Acknowledges every returned-to-normal occurrence of alarm `id`'s point (asset,
 /// sensor, code) at once: a point that went in and out of alarm many times leaves a
 /// row each, whose condition is gone; the operator has read one and acknowledges them

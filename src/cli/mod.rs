@@ -21,6 +21,7 @@ use crate::{bench, rag, seed};
 mod agent_ops;
 mod alarm_ops;
 mod data;
+mod opcua_ops;
 mod people;
 
 use alarm_ops::AlarmsCommand;
@@ -78,6 +79,12 @@ impl Global {
             None => self.config()?.data_dir.unwrap_or_else(|| PathBuf::from("data")),
         };
         Ok(dir.join("twinops.db"))
+    }
+
+    /// The folder of the database and other state (the OPC UA certificates).
+    fn data_dir(&self) -> anyhow::Result<PathBuf> {
+        let db = self.db_path()?;
+        Ok(db.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), PathBuf::from))
     }
 
     fn open(&self) -> anyhow::Result<Store> {
@@ -151,6 +158,9 @@ enum Command {
     /// The plant: import a site's own files into the twin, or export it to them.
     #[command(subcommand)]
     Plant(PlantCommand),
+    /// OPC UA: browse a server into plant files; trust its certificate.
+    #[command(subcommand)]
+    Opcua(opcua_ops::OpcuaCommand),
     /// Readings: backfill from a historian's export.
     #[command(subcommand)]
     Readings(ReadingsCommand),
@@ -328,10 +338,9 @@ pub fn main() -> ExitCode {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG")
-                .unwrap_or_else(|_| "warn,rumqttd::server::broker=off".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TWINOPS_LOG").unwrap_or_else(|_| {
+            "warn,rumqttd::server::broker=off,opcua_client=off,opcua_core=off,opcua_crypto=off".into()
+        }))
         .with_writer(std::io::stderr)
         // Colour only on a terminal: under systemd, stderr is the journal.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -386,6 +395,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Backup { to } => data::backup(global, &to)?,
         Command::Plant(cmd) => return data::plant(global, cmd),
         Command::Readings(cmd) => return data::readings(global, cmd),
+        Command::Opcua(cmd) => return opcua_ops::run(global, cmd),
         Command::DeadLetters(cmd) => return data::dead_letters(global, cmd),
         Command::Docs(cmd) => return data::docs(global, cmd),
         Command::Tools(cmd) => return agent_ops::tools(global, cmd),

@@ -23,6 +23,15 @@ pub enum IdError {
 pub const ID_FORMAT: &str = "ids are the site's own, 1 to 64 characters of letters, digits and - _ . / : \
     (starting with a letter or digit), such as P-101A, FIT-1001, PS01/P1/VIB_DE or PUMP-007.VIB-DE";
 
+/// `text` written as an id: characters ids do not allow become `_` (a Sparkplug metric
+/// `Inputs/Pump Speed` is `Inputs/Pump_Speed`, an OPC UA browse name `Tank Level`
+/// is `Tank_Level`).
+pub fn as_id(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':') { c } else { '_' })
+        .collect()
+}
+
 /// The longest id, in characters.
 pub const MAX_ID_CHARS: usize = 64;
 

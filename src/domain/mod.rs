@@ -5,6 +5,7 @@ mod alarm_event;
 mod enums;
 mod ids;
 mod net;
+mod node_ref;
 mod time;
 mod value;
 mod work_order;
@@ -14,8 +15,9 @@ pub use enums::{
     Access, AlarmChangeStatus, AlarmState, AssetKind, AssetStatus, Criticality, DeadLetterReason, Role, SensorKind,
     Severity, TriageMode, UserSource, WorkAction, WorkOrderStatus, WorkPriority,
 };
-pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId, kind_name};
+pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId, as_id, kind_name};
 pub use net::IpNet;
+pub use node_ref::{NODE_FORMAT, NodeRef};
 pub use time::{Timestamp, approx_duration, parse_time, parse_time_ms};
 pub use value::shown;
 pub use work_order::WorkOrderDraft;

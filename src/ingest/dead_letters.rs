@@ -191,13 +191,7 @@ impl RefusalLog {
 /// The same content (topic, whole payload, reason) refused again, as a retained message
 /// is at every subscribe, counts on its first row (`times_seen`, `last_seen_at`) and is
 /// open again if it had been replayed: what it carries is missing again.
-pub(super) fn write(
-    conn: &Connection,
-    topic: &str,
-    payload: &[u8],
-    r: &Rejected,
-    at: Timestamp,
-) -> rusqlite::Result<()> {
+pub fn write(conn: &Connection, topic: &str, payload: &[u8], r: &Rejected, at: Timestamp) -> rusqlite::Result<()> {
     crate::metrics::count("twinops_ingest_dead_letters_total", &[("reason", r.reason.as_str())], 1.0);
     let due = REFUSALS.lock().expect("refusal log lock").note(r.reason, topic, &r.detail, std::time::Instant::now());
     for (reason, topic, count, example) in due {

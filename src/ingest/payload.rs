@@ -78,6 +78,30 @@ pub type ParsedEvent = (Event, Range<usize>);
 /// A payload's events that parsed, and the ones rejected.
 pub type Parsed = (Vec<ParsedEvent>, Vec<Rejected>);
 
+/// An alarm event in the contract's JSON: what a gateway in twinops (OPC UA) sends
+/// through the same parse and dead letters as one on MQTT.
+pub fn alarm_json(a: &AlarmEvent) -> serde_json::Value {
+    let mut e = serde_json::json!({
+        "type": "alarm", "event_id": a.event_id, "asset_id": a.asset_id.as_str(), "code": a.code,
+        "severity": a.severity.as_str(), "state": match a.transition { Transition::Raised => "raised", Transition::Cleared => "cleared" },
+        "time": Timestamp::rfc3339_ms(a.time.unix() * 1000 + i64::from(a.millis)), "message": a.message,
+    });
+    for (key, value) in [("value", a.value), ("threshold", a.threshold)] {
+        if let Some(v) = value.filter(|v| v.is_finite()) {
+            e[key] = v.into();
+        }
+    }
+    if let Some(s) = &a.sensor_id {
+        e["sensor_id"] = s.as_str().into();
+    }
+    e
+}
+
+/// A reading in the contract's JSON, its time to the millisecond.
+pub fn reading_json(sensor: &SensorId, at_ms: i64, value: f64) -> serde_json::Value {
+    serde_json::json!({"type": "reading", "sensor_id": sensor.as_str(), "time": Timestamp::rfc3339_ms(at_ms), "value": value})
+}
+
 /// Why (part of) a message was not accepted. `reason` is the dead-letter reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rejected {

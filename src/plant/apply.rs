@@ -233,7 +233,7 @@ const SENSOR_SQL: &str =
         coalesce(limit_ll, ''), coalesce(limit_l, ''),
         coalesce(limit_h, ''), coalesce(limit_hh, ''), deadband, on_delay_s, alarm_source, coalesce(alarm_prefix, ''),
         coalesce(priority_ll, ''), coalesce(priority_l, ''), coalesce(priority_h, ''), coalesce(priority_hh, ''),
-        retired_at IS NOT NULL FROM sensors";
+        coalesce(opcua_node, ''), retired_at IS NOT NULL FROM sensors";
 /// The key is [`point_key`]'s.
 const ALARM_POINT_KEY: &str = "asset_id || ' ' || coalesce(sensor_id || ' ', '') || code";
 const ALARM_POINT_SQL: &str = "SELECT asset_id || ' ' || coalesce(sensor_id || ' ', '') || code, coalesce(sensor_id, ''), coalesce(priority, ''), class,
@@ -365,6 +365,7 @@ fn sensor_fields(s: &SensorRow, twin: &Twin, imported: &HashMap<String, &str>) -
         priority(1),
         priority(2),
         priority(3),
+        s.opcua_node.as_ref().map(ToString::to_string).unwrap_or_default(),
     ];
     SENSOR_FIELDS[1..].iter().copied().zip(values).collect()
 }
@@ -652,19 +653,21 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
         c.prepare_cached(
             "INSERT INTO sensors (id, asset_id, kind, description, unit, limit_ll, limit_l, limit_h, limit_hh, deadband,
                                   on_delay_s, alarm_source, alarm_prefix, priority_ll, priority_l, priority_h, priority_hh,
-                                  range_low, range_high, retired_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, NULL)
+                                  range_low, range_high, opcua_node, retired_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, NULL)
              ON CONFLICT (id) DO UPDATE SET asset_id = excluded.asset_id, kind = excluded.kind,
                  description = excluded.description, unit = excluded.unit, range_low = excluded.range_low,
                  range_high = excluded.range_high, limit_ll = excluded.limit_ll,
                  limit_l = excluded.limit_l, limit_h = excluded.limit_h, limit_hh = excluded.limit_hh,
                  deadband = excluded.deadband, on_delay_s = excluded.on_delay_s, alarm_source = excluded.alarm_source,
                  alarm_prefix = excluded.alarm_prefix, priority_ll = excluded.priority_ll, priority_l = excluded.priority_l,
-                 priority_h = excluded.priority_h, priority_hh = excluded.priority_hh, retired_at = NULL",
+                 priority_h = excluded.priority_h, priority_hh = excluded.priority_hh,
+                 opcua_node = excluded.opcua_node, retired_at = NULL",
         )?
         .execute(params![
             stored, asset, s.kind, s.description, s.unit, s.limits[0], s.limits[1], s.limits[2], s.limits[3], s.deadband,
-            s.on_delay_s, s.alarm_source, s.alarm_prefix, p(0), p(1), p(2), p(3), s.range[0], s.range[1]
+            s.on_delay_s, s.alarm_source, s.alarm_prefix, p(0), p(1), p(2), p(3), s.range[0], s.range[1],
+            s.opcua_node.as_ref().map(ToString::to_string)
         ])?;
     }
     for change in &changes.changes {

@@ -48,6 +48,7 @@ const TAG_COLUMNS: &[(&str, &[&str])] = &[
     ("priority_l", &["l priority", "lo priority", "priority l"]),
     ("priority_h", &["h priority", "hi priority", "priority h"]),
     ("priority_hh", &["hh priority", "hihi priority", "priority hh"]),
+    ("opcua_node", &["opcua node", "opc ua node", "opc ua node id", "opcua node id", "node id", "nodeid", "opc node"]),
 ];
 
 /// A rationalization sheet (the master alarm database's rows), with the headers alarm

@@ -36,7 +36,7 @@ pub fn export(db: &Connection, dir: &Path) -> anyhow::Result<Vec<std::path::Path
         &SENSOR_FIELDS,
         "SELECT id, asset_id, kind, description, unit, range_low, range_high, limit_ll, limit_l, limit_h, limit_hh,
                 deadband, on_delay_s,
-                alarm_source, alarm_prefix, priority_ll, priority_l, priority_h, priority_hh
+                alarm_source, alarm_prefix, priority_ll, priority_l, priority_h, priority_hh, opcua_node
          FROM sensors WHERE retired_at IS NULL ORDER BY id",
     )?;
     let points = table(

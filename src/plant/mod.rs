@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 pub use apply::{Change, ChangeSet, Mode, diff, import, import_within};
 pub use export::export;
-pub use model::{AssetRow, Origin, PlantModel, SensorRow, Site, StationRow};
+pub use model::{ASSET_FIELDS, AssetRow, Origin, PlantModel, SENSOR_FIELDS, SensorRow, Site, StationRow};
 
 /// What is wrong with the files, each problem at its place. Displayed as one line per
 /// problem, then what to do.

@@ -2,7 +2,7 @@
 //! field is parsed here once, so a TOML table and a CSV row are checked alike.
 
 use super::Problem;
-use crate::domain::{AssetId, AssetStatus, Criticality, SensorId, Severity, kind_name};
+use crate::domain::{AssetId, AssetStatus, Criticality, NodeRef, SensorId, Severity, kind_name};
 
 /// Where a row came from: file and 1-based line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +120,7 @@ pub const ASSET_FIELDS: [&str; 13] = [
     "drives",
 ];
 /// A sensor's fields likewise.
-pub const SENSOR_FIELDS: [&str; 19] = [
+pub const SENSOR_FIELDS: [&str; 20] = [
     "id",
     "asset",
     "kind",
@@ -140,6 +140,7 @@ pub const SENSOR_FIELDS: [&str; 19] = [
     "priority_l",
     "priority_h",
     "priority_hh",
+    "opcua_node",
 ];
 
 /// Limits in the order ll, l, h, hh.
@@ -162,6 +163,8 @@ pub struct SensorRow {
     pub alarm_source: String,
     pub alarm_prefix: Option<String>,
     pub priorities: [Option<Severity>; 4],
+    /// Its OPC UA node, by namespace URI: twinops subscribes to it when `[opcua]` is on.
+    pub opcua_node: Option<NodeRef>,
     pub raw: RawRow,
 }
 
@@ -377,6 +380,9 @@ pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
             }
         }
     }
+    let opcua_node = raw
+        .text("opcua_node")
+        .and_then(|n| NodeRef::parse(&n).map_err(|e| problems.push(raw.problem("opcua_node", e))).ok());
     let row = SensorRow {
         id: id.unwrap_or_else(|| SensorId::parse("invalid").expect("a valid id")),
         asset,
@@ -390,6 +396,7 @@ pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
         alarm_source,
         alarm_prefix: raw.text("alarm_prefix"),
         priorities,
+        opcua_node,
         raw,
     };
     if problems.is_empty() { Ok(row) } else { Err(problems) }

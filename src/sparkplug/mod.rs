@@ -148,9 +148,7 @@ pub fn fill(template: &str, values: &[(&str, &str)]) -> String {
     for (key, value) in values {
         out = out.replace(&format!("{{{key}}}"), value);
     }
-    out.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':') { c } else { '_' })
-        .collect()
+    crate::domain::as_id(&out)
 }
 
 /// A Sparkplug message, decoded off the writer thread.

@@ -480,6 +480,20 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE users ADD COLUMN source TEXT NOT NULL DEFAULT 'local' CHECK (source IN ('local', 'directory'));
      ALTER TABLE users ADD COLUMN directory_dn TEXT;
      ALTER TABLE sessions ADD COLUMN source TEXT NOT NULL DEFAULT 'local' CHECK (source IN ('local', 'directory'));",
+    // 28: OPC UA (`opcua`). A sensor's node, by namespace URI (`nsu=...;s=...`); and
+    // each Alarms & Conditions condition the server reported, with the twin's alarm
+    // point it is active on, so that a condition moving from High to HighHigh, or
+    // returning, clears the point it was on.
+    "ALTER TABLE sensors ADD COLUMN opcua_node TEXT;
+     CREATE INDEX sensors_opcua_node ON sensors (opcua_node) WHERE opcua_node IS NOT NULL;
+     CREATE TABLE opcua_conditions (
+         condition  TEXT PRIMARY KEY,
+         asset_id   TEXT NOT NULL,
+         sensor_id  TEXT,
+         code       TEXT NOT NULL,
+         active     INTEGER NOT NULL,
+         changed_at INTEGER NOT NULL
+     ) STRICT;",
 ];
 
 /// The schema version this build writes.

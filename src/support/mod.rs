@@ -48,3 +48,22 @@ impl std::fmt::Display for Secret {
         f.write_str("[redacted]")
     }
 }
+
+/// A password from, in this order, the environment, the configuration, or a file
+/// (trimmed): the form every `*_password` / `*_password_file` pair takes. `what` names
+/// the setting in errors.
+pub fn secret_from(
+    env: Option<String>,
+    inline: Option<&Secret>,
+    file: Option<&std::path::Path>,
+    what: &str,
+) -> Result<Secret, String> {
+    match (env, inline, file) {
+        (Some(p), _, _) => Ok(Secret::new(p)),
+        (None, Some(p), _) => Ok(p.clone()),
+        (None, None, Some(path)) => std::fs::read_to_string(path)
+            .map(|p| Secret::new(p.trim()))
+            .map_err(|e| format!("{what}_file {}: {e}", path.display())),
+        (None, None, None) => Err(format!("{what}: not set; set {what}_file (or {what})")),
+    }
+}

@@ -1,0 +1,180 @@
+//! The client and its session: our certificate (created on first start), the trust
+//! store, the endpoint matching the configured security, the user's identity, and
+//! what each way a connect fails means to the engineer setting it up.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_opcua::client::transport::TcpConnector;
+use async_opcua::client::{
+    Client, ClientBuilder, IdentityToken, Password, Session, SessionEventLoop, SessionPollResult,
+};
+use async_opcua::crypto::{CertificateStore, SecurityPolicy};
+use async_opcua::types::{MessageSecurityMode, StatusCode};
+use futures_util::StreamExt;
+
+use super::OpcuaConfig;
+
+/// Where the client keeps its certificates.
+pub fn pki_dir(cfg: &OpcuaConfig, data_dir: &Path) -> PathBuf {
+    cfg.pki_dir.clone().unwrap_or_else(|| data_dir.join("opcua-pki"))
+}
+
+/// A session not yet connected, and the loop that connects it and keeps it.
+pub struct Pending {
+    pub session: Arc<Session>,
+    pub events: SessionEventLoop<TcpConnector>,
+}
+
+/// Builds the client and its session for the configured endpoint, security and
+/// identity; nothing is connected until `events` is polled. Fails when the endpoint
+/// does not answer the endpoint list, or offers no endpoint with our security.
+pub async fn session(
+    cfg: &OpcuaConfig,
+    data_dir: &Path,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> anyhow::Result<Pending> {
+    let pki = pki_dir(cfg, data_dir);
+    let mut client = client(cfg, &pki)?;
+    let identity = identity(cfg, env)?;
+    let timeout = Duration::from_secs(cfg.timeout_secs);
+    let endpoints = tokio::time::timeout(timeout, client.get_server_endpoints_from_url(cfg.endpoint.as_str()))
+        .await
+        .map_err(|_| anyhow::anyhow!("{}: no answer in {} s; {}", cfg.endpoint, cfg.timeout_secs, UNREACHABLE))?
+        .map_err(|e| anyhow::anyhow!("{}: {}", cfg.endpoint, explain(e.status(), cfg, &pki)))?;
+    let policy = SecurityPolicy::from_str(&cfg.security_policy).unwrap_or(SecurityPolicy::Unknown);
+    let mode = security_mode(&cfg.security_mode);
+    let Some(endpoint) = Client::find_matching_endpoint(&endpoints, &cfg.endpoint, policy, mode) else {
+        let offered: Vec<String> = endpoints
+            .iter()
+            .map(|e| {
+                let policy = SecurityPolicy::from_uri(e.security_policy_uri.as_ref());
+                format!("{} {:?}", policy.to_str(), e.security_mode)
+            })
+            .collect();
+        anyhow::bail!(
+            "{} offers no endpoint with security_policy {} and security_mode {}; it offers: {}",
+            cfg.endpoint,
+            cfg.security_policy,
+            cfg.security_mode,
+            offered.join(", ")
+        );
+    };
+    let (session, events) = client.connect_to_endpoint_directly(endpoint, identity)?;
+    Ok(Pending { session, events })
+}
+
+fn security_mode(text: &str) -> MessageSecurityMode {
+    match text {
+        "Sign" => MessageSecurityMode::Sign,
+        "SignAndEncrypt" => MessageSecurityMode::SignAndEncrypt,
+        _ => MessageSecurityMode::None,
+    }
+}
+
+fn client(cfg: &OpcuaConfig, pki: &Path) -> anyhow::Result<Client> {
+    ClientBuilder::new()
+        .application_name("twinops")
+        .application_uri(cfg.application_uri.as_str())
+        .product_uri("urn:twinops")
+        .create_sample_keypair(true)
+        .pki_dir(pki)
+        .trust_server_certs(false)
+        .verify_server_certs(true)
+        .session_retry_limit(-1)
+        .session_retry_initial(Duration::from_secs(1))
+        .session_retry_max(Duration::from_secs(cfg.reconnect_max_secs))
+        .request_timeout(Duration::from_secs(cfg.timeout_secs))
+        // twinops re-creates its subscriptions itself on a new session: the node ids
+        // are resolved again, since a restarted server may have renumbered them.
+        .recreate_subscriptions(false)
+        .session_name("twinops")
+        .session_timeout(60_000)
+        .keep_alive_interval(Duration::from_secs(5))
+        .max_failed_keep_alive_count(2)
+        .client()
+        .map_err(|problems| anyhow::anyhow!("the OPC UA client's settings: {}", problems.join("; ")))
+}
+
+fn identity(cfg: &OpcuaConfig, env: &(dyn Fn(&str) -> Option<String> + Sync)) -> anyhow::Result<IdentityToken> {
+    if let (Some(cert), Some(key)) = (&cfg.user_certificate, &cfg.user_private_key) {
+        let cert = CertificateStore::read_cert(cert)
+            .map_err(|e| anyhow::anyhow!("opcua.user_certificate {}: {e}", cert.display()))?;
+        let key = CertificateStore::read_pkey(key)
+            .map_err(|e| anyhow::anyhow!("opcua.user_private_key {}: {e}", key.display()))?;
+        return Ok(IdentityToken::X509(Box::new(cert), Box::new(key)));
+    }
+    Ok(match cfg.password(env)? {
+        Some(password) => IdentityToken::UserName(cfg.user.clone(), Password::new(password.expose())),
+        None => IdentityToken::Anonymous,
+    })
+}
+
+const UNREACHABLE: &str = "check opcua.endpoint's host and port, that the server runs, and the firewall between";
+
+/// What a failed connect means, and what to do about it.
+pub fn explain(status: StatusCode, cfg: &OpcuaConfig, pki: &Path) -> String {
+    let rejected = pki.join("rejected");
+    match status {
+        StatusCode::BadCertificateUntrusted | StatusCode::BadSecurityChecksFailed => format!(
+            "the server's certificate is not trusted ({status}); it was kept in {}: review it with `twinops opcua trust` \
+             and accept it with `twinops opcua trust --accept <thumbprint>`",
+            rejected.display()
+        ),
+        StatusCode::BadCertificateHostNameInvalid => format!(
+            "the server's certificate does not name the host in opcua.endpoint ({status}): use the host name the \
+             certificate was issued for"
+        ),
+        StatusCode::BadCertificateTimeInvalid => {
+            format!("the server's certificate has expired or is not yet valid ({status}): check both clocks")
+        }
+        StatusCode::BadCertificateUriInvalid => {
+            format!("the server's certificate does not carry its application URI ({status})")
+        }
+        StatusCode::BadUserAccessDenied
+        | StatusCode::BadIdentityTokenRejected
+        | StatusCode::BadIdentityTokenInvalid
+        | StatusCode::BadUserSignatureInvalid => format!(
+            "the server refused the login as {} ({status}): check opcua.user and its password, or user_certificate",
+            if cfg.user.is_empty() { "anonymous".to_string() } else { format!("user '{}'", cfg.user) }
+        ),
+        StatusCode::BadSecurityPolicyRejected | StatusCode::BadSecurityModeRejected => format!(
+            "the server refused security_policy {} / security_mode {} ({status})",
+            cfg.security_policy, cfg.security_mode
+        ),
+        StatusCode::BadTooManySessions => format!("the server has no session left for us ({status})"),
+        _ => format!("{status}: {UNREACHABLE}"),
+    }
+}
+
+/// Connects once, for a command (`opcua browse`, `check`): polls the session's loop
+/// until it is connected, then keeps polling it in a task. Fails on the first refusal,
+/// with what to do, or after `timeout_secs`.
+pub async fn once(
+    cfg: &OpcuaConfig,
+    data_dir: &Path,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> anyhow::Result<(Arc<Session>, tokio::task::JoinHandle<()>)> {
+    let Pending { session, events } = session(cfg, data_dir, env).await?;
+    let pki = pki_dir(cfg, data_dir);
+    let mut stream = Box::pin(events.enter());
+    let connected = tokio::time::timeout(Duration::from_secs(cfg.timeout_secs), async {
+        while let Some(step) = stream.next().await {
+            match step {
+                Ok(SessionPollResult::Reconnected(_)) => return Ok(()),
+                Ok(SessionPollResult::ReconnectFailed(status)) | Err(status) => {
+                    return Err(anyhow::anyhow!("{}: {}", cfg.endpoint, explain(status, cfg, &pki)));
+                }
+                Ok(_) => {}
+            }
+        }
+        Err(anyhow::anyhow!("{}: the session ended before it connected", cfg.endpoint))
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("{}: not connected in {} s; {UNREACHABLE}", cfg.endpoint, cfg.timeout_secs))?;
+    connected?;
+    let task = tokio::spawn(async move { while stream.next().await.is_some() {} });
+    Ok((session, task))
+}

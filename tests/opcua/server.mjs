@@ -1,0 +1,139 @@
+// An OPC UA server twinops did not write: node-opcua, with its demo alarm address space
+// (construct_demo_alarm_in_address_space: a tank level with an exclusive and a
+// non-exclusive level alarm) and a pump station of our own in a namespace of its own.
+//
+//   node server.mjs PORT PKI_DIR [EXTRA_NAMESPACES]
+//
+// EXTRA_NAMESPACES registers that many namespaces before the plant's, so a restart with
+// another number renumbers them as a server upgrade may. Prints `ready URL` when
+// listening; then reads commands on stdin, one per line, and answers `ok ...`:
+//   set NAME VALUE     a plant variable (Pressure, Flow, Running, Mode) takes a value
+//   bad NAME           its status becomes BadSensorFailure (its value is kept)
+//   level VALUE        the tank level (0..1; the exclusive alarm's limits 0.2/0.8/0.9)
+//   ack                acknowledges the tank level condition at the server
+//   burst N            N values of Flow, 1 ms apart in source time
+//   quit
+import readline from "node:readline";
+import {
+    OPCUAServer,
+    OPCUACertificateManager,
+    DataType,
+    StatusCodes,
+    standardUnits,
+    SecurityPolicy,
+    MessageSecurityMode,
+    Variant,
+    DataValue,
+} from "node-opcua";
+import { construct_demo_alarm_in_address_space } from "node-opcua-address-space/testHelpers.js";
+
+const [port, pki, extra] = [Number(process.argv[2] || 48400), process.argv[3] || "./pki", Number(process.argv[4] || 0)];
+
+const serverCertificateManager = new OPCUACertificateManager({
+    automaticallyAcceptUnknownCertificate: true,
+    rootFolder: pki,
+});
+const server = new OPCUAServer({
+    port,
+    hostname: "127.0.0.1",
+    serverCertificateManager,
+    securityPolicies: [SecurityPolicy.None, SecurityPolicy.Basic256Sha256, SecurityPolicy.Aes128_Sha256_RsaOaep],
+    securityModes: [MessageSecurityMode.None, MessageSecurityMode.Sign, MessageSecurityMode.SignAndEncrypt],
+    allowAnonymous: true,
+    userManager: { isValidUser: (user, password) => user === "operator" && password === "secret-pw" },
+    serverInfo: { applicationUri: "urn:twinops-test:node-opcua", productUri: "urn:twinops-test" },
+});
+await server.initialize();
+const addressSpace = server.engine.addressSpace;
+for (let i = 0; i < extra; i++) {
+    addressSpace.registerNamespace(`urn:twinops-test:filler:${i}`);
+}
+const plant = addressSpace.registerNamespace("urn:twinops-test:plant");
+
+const demo = {};
+construct_demo_alarm_in_address_space(demo, addressSpace);
+
+const station = plant.addObject({ browseName: "PS1", nodeId: "s=PS1", organizedBy: addressSpace.rootFolder.objects });
+const pump = plant.addObject({ browseName: "P-101", nodeId: "s=PS1.P-101", componentOf: station, description: "Raw water pump 1" });
+const variables = {
+    Pressure: plant.addAnalogDataItem({
+        browseName: "DischargePressure",
+        nodeId: "s=PS1.P-101.DischargePressure",
+        componentOf: pump,
+        description: "Discharge pressure",
+        dataType: "Double",
+        engineeringUnitsRange: { low: 0, high: 16 },
+        engineeringUnits: standardUnits.bar,
+        value: { dataType: DataType.Double, value: 4.2 },
+    }),
+    Flow: plant.addAnalogDataItem({
+        browseName: "Flow",
+        nodeId: "s=PS1.P-101.Flow",
+        componentOf: pump,
+        description: "Discharge flow",
+        dataType: "Double",
+        engineeringUnitsRange: { low: 0, high: 500 },
+        engineeringUnits: standardUnits.cubic_metre_per_hour,
+        value: { dataType: DataType.Double, value: 120 },
+    }),
+    Running: plant.addVariable({
+        browseName: "Running",
+        nodeId: "s=PS1.P-101.Running",
+        componentOf: pump,
+        dataType: "Boolean",
+        value: { dataType: DataType.Boolean, value: true },
+    }),
+    Mode: plant.addVariable({
+        browseName: "Mode",
+        nodeId: "s=PS1.P-101.Mode",
+        componentOf: pump,
+        dataType: "String",
+        value: { dataType: DataType.String, value: "AUTO" },
+    }),
+};
+const types = { Pressure: DataType.Double, Flow: DataType.Double, Running: DataType.Boolean, Mode: DataType.String };
+
+function set(name, value, status = StatusCodes.Good, at = new Date()) {
+    variables[name].setValueFromSource(new Variant({ dataType: types[name], value }), status, at);
+}
+function typed(name, text) {
+    if (types[name] === DataType.Boolean) return text === "true" || text === "1";
+    if (types[name] === DataType.String) return text;
+    return Number(text);
+}
+
+await server.start();
+console.log(`ready opc.tcp://127.0.0.1:${port}`);
+
+const lines = readline.createInterface({ input: process.stdin });
+for await (const line of lines) {
+    const [command, a, b] = line.trim().split(/\s+/);
+    try {
+        if (command === "set") {
+            set(a, typed(a, b));
+        } else if (command === "bad") {
+            const last = variables[a].readValue().value;
+            variables[a].setValueFromSource(last, StatusCodes.BadSensorFailure, new Date());
+        } else if (command === "level") {
+            demo.tankLevel.setValueFromSource({ dataType: DataType.Double, value: Number(a) });
+        } else if (command === "ack") {
+            const c = demo.tankLevelCondition;
+            c.acknowledgeAndAutoConfirmBranch(c.currentBranch(), "acknowledged at the SCADA");
+        } else if (command === "burst") {
+            const start = Date.now();
+            for (let i = 0; i < Number(a); i++) {
+                set("Flow", 100 + (i % 1000) / 10, StatusCodes.Good, new Date(start + i));
+            }
+        } else if (command === "quit") {
+            break;
+        } else {
+            console.log(`unknown ${command}`);
+            continue;
+        }
+        console.log(`ok ${line.trim()}`);
+    } catch (e) {
+        console.log(`error ${e.message}`);
+    }
+}
+await server.shutdown(0);
+process.exit(0);
