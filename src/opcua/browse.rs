@@ -88,14 +88,12 @@ pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow
                     };
                     queue.push_back((child, asset, depth + 1));
                 }
-                NodeClass::Variable if r.reference_type_id != ReferenceTypeId::HasProperty => {
-                    match &parent {
-                        Some(asset) => candidates.push(Candidate { node: child, name, asset: asset.clone() }),
-                        None => {
-                            found.skipped.push(format!("{name}: a variable outside any object (no asset to put it on)"))
-                        }
+                NodeClass::Variable if r.reference_type_id != ReferenceTypeId::HasProperty => match &parent {
+                    Some(asset) => candidates.push(Candidate { node: child, name, asset: asset.clone() }),
+                    None => {
+                        found.skipped.push(format!("{name}: a variable outside any object (no asset to put it on)"))
                     }
-                }
+                },
                 _ => {}
             }
         }

@@ -13,7 +13,7 @@ use async_opcua::types::{AttributeId, ByteString, EventFilter, NodeId, NumericRa
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::OpcuaConfig;
-use crate::domain::{AlarmEvent, AssetId, SensorId, Timestamp, Transition, as_id};
+use crate::domain::{AlarmEvent, AssetId, SensorId, Timestamp, Transition};
 
 /// The fields the event filter selects, in order.
 const FIELDS: [(u32, &str); 21] = [
@@ -155,7 +155,7 @@ impl ConditionEvent {
     /// name, with the limit it is beyond (`-HH`, `-H`, `-L`, `-LL`) for limit alarms.
     pub fn code(&self) -> String {
         let name = if self.condition_name.is_empty() { &self.source_name } else { &self.condition_name };
-        let base = as_id(&name.to_uppercase());
+        let base = alarm_code(name);
         let suffix = match self.limit_state.as_str() {
             "HighHigh" => Some("HH"),
             "High" => Some("H"),
@@ -164,8 +164,8 @@ impl ConditionEvent {
             _ => ["HH", "H", "L", "LL"].into_iter().zip(self.states).find(|(_, on)| *on).map(|(s, _)| s),
         };
         let code = match suffix {
-            Some(s) => format!("{}-{s}", clip(&base, 32 - s.len() - 1)),
-            None => clip(&base, 32).to_string(),
+            Some(s) => format!("{}-{s}", clip(&base, 32 - s.len() - 1).trim_end_matches('-')),
+            None => clip(&base, 32).trim_end_matches('-').to_string(),
         };
         if code.is_empty() { "OPCUA-CONDITION".into() } else { code }
     }
@@ -181,6 +181,16 @@ impl ConditionEvent {
         };
         self.limits[i]
     }
+}
+
+/// A name as an alarm code: upper-case letters and digits in parts joined by `-`
+/// (`Tank Level_Condition` is `TANK-LEVEL-CONDITION`).
+fn alarm_code(name: &str) -> String {
+    name.to_ascii_uppercase()
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
 }
 
 fn clip(s: &str, n: usize) -> &str {
@@ -401,5 +411,7 @@ mod tests {
         let effect = conditions.apply(&conn, &acked, "c1", source.clone(), now, &cfg).unwrap();
         assert!(effect.events.is_empty());
         assert_eq!(effect.acknowledged, Some((source, "TANKLEVELCONDITION-HH".into())));
+        let odd = ConditionEvent { condition_name: "Tank level_2 / Hi!".into(), ..ConditionEvent::default() };
+        assert_eq!(odd.code(), "TANK-LEVEL-2-HI");
     }
 }

@@ -270,8 +270,16 @@ pub fn comm_loss(
             format!("OPC UA server {} is back", cfg.endpoint)
         },
     };
+    // Not through the contract's JSON: COMM_LOSS is the twin's own code (Sparkplug's
+    // deaths raise it too), not one a SCADA sends.
     let mut out = Outcome::default();
-    out.add(&through_ingest(conn, EVENTS_TOPIC, vec![alarm_json(&event)], received, policy)?);
+    match crate::alarms::apply(conn, &event, None, received, policy.queue)? {
+        Ok(applied) => out.raised = matches!(applied, Applied::Raised { .. }),
+        Err(refusal) if raised => {
+            tracing::warn!(stage = "opcua", event = %event.event_id, %refusal, "the communication-loss alarm did not apply")
+        }
+        Err(_) => {}
+    }
     Ok(out)
 }
 

@@ -11,7 +11,8 @@
 //   bad NAME           its status becomes BadSensorFailure (its value is kept)
 //   level VALUE        the tank level (0..1; the exclusive alarm's limits 0.2/0.8/0.9)
 //   ack                acknowledges the tank level condition at the server
-//   burst N            N values of Flow, 1 ms apart in source time
+//   burst N [GAP]      N values of Flow stamped 1 ms apart at the source, GAP ms apart
+//                      in real time (default 0)
 //   quit
 import readline from "node:readline";
 import {
@@ -42,6 +43,8 @@ const server = new OPCUAServer({
     allowAnonymous: true,
     userManager: { isValidUser: (user, password) => user === "operator" && password === "secret-pw" },
     serverInfo: { applicationUri: "urn:twinops-test:node-opcua", productUri: "urn:twinops-test" },
+    // In the certificate, so that a client checking the host name accepts 127.0.0.1.
+    alternateHostname: ["localhost", "127.0.0.1"],
 });
 await server.initialize();
 const addressSpace = server.engine.addressSpace;
@@ -123,6 +126,7 @@ for await (const line of lines) {
             const start = Date.now();
             for (let i = 0; i < Number(a); i++) {
                 set("Flow", 100 + (i % 1000) / 10, StatusCodes.Good, new Date(start + i));
+                if (Number(b || 0) > 0) await new Promise((r) => setTimeout(r, Number(b)));
             }
         } else if (command === "quit") {
             break;

@@ -1,0 +1,408 @@
+//! OPC UA against a server twinops did not write: node-opcua (npm, pinned by
+//! `tests/opcua/package-lock.json`) running its demo alarm address space (a tank level
+//! with an exclusive and a non-exclusive level alarm) and a pump station of our own,
+//! driven by `tests/opcua/server.mjs` over stdin. Needs `TWINOPS_TEST_NODE` (node) and
+//! `TWINOPS_TEST_OPCUA_JS` (a folder holding `node_modules/node-opcua`: `npm ci` in a
+//! copy of `tests/opcua`); `.ci/run` provides both.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Plant, eventually};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use twinops::app::{Daemon, ServeOptions};
+use twinops::config::Config;
+
+struct Externals {
+    node: String,
+    js: PathBuf,
+}
+
+fn externals() -> Option<Externals> {
+    let node = common::external("TWINOPS_TEST_NODE", "Node.js (e.g. /usr/bin/node)")?;
+    let js = common::external(
+        "TWINOPS_TEST_OPCUA_JS",
+        "a folder holding node_modules/node-opcua (npm ci in a copy of tests/opcua)",
+    )?;
+    Some(Externals { node, js: PathBuf::from(js) })
+}
+
+/// node-opcua's server, talking on stdin and stdout.
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Server {
+    /// Starts it on `port` with its certificates in `pki`; `extra` namespaces
+    /// registered before the plant's renumber them.
+    async fn start(x: &Externals, port: u16, pki: &Path, extra: u32) -> Server {
+        // An ES module resolves its imports from where it lies: beside node_modules.
+        let script = x.js.join(format!("twinops-server-{}.mjs", std::process::id()));
+        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/opcua/server.mjs"), &script).unwrap();
+        let mut child = Command::new(&x.node)
+            .arg(&script)
+            .args([port.to_string(), pki.display().to_string(), extra.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node starts");
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut server = Server { child, stdin, lines };
+        assert!(server.heard("ready", Duration::from_secs(60)).await, "node-opcua's server started");
+        server
+    }
+
+    /// Sends a command and waits for its `ok`.
+    async fn say(&mut self, line: &str) {
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        self.stdin.flush().await.unwrap();
+        assert!(self.heard(&format!("ok {line}"), Duration::from_secs(20)).await, "the server did `{line}`");
+    }
+
+    async fn heard(&mut self, want: &str, limit: Duration) -> bool {
+        tokio::time::timeout(limit, async {
+            while let Ok(Some(line)) = self.lines.next_line().await {
+                if line.trim().starts_with(want) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+/// `twinops.toml` for OPC UA on `endpoint`, with `extra` settings in `[opcua]`.
+fn config(p: &Plant, endpoint: &str, extra: &str) -> PathBuf {
+    let toml = format!(
+        "data_dir = \"{}\"\n[mqtt]\nembedded_listen = \"127.0.0.1:{}\"\n[web]\nlisten = \"\"\n\n\
+         [opcua]\nenabled = true\nendpoint = \"{endpoint}\"\nsampling_interval_ms = 0\npublishing_interval_ms = 100\n\
+         queue_size = 100\nreconnect_max_secs = 2\ntimeout_secs = 10\n{extra}\n",
+        p.dir.path().display(),
+        common::free_port()
+    );
+    let path = p.dir.path().join("twinops.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+async fn daemon(p: &Plant, config: &Path) -> Daemon {
+    let config = Config::load(config, &|_| None).unwrap();
+    let opts = ServeOptions { config, db: p.db_path(), demo: false, seed_dir: common::seed_dir() };
+    let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    let mut up = daemon.opcua_up.clone().expect("[opcua] is on");
+    let connected = tokio::time::timeout(Duration::from_secs(60), up.wait_for(|up| *up)).await;
+    assert!(matches!(connected, Ok(Ok(_))), "the OPC UA session is up within 60 s");
+    daemon
+}
+
+fn twinops(p: &Plant, config: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--db")
+        .arg(p.db_path())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// `opcua browse` writes files a site can review that `plant import` takes: objects as
+/// assets (nested ones with their parent), variables as sensors with their node by
+/// namespace URI, unit, EURange, and the limits of the conditions they are the source
+/// of; a string variable is said to be skipped.
+#[tokio::test(flavor = "multi_thread")]
+async fn browse_writes_the_plant_files_the_import_takes() {
+    common::logs();
+    let Some(x) = externals() else { return };
+    let p = Plant::new();
+    let port = common::free_port();
+    let _server = Server::start(&x, port, &p.dir.path().join("server-pki"), 0).await;
+    let config = config(&p, &format!("opc.tcp://127.0.0.1:{port}"), "");
+    let out = p.dir.path().join("browsed");
+    let browse = twinops(&p, &config, &["opcua", "browse", "--out", out.to_str().unwrap()]);
+    assert!(browse.status.success(), "{}", text(&browse));
+    assert!(text(&browse).contains("skipped P-101/Mode: of data type"), "{}", text(&browse));
+    let tags = std::fs::read_to_string(out.join("tags.csv")).unwrap();
+    assert!(
+        tags.contains("P-101.DischargePressure,P-101,,Discharge pressure,bar,0,16,")
+            && tags.contains("nsu=urn:twinops-test:plant;s=PS1.P-101.DischargePressure"),
+        "{tags}"
+    );
+    let files: Vec<String> =
+        ["plant.toml", "assets.csv", "tags.csv"].iter().map(|f| out.join(f).display().to_string()).collect();
+    let mut args = vec!["plant", "import", "--partial"];
+    args.extend(files.iter().map(String::as_str));
+    let import = twinops(&p, &config, &args);
+    assert!(import.status.success(), "{}", text(&import));
+    assert_eq!(
+        p.count("SELECT count(*) FROM assets WHERE id = 'P-101' AND parent_id = 'PS1' AND station_id = 'OPCUA'"),
+        1
+    );
+    assert_eq!(
+        p.count("SELECT count(*) FROM sensors WHERE id = 'Tank.TankLevel' AND limit_l = 0.2 AND limit_h = 0.8 AND limit_hh = 0.9 AND opcua_node LIKE 'nsu=%'"),
+        1,
+        "the exclusive level alarm's limits are the sensor's"
+    );
+    assert_eq!(p.count("SELECT count(*) FROM sensors WHERE opcua_node IS NOT NULL"), 5);
+}
+
+/// Values arrive with their source time to the millisecond; a bad status is not stored
+/// and marks the sensor stale, a good value clears it; the tank's level alarm raises,
+/// gets a triage note, is acknowledged at the server and shows so, and clears; a node
+/// that does not exist and a string variable are each dead-lettered once.
+#[tokio::test(flavor = "multi_thread")]
+async fn values_and_alarms_from_node_opcua_reach_the_twin() {
+    common::logs();
+    let Some(x) = externals() else { return };
+    let p = Plant::new();
+    let port = common::free_port();
+    let mut server = Server::start(&x, port, &p.dir.path().join("server-pki"), 0).await;
+    let config = config(&p, &format!("opc.tcp://127.0.0.1:{port}"), "auto_register = true");
+    // Two tags a site mapped by hand: one to a node that does not exist, one to a string.
+    let tags = p.dir.path().join("extra.csv");
+    std::fs::write(
+        &tags,
+        "tag,asset,unit,opcua node\nPUMP-001.NOPE,PUMP-001,bar,nsu=urn:twinops-test:plant;s=PS1.P-101.Nope\n\
+         PUMP-001.MODE,PUMP-001,,nsu=urn:twinops-test:plant;s=PS1.P-101.Mode\n",
+    )
+    .unwrap();
+    let import = twinops(&p, &config, &["plant", "import", "--partial", tags.to_str().unwrap()]);
+    assert!(import.status.success(), "{}", text(&import));
+    let daemon = daemon(&p, &config).await;
+
+    let pressure = "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'P-101.DischargePressure')";
+    assert!(eventually(Duration::from_secs(20), || p.count(pressure) >= 1).await, "the initial value arrived");
+    server.say("set Pressure 7.25").await;
+    let stored = "SELECT count(*) FROM readings WHERE value = 7.25";
+    assert!(eventually(Duration::from_secs(20), || p.count(stored) == 1).await, "the new value arrived");
+    // 20 values stamped 1 ms apart at the source (sampled 150 ms apart): each kept, at
+    // its millisecond.
+    server.say("burst 20 150").await;
+    let burst = "SELECT count(*), max(ts) - min(ts) FROM readings WHERE value >= 100 AND value < 105 \
+                 AND sensor_key = (SELECT key FROM sensors WHERE id = 'P-101.Flow')";
+    let spread = || {
+        p.store
+            .read()
+            .unwrap()
+            .query_row(burst, [], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?)))
+            .unwrap()
+    };
+    assert!(eventually(Duration::from_secs(20), || spread().0 == 20).await, "the burst arrived: {:?}", spread());
+    assert_eq!(spread(), (20, Some(19)), "source times kept to the millisecond");
+
+    server.say("bad Flow").await;
+    let stale = "SELECT count(*) FROM sensors WHERE id = 'P-101.Flow' AND stale_since IS NOT NULL";
+    assert!(eventually(Duration::from_secs(20), || p.count(stale) == 1).await, "a bad status marks the sensor stale");
+    server.say("set Flow 130").await;
+    assert!(eventually(Duration::from_secs(20), || p.count(stale) == 0).await, "a good value clears it");
+
+    let bad = |reason: &str, like: &str| {
+        format!(
+            "SELECT count(*) FROM dead_letters WHERE reason = '{reason}' AND topic = 'opcua/values' AND detail LIKE '{like}'"
+        )
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || p.count(&bad("invalid", "%PUMP-001.NOPE%BadNodeIdUnknown%")) == 1).await,
+        "the missing node is dead-lettered: {}",
+        p.text("SELECT coalesce(group_concat(reason || ': ' || detail, ' | '), '') FROM dead_letters")
+    );
+    server.say("set Mode MANUAL").await;
+    server.say("set Mode AUTO").await;
+    assert!(eventually(Duration::from_secs(20), || p.count(&bad("unsupported", "%PUMP-001.MODE%String%")) == 1).await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(p.count(&bad("unsupported", "%PUMP-001.MODE%")), 1, "said once, not per value");
+
+    server.say("level 0.85").await;
+    let raised = "SELECT count(*) FROM alarms WHERE asset_id = 'Tank' AND sensor_id = 'Tank.TankLevel' AND code = 'TANKLEVELCONDITION-H'";
+    assert!(eventually(Duration::from_secs(20), || p.count(raised) == 1).await, "the level alarm raised");
+    let noted = "SELECT count(*) FROM notes WHERE kind = 'triage' AND alarm_id IN (SELECT id FROM alarms WHERE asset_id = 'Tank')";
+    assert!(eventually(Duration::from_secs(60), || p.count(noted) >= 1).await, "it got a triage note");
+    server.say("ack").await;
+    let acked = "SELECT count(*) FROM alarms WHERE asset_id = 'Tank' AND state = 'acknowledged' AND acked_by = 'opcua'";
+    assert!(eventually(Duration::from_secs(20), || p.count(acked) == 1).await, "acknowledged at the server shows");
+    server.say("level 0.95").await;
+    let hh =
+        "SELECT count(*) FROM alarms WHERE asset_id = 'Tank' AND code = 'TANKLEVELCONDITION-HH' AND cleared_at IS NULL";
+    assert!(eventually(Duration::from_secs(20), || p.count(hh) == 1).await, "HighHigh is a point of its own");
+    server.say("level 0.5").await;
+    let open = "SELECT count(*) FROM alarms WHERE asset_id = 'Tank' AND code LIKE 'TANKLEVELCONDITION%' AND cleared_at IS NULL AND state != 'rtn_unacknowledged'";
+    assert!(eventually(Duration::from_secs(20), || p.count(open) == 0).await, "both cleared when the level is normal");
+    assert_eq!(p.count(raised), 1, "no occurrence doubled");
+    daemon.shutdown().await;
+}
+
+/// A TCP proxy between twinops and the server, which can cut every connection and
+/// refuse new ones for a while.
+struct Proxy {
+    port: u16,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Proxy {
+    async fn start(to: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cut, cut_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                if *cut_rx.borrow() {
+                    continue; // dropped: refused while cut
+                }
+                let mut cut_rx = cut_rx.clone();
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", to)).await else { return };
+                    let (mut a, mut b) = (inbound, outbound);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut a, &mut b) => {}
+                        _ = cut_rx.wait_for(|c| *c) => {}
+                    }
+                });
+            }
+        });
+        Proxy { port, cut }
+    }
+}
+
+/// A link cut for 3 s loses no value the server kept meanwhile (its queue, and
+/// Republish for what was in flight), doubles none, and raises then clears
+/// communication loss.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_link_loses_nothing() {
+    common::logs();
+    let Some(x) = externals() else { return };
+    let p = Plant::new();
+    let port = common::free_port();
+    let mut server = Server::start(&x, port, &p.dir.path().join("server-pki"), 0).await;
+    let proxy = Proxy::start(port).await;
+    let config = config(&p, &format!("opc.tcp://127.0.0.1:{}", proxy.port), "auto_register = true");
+    let daemon = daemon(&p, &config).await;
+    let flow = "SELECT count(*) FROM readings WHERE sensor_key = (SELECT key FROM sensors WHERE id = 'P-101.Flow')";
+    assert!(eventually(Duration::from_secs(20), || p.count(flow) >= 1).await);
+    let before = p.count(flow);
+
+    proxy.cut.send_replace(true);
+    for v in 1..=5 {
+        server.say(&format!("set Flow {}", 200 + v)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let lost =
+        "SELECT count(*) FROM alarms WHERE asset_id = 'OPCUA-SERVER' AND code = 'COMM_LOSS' AND cleared_at IS NULL";
+    proxy.cut.send_replace(false);
+    assert!(
+        eventually(Duration::from_secs(30), || p.count(flow) == before + 5).await,
+        "the five values of the cut arrived: {} of 5",
+        p.count(flow) - before
+    );
+    assert!(eventually(Duration::from_secs(20), || p.count(lost) == 0).await, "communication loss is clear");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(p.count(flow), before + 5, "none doubled");
+    daemon.shutdown().await;
+}
+
+/// A SIGKILL of the server raises communication loss and marks the sensors stale; the
+/// server back with its namespaces renumbered still resolves every node (values and
+/// alarms arrive again), communication loss clears.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_restart_with_renumbered_namespaces_resumes() {
+    common::logs();
+    let Some(x) = externals() else { return };
+    let p = Plant::new();
+    let port = common::free_port();
+    let pki = p.dir.path().join("server-pki");
+    let server = Server::start(&x, port, &pki, 0).await;
+    let config = config(&p, &format!("opc.tcp://127.0.0.1:{port}"), "auto_register = true");
+    let daemon = daemon(&p, &config).await;
+    let pressure = |v: f64| {
+        format!(
+            "SELECT count(*) FROM readings WHERE value = {v} AND sensor_key = (SELECT key FROM sensors WHERE id = 'P-101.DischargePressure')"
+        )
+    };
+    assert!(eventually(Duration::from_secs(20), || p.count(&pressure(4.2)) >= 1).await);
+    server.kill().await;
+    let lost =
+        "SELECT count(*) FROM alarms WHERE asset_id = 'OPCUA-SERVER' AND code = 'COMM_LOSS' AND cleared_at IS NULL";
+    assert!(eventually(Duration::from_secs(30), || p.count(lost) == 1).await, "communication loss raised");
+    assert!(p.count("SELECT count(*) FROM sensors WHERE opcua_node IS NOT NULL AND stale_since IS NOT NULL") >= 5);
+
+    let mut server = Server::start(&x, port, &pki, 3).await;
+    assert!(eventually(Duration::from_secs(30), || p.count(lost) == 0).await, "cleared when the server is back");
+    server.say("set Pressure 9.5").await;
+    assert!(
+        eventually(Duration::from_secs(20), || p.count(&pressure(9.5)) == 1).await,
+        "a value from the renumbered namespace arrived"
+    );
+    server.say("level 0.85").await;
+    let raised =
+        "SELECT count(*) FROM alarms WHERE asset_id = 'Tank' AND code = 'TANKLEVELCONDITION-H' AND cleared_at IS NULL";
+    assert!(eventually(Duration::from_secs(20), || p.count(raised) == 1).await, "an alarm after the restart raised");
+    assert_eq!(p.count("SELECT count(*) FROM alarms WHERE code = 'COMM_LOSS'"), 1, "one occurrence of the loss");
+    daemon.shutdown().await;
+}
+
+/// Basic256Sha256 SignAndEncrypt: an unknown server certificate is refused with what
+/// to do, kept among the rejected; once accepted by its thumbprint, the connect works.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_untrusted_certificate_is_refused_until_trusted() {
+    common::logs();
+    let Some(x) = externals() else { return };
+    let p = Plant::new();
+    let port = common::free_port();
+    let _server = Server::start(&x, port, &p.dir.path().join("server-pki"), 0).await;
+    let config = config(
+        &p,
+        &format!("opc.tcp://127.0.0.1:{port}"),
+        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"\nuser = \"operator\"\npassword = \"secret-pw\"",
+    );
+    let out = p.dir.path().join("browsed");
+    let browse = || twinops(&p, &config, &["opcua", "browse", "--out", out.to_str().unwrap()]);
+    let refused = browse();
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("not trusted") && text(&refused).contains("twinops opcua trust"),
+        "{}",
+        text(&refused)
+    );
+    let listed = text(&twinops(&p, &config, &["opcua", "trust"]));
+    let line = listed.lines().find(|l| l.starts_with("REJECTED")).unwrap_or_else(|| panic!("{listed}"));
+    let thumbprint = line.split_whitespace().nth(1).unwrap();
+    let accepted = twinops(&p, &config, &["opcua", "trust", "--accept", &thumbprint[..12]]);
+    assert!(accepted.status.success(), "{}", text(&accepted));
+    let trusted = browse();
+    assert!(trusted.status.success(), "{}", text(&trusted));
+    assert!(std::fs::read_to_string(out.join("tags.csv")).unwrap().contains("Tank.TankLevel"));
+
+    let wrong = config_with_password(&p, port, "wrong");
+    let refused = twinops(&p, &wrong, &["opcua", "browse", "--out", out.to_str().unwrap()]);
+    assert!(
+        !refused.status.success() && text(&refused).contains("refused the login as user 'operator'"),
+        "{}",
+        text(&refused)
+    );
+}
+
+fn config_with_password(p: &Plant, port: u16, password: &str) -> PathBuf {
+    let extra = format!(
+        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"\nuser = \"operator\"\npassword = \"{password}\""
+    );
+    config(p, &format!("opc.tcp://127.0.0.1:{port}"), &extra)
+}
