@@ -46,7 +46,7 @@ pub async fn session(
         .map_err(|e| anyhow::anyhow!("{}: {}", cfg.endpoint, explain(e.status(), cfg, &pki)))?;
     let policy = SecurityPolicy::from_str(&cfg.security_policy).unwrap_or(SecurityPolicy::Unknown);
     let mode = security_mode(&cfg.security_mode);
-    let Some(endpoint) = Client::find_matching_endpoint(&endpoints, &cfg.endpoint, policy, mode) else {
+    let Some(mut endpoint) = Client::find_matching_endpoint(&endpoints, &cfg.endpoint, policy, mode) else {
         let offered: Vec<String> = endpoints
             .iter()
             .map(|e| {
@@ -62,6 +62,9 @@ pub async fn session(
             offered.join(", ")
         );
     };
+    // The address we were given, not the one the server advertises: behind NAT, a
+    // port forward or a proxy, the server's own idea of its address does not reach it.
+    endpoint.endpoint_url = cfg.endpoint.as_str().into();
     if policy != SecurityPolicy::None {
         let host = reqwest::Url::parse(&cfg.endpoint.replacen("opc.tcp://", "http://", 1))
             .ok()

@@ -261,6 +261,8 @@ impl Link {
             let (cfg, policy) = (Arc::clone(&self.cfg), self.policy.clone());
             self.commit(move |conn| intake::comm_loss(conn, &cfg, false, since, Timestamp::now(), &policy)).await;
         }
+        // async-opcua 0.19 does not publish on a reactivated session until told to.
+        session.trigger_publish_now();
         self.refresh(session).await;
         self.up.send_replace(true);
         tracing::info!(stage = "opcua", endpoint = %self.cfg.endpoint, sensors = self.targets.len(), "OPC UA session up");
@@ -458,6 +460,7 @@ impl Link {
             return; // already had (a Republish answered it)
         }
         let missing = (sub.last + 1, last_now.saturating_sub(u32::from(has_data)));
+        tracing::trace!(stage = "opcua", subscription = kind.as_str(), seq, has_data, last = sub.last, "notification");
         sub.last = sub.last.max(last_now);
         let labels = [("subscription", kind.as_str())];
         crate::metrics::count("twinops_opcua_notifications_total", &labels, f64::from(u8::from(has_data)));
