@@ -69,6 +69,22 @@ impl Server {
         assert!(self.heard(&format!("ok {line}"), Duration::from_secs(20)).await, "the server did `{line}`");
     }
 
+    /// Sends a query and returns what follows its `ok <line> ` in the answer.
+    async fn ask(&mut self, line: &str) -> String {
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        self.stdin.flush().await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Ok(Some(l)) = self.lines.next_line().await {
+                if let Some(rest) = l.trim().strip_prefix(&format!("ok {line} ")) {
+                    return rest.to_string();
+                }
+            }
+            String::new()
+        })
+        .await;
+        answer.unwrap_or_default()
+    }
+
     async fn heard(&mut self, want: &str, limit: Duration) -> bool {
         tokio::time::timeout(limit, async {
             while let Ok(Some(line)) = self.lines.next_line().await {
@@ -248,6 +264,40 @@ async fn values_and_alarms_from_node_opcua_reach_the_twin() {
     let open = "SELECT count(*) FROM alarms WHERE asset_id = 'Tank' AND code LIKE 'TANKLEVELCONDITION%' AND cleared_at IS NULL AND state != 'rtn_unacknowledged'";
     assert!(eventually(Duration::from_secs(20), || p.count(open) == 0).await, "both cleared when the level is normal");
     assert_eq!(p.count(raised), 1, "no occurrence doubled");
+    daemon.shutdown().await;
+}
+
+/// With `acknowledge = true`, an operator's acknowledgement in twinops is passed on
+/// to the server's Acknowledge method, once, and its result journalled.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acknowledgement_in_twinops_reaches_the_server_when_turned_on() {
+    common::logs();
+    let Some(x) = externals() else { return };
+    let p = Plant::new();
+    let port = common::free_port();
+    let mut server = Server::start(&x, port, &p.dir.path().join("server-pki"), 0).await;
+    let config = config(&p, &format!("opc.tcp://127.0.0.1:{port}"), "auto_register = true\nacknowledge = true");
+    let daemon = daemon(&p, &config).await;
+    server.say("level 0.85").await;
+    let raised =
+        "SELECT id FROM alarms WHERE asset_id = 'Tank' AND code = 'TANKLEVELCONDITION-H' AND state = 'unacknowledged'";
+    assert!(eventually(Duration::from_secs(20), || p.count(&format!("SELECT count(*) FROM ({raised})")) == 1).await);
+    assert_eq!(server.ask("acked").await, "false");
+    let id = p.count(raised);
+    twinops::alarms::acknowledge(p.store.writer(), id, "olivia", twinops::domain::Timestamp::now()).unwrap();
+    let passed = "SELECT count(*) FROM opcua_acks WHERE result LIKE 'Good%'";
+    assert!(
+        eventually(Duration::from_secs(20), || p.count(passed) == 1).await,
+        "passed on: {}",
+        p.text("SELECT coalesce(group_concat(result, ' | '), '') FROM opcua_acks")
+    );
+    assert_eq!(server.ask("acked").await, "true", "the server's condition is acknowledged");
+    assert_eq!(
+        p.count("SELECT count(*) FROM audit_log WHERE action = 'opcua_acknowledge' AND detail LIKE '%olivia%'"),
+        1
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(p.count("SELECT count(*) FROM opcua_acks"), 1, "passed on once");
     daemon.shutdown().await;
 }
 

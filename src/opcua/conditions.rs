@@ -315,7 +315,7 @@ impl Conditions {
             let point = if active { code.clone() } else { last.unwrap_or(code.clone()) };
             effect.acknowledged = Some((source.clone(), point));
         }
-        set_state(conn, &key, Some((&source, &code, active)), received)?;
+        set_state(conn, &key, Some((&source, &code, active, &e.event_id)), received)?;
         Ok(effect)
     }
 }
@@ -323,28 +323,47 @@ impl Conditions {
 fn set_state(
     conn: &Connection,
     condition: &str,
-    state: Option<(&Source, &str, bool)>,
+    state: Option<(&Source, &str, bool, &str)>,
     at: Timestamp,
 ) -> rusqlite::Result<()> {
     match state {
-        Some((source, code, active)) => conn.prepare_cached(
-            "INSERT INTO opcua_conditions (condition, asset_id, sensor_id, code, active, changed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        Some((source, code, active, event_id)) => conn
+            .prepare_cached(
+                "INSERT INTO opcua_conditions (condition, asset_id, sensor_id, code, active, changed_at, event_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (condition) DO UPDATE SET asset_id = excluded.asset_id, sensor_id = excluded.sensor_id,
-                 code = excluded.code, active = excluded.active, changed_at = excluded.changed_at",
-        )?
-        .execute(params![
-            condition,
-            source.asset.as_str(),
-            source.sensor.as_ref().map(SensorId::as_str),
-            code,
-            active,
-            at.unix()
-        ])?,
+                 code = excluded.code, active = excluded.active, changed_at = excluded.changed_at,
+                 event_id = excluded.event_id",
+            )?
+            .execute(params![
+                condition,
+                source.asset.as_str(),
+                source.sensor.as_ref().map(SensorId::as_str),
+                code,
+                active,
+                at.unix(),
+                event_id
+            ])?,
         None => conn
             .prepare_cached("UPDATE opcua_conditions SET active = 0, changed_at = ?2 WHERE condition = ?1")?
             .execute(params![condition, at.unix()])?,
     };
     Ok(())
+}
+
+/// Acknowledge (Part 9: AcknowledgeableConditionType's method i=9111) on `condition`,
+/// naming the event acknowledged (its EventId, hex as stored) with a comment.
+pub fn acknowledge_request(condition: NodeId, event_id: &str, comment: &str) -> async_opcua::types::CallMethodRequest {
+    let bytes: Vec<u8> =
+        (0..event_id.len() / 2).filter_map(|i| u8::from_str_radix(event_id.get(2 * i..2 * i + 2)?, 16).ok()).collect();
+    async_opcua::types::CallMethodRequest {
+        object_id: condition,
+        method_id: NodeId::new(0, 9111u32),
+        input_arguments: Some(vec![
+            Variant::ByteString(ByteString::from(bytes)),
+            Variant::LocalizedText(Box::new(async_opcua::types::LocalizedText::new("", comment))),
+        ]),
+    }
 }
 
 /// ConditionRefresh (Part 9): ConditionType (i=2782)'s method i=3875, with the
@@ -381,7 +400,7 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE TABLE opcua_conditions (condition TEXT PRIMARY KEY, asset_id TEXT NOT NULL, sensor_id TEXT,
-             code TEXT NOT NULL, active INTEGER NOT NULL, changed_at INTEGER NOT NULL) STRICT;",
+             code TEXT NOT NULL, active INTEGER NOT NULL, changed_at INTEGER NOT NULL, event_id TEXT) STRICT;",
         )
         .unwrap();
         let cfg = OpcuaConfig::default();

@@ -163,8 +163,11 @@ impl Link {
                     }
                 }
             });
+            let mut acks = tokio::time::interval(Duration::from_secs(1));
+            acks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
+                    _ = acks.tick(), if self.cfg.acknowledge && *self.up.borrow() => self.pass_acks(&session).await,
                     _ = stop.changed() => {
                         let _ = tokio::time::timeout(Duration::from_secs(2), session.disconnect()).await;
                         poller.abort();
@@ -429,6 +432,65 @@ impl Link {
             Ok(Outcome::default())
         })
         .await;
+    }
+
+    /// Operators' acknowledgements in twinops of alarms on OPC UA conditions, passed on
+    /// to the server (`acknowledge = true`): its Acknowledge method on the condition,
+    /// naming the condition's last event; each result journalled in `opcua_acks` and
+    /// the audit log. An acknowledgement made at the server (actor `opcua`) is not sent
+    /// back.
+    async fn pass_acks(&self, session: &Session) {
+        let due = self
+            .writer
+            .call_async(|conn| {
+                let rows = conn
+                    .prepare_cached(
+                        "SELECT e.id, e.actor, c.condition, c.event_id FROM alarm_events e
+                         JOIN alarms a ON a.id = e.alarm_id
+                         JOIN opcua_conditions c ON c.asset_id = a.asset_id AND c.code = a.code
+                              AND coalesce(c.sensor_id, '') = coalesce(a.sensor_id, '')
+                         WHERE e.kind = 'acknowledged' AND e.actor != 'opcua' AND e.at >= c.changed_at - 1
+                           AND c.event_id IS NOT NULL AND e.id NOT IN (SELECT alarm_event_id FROM opcua_acks)
+                         ORDER BY e.id LIMIT 100",
+                    )?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect::<Result<Vec<(i64, String, String, String)>, _>>()?;
+                Ok::<_, StoreError>(rows)
+            })
+            .await;
+        let Ok(due) = due else { return };
+        let namespaces =
+            NamespaceMap::new_full(self.uris.iter().enumerate().map(|(i, u)| (u.clone(), i as u16)).collect());
+        for (journal_id, actor, condition, event_id) in due {
+            let node = NodeRef::parse(&condition).ok().and_then(|n| node::resolve(&n, &namespaces));
+            let result = match node {
+                None => format!("{condition}: not on this server"),
+                Some(node) => {
+                    let comment = format!("acknowledged in twinops by {actor}");
+                    match session.call_one(conditions::acknowledge_request(node, &event_id, &comment)).await {
+                        Ok(r) => r.status_code.to_string(),
+                        // Not answered: tried again at the next tick.
+                        Err(e) => {
+                            tracing::warn!(stage = "opcua", error = %e, "passing an acknowledgement on failed; trying again");
+                            return;
+                        }
+                    }
+                }
+            };
+            let detail = format!("acknowledgement by {actor} passed on to the OPC UA condition {condition}: {result}");
+            self.commit(move |conn| {
+                conn.prepare_cached(
+                    "INSERT OR IGNORE INTO opcua_acks (alarm_event_id, at, result) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(rusqlite::params![journal_id, Timestamp::now().unix(), result])?;
+                conn.prepare_cached(
+                    "INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, 'opcua', 'opcua_acknowledge', ?2)",
+                )?
+                .execute(rusqlite::params![Timestamp::now().unix(), detail])?;
+                Ok(Outcome::default())
+            })
+            .await;
+        }
     }
 
     /// ConditionRefresh on the events subscription: the server sends every retained

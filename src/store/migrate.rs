@@ -483,7 +483,9 @@ const MIGRATIONS: &[&str] = &[
     // 28: OPC UA (`opcua`). A sensor's node, by namespace URI (`nsu=...;s=...`); and
     // each Alarms & Conditions condition the server reported, with the twin's alarm
     // point it is active on, so that a condition moving from High to HighHigh, or
-    // returning, clears the point it was on.
+    // returning, clears the point it was on; with its last event's id, which an
+    // acknowledgement passed on to the server names (`opcua.acknowledge`), and each
+    // such acknowledgement's result.
     "ALTER TABLE sensors ADD COLUMN opcua_node TEXT;
      CREATE INDEX sensors_opcua_node ON sensors (opcua_node) WHERE opcua_node IS NOT NULL;
      CREATE TABLE opcua_conditions (
@@ -492,7 +494,13 @@ const MIGRATIONS: &[&str] = &[
          sensor_id  TEXT,
          code       TEXT NOT NULL,
          active     INTEGER NOT NULL,
-         changed_at INTEGER NOT NULL
+         changed_at INTEGER NOT NULL,
+         event_id   TEXT
+     ) STRICT;
+     CREATE TABLE opcua_acks (
+         alarm_event_id INTEGER PRIMARY KEY REFERENCES alarm_events(id),
+         at             INTEGER NOT NULL,
+         result         TEXT NOT NULL
      ) STRICT;",
 ];
 

@@ -11,6 +11,7 @@
 //   bad NAME           its status becomes BadSensorFailure (its value is kept)
 //   level VALUE        the tank level (0..1; the exclusive alarm's limits 0.2/0.8/0.9)
 //   ack                acknowledges the tank level condition at the server
+//   acked              prints the condition's AckedState: `ok acked true|false`
 //   burst N [GAP]      N values of Flow stamped 1 ms apart at the source, GAP ms apart
 //                      in real time (default 0)
 //   quit
@@ -122,6 +123,10 @@ for await (const line of lines) {
         } else if (command === "ack") {
             const c = demo.tankLevelCondition;
             c.acknowledgeAndAutoConfirmBranch(c.currentBranch(), "acknowledged at the SCADA");
+        } else if (command === "acked") {
+            const c = demo.tankLevelCondition;
+            console.log(`ok acked ${c.currentBranch().getAckedState()}`);
+            continue;
         } else if (command === "burst") {
             const start = Date.now();
             for (let i = 0; i < Number(a); i++) {
