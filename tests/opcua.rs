@@ -8,13 +8,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{Plant, eventually};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use twinops::app::{Daemon, ServeOptions};
 use twinops::config::Config;
 
@@ -32,74 +30,24 @@ fn externals() -> Option<Externals> {
     Some(Externals { node, js: PathBuf::from(js) })
 }
 
-/// node-opcua's server, talking on stdin and stdout.
-struct Server {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-}
+/// node-opcua's server, as the library drives it, asserting each step.
+struct Server(twinops::opcua::interop::Server);
 
 impl Server {
-    /// Starts it on `port` with its certificates in `pki`; `extra` namespaces
-    /// registered before the plant's renumber them.
     async fn start(x: &Externals, port: u16, pki: &Path, extra: u32) -> Server {
-        // An ES module resolves its imports from where it lies: beside node_modules.
-        let script = x.js.join(format!("twinops-server-{}.mjs", std::process::id()));
-        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/opcua/server.mjs"), &script).unwrap();
-        let mut child = Command::new(&x.node)
-            .arg(&script)
-            .args([port.to_string(), pki.display().to_string(), extra.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node starts");
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut server = Server { child, stdin, lines };
-        assert!(server.heard("ready", Duration::from_secs(60)).await, "node-opcua's server started");
-        server
+        Server(twinops::opcua::interop::Server::start(&x.node, &x.js, port, pki, extra).await.unwrap())
     }
 
-    /// Sends a command and waits for its `ok`.
     async fn say(&mut self, line: &str) {
-        self.stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-        self.stdin.flush().await.unwrap();
-        assert!(self.heard(&format!("ok {line}"), Duration::from_secs(20)).await, "the server did `{line}`");
+        self.0.ask(line).await.unwrap();
     }
 
-    /// Sends a query and returns what follows its `ok <line> ` in the answer.
     async fn ask(&mut self, line: &str) -> String {
-        self.stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-        self.stdin.flush().await.unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Ok(Some(l)) = self.lines.next_line().await {
-                if let Some(rest) = l.trim().strip_prefix(&format!("ok {line} ")) {
-                    return rest.to_string();
-                }
-            }
-            String::new()
-        })
-        .await;
-        answer.unwrap_or_default()
+        self.0.ask(line).await.unwrap()
     }
 
-    async fn heard(&mut self, want: &str, limit: Duration) -> bool {
-        tokio::time::timeout(limit, async {
-            while let Ok(Some(line)) = self.lines.next_line().await {
-                if line.trim().starts_with(want) {
-                    return true;
-                }
-            }
-            false
-        })
-        .await
-        .unwrap_or(false)
-    }
-
-    async fn kill(mut self) {
-        self.child.kill().await.unwrap();
+    async fn kill(self) {
+        self.0.kill().await
     }
 }
 

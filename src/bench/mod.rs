@@ -13,6 +13,7 @@ mod agent;
 mod alarms;
 mod docs;
 mod ingest;
+mod opcua;
 mod readings;
 mod tools;
 
@@ -20,6 +21,7 @@ pub use agent::{AgentBenchArgs, agent};
 pub use alarms::{AlarmsBenchArgs, alarms};
 pub use docs::{DocsBenchArgs, docs};
 pub use ingest::{IngestBenchArgs, SparkplugBenchArgs, ingest, sparkplug};
+pub use opcua::{OpcuaBenchArgs, opcua};
 pub use readings::{ReadingsBenchArgs, readings};
 pub use tools::{ToolsBenchArgs, tools};
 

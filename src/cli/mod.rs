@@ -320,6 +320,12 @@ enum BenchCommand {
         after_help = "Examples:\n  twinops bench sparkplug\n  twinops bench sparkplug --broker mqtt://127.0.0.1:1883   # Mosquitto"
     )]
     Sparkplug(bench::SparkplugBenchArgs),
+    /// OPC UA: value changes from node-opcua's server to twinops (stored) beside a bare
+    /// subscriber on the same server in the same run, and the CPU per value.
+    #[command(
+        after_help = "Example:\n  (cd tests/opcua && npm ci)\n  twinops bench opcua --js tests/opcua --variables 500 --hz 10"
+    )]
+    Opcua(bench::OpcuaBenchArgs),
     /// The agent harness's own overhead per step against an instant scripted model.
     #[command(after_help = "Example:\n  twinops bench agent --runs 300")]
     Agent(bench::AgentBenchArgs),
@@ -490,6 +496,7 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Agent(args) => bench::agent(&args),
         BenchCommand::Ingest(args) => bench::ingest(&args),
         BenchCommand::Sparkplug(args) => bench::sparkplug(&args),
+        BenchCommand::Opcua(args) => bench::opcua(&args),
         BenchCommand::Readings(args) => bench::readings(&args),
         BenchCommand::Alarms(args) => bench::alarms(&args),
         BenchCommand::Docs(args) => bench::docs(&args),

@@ -62,8 +62,17 @@ pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow
     let mut found = Found::default();
     let mut candidates = Vec::new();
     let mut seen: HashSet<NodeId> = HashSet::new();
-    let mut queue: VecDeque<(NodeId, Option<String>, usize)> = VecDeque::from([(root.clone(), None, 0)]);
     let mut asset_ids: HashSet<String> = HashSet::new();
+    // A site's own object as the root (not a folder, not the standard's) is an asset too.
+    let root_asset = match root_object(session, root).await? {
+        Some(r) => {
+            let id = unique(as_id(r.browse_name.name.as_ref()), &mut asset_ids);
+            found.assets.push(asset_fields(cfg, &id, &r, None));
+            Some(id)
+        }
+        None => None,
+    };
+    let mut queue: VecDeque<(NodeId, Option<String>, usize)> = VecDeque::from([(root.clone(), root_asset, 0)]);
     while let Some((node, parent, depth)) = queue.pop_front() {
         anyhow::ensure!(
             seen.len() < MAX_NODES,
@@ -102,6 +111,31 @@ pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow
         sensors(session, chunk, &uris, &mut found).await?;
     }
     Ok(found)
+}
+
+/// The root as a reference, when it is an object of the site's that is an asset: its
+/// browse name, display name and type, from its parent's reference to it.
+async fn root_object(session: &Session, root: &NodeId) -> anyhow::Result<Option<ReferenceDescription>> {
+    if root.namespace == 0 {
+        return Ok(None);
+    }
+    let description = BrowseDescription {
+        node_id: root.clone(),
+        browse_direction: BrowseDirection::Inverse,
+        reference_type_id: ReferenceTypeId::HierarchicalReferences.into(),
+        include_subtypes: true,
+        node_class_mask: 0,
+        result_mask: BrowseResultMask::All as u32,
+    };
+    let result = session.browse(&[description], 1, None).await?.remove(0);
+    anyhow::ensure!(result.status_code.is_good(), "browsing the root {root}: {}", result.status_code);
+    let Some(parent) = result.references.and_then(|r| r.into_iter().next()) else { return Ok(None) };
+    // The parent's forward reference to the root says what the root is.
+    let siblings = references(session, &parent.node_id.node_id, ReferenceTypeId::HierarchicalReferences, 0b1).await?;
+    Ok(siblings
+        .into_iter()
+        .find(|r| &r.node_id.node_id == root)
+        .filter(|r| r.type_definition.node_id != NodeId::new(0, 61u32) && !is_condition(r)))
 }
 
 fn is_condition(r: &ReferenceDescription) -> bool {

@@ -311,8 +311,10 @@ impl Link {
         let values = session.create_subscription(publishing, 30, 10, 0, 0, true, forward(Kind::Values)).await?;
         let items = self.value_items(namespaces);
         let mut refused = unresolved;
-        if !items.is_empty() {
-            let created = session.create_monitored_items(values, TimestampsToReturn::Both, items).await?;
+        // In requests of 500: servers limit a message's size (node-opcua closes the
+        // connection on 2,000 items in one).
+        for chunk in items.chunks(500) {
+            let created = session.create_monitored_items(values, TimestampsToReturn::Both, chunk.to_vec()).await?;
             for c in created.iter().filter(|c| !c.result.status_code.is_good()) {
                 let target = &self.targets[c.requested_parameters.client_handle as usize - 1];
                 refused.push((target.clone(), c.result.status_code));

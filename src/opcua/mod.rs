@@ -15,6 +15,7 @@ pub mod browse;
 pub mod conditions;
 pub mod connect;
 pub mod intake;
+pub mod interop;
 pub mod link;
 pub mod node;
 pub mod trust;

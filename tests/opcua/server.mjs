@@ -14,6 +14,9 @@
 //   acked              prints the condition's AckedState: `ok acked true|false`
 //   burst N [GAP]      N values of Flow stamped 1 ms apart at the source, GAP ms apart
 //                      in real time (default 0)
+//   bench N            adds N Double variables Bench.V0.. (nsu=urn:twinops-test:plant;s=Bench.V<i>)
+//   churn HZ SECS      sets every bench variable HZ times a second for SECS seconds, then
+//                      prints `done churn <values set>`
 //   quit
 import readline from "node:readline";
 import {
@@ -95,6 +98,8 @@ const variables = {
         value: { dataType: DataType.String, value: "AUTO" },
     }),
 };
+const bench = [];
+let benchObject;
 const types = { Pressure: DataType.Double, Flow: DataType.Double, Running: DataType.Boolean, Mode: DataType.String };
 
 function set(name, value, status = StatusCodes.Good, at = new Date()) {
@@ -133,6 +138,27 @@ for await (const line of lines) {
                 set("Flow", 100 + (i % 1000) / 10, StatusCodes.Good, new Date(start + i));
                 if (Number(b || 0) > 0) await new Promise((r) => setTimeout(r, Number(b)));
             }
+        } else if (command === "bench") {
+            benchObject ??= plant.addObject({ browseName: "Bench", nodeId: "s=Bench", organizedBy: addressSpace.rootFolder.objects });
+            for (let i = bench.length; i < Number(a); i++) {
+                bench.push(plant.addVariable({ browseName: `V${i}`, nodeId: `s=Bench.V${i}`, componentOf: benchObject, dataType: "Double", value: { dataType: DataType.Double, value: 0 } }));
+            }
+        } else if (command === "churn") {
+            const [hz, secs] = [Number(a), Number(b)];
+            let set = 0;
+            let tick = 0;
+            const timer = setInterval(() => {
+                tick++;
+                const at = new Date();
+                for (const v of bench) {
+                    v.setValueFromSource(new Variant({ dataType: DataType.Double, value: tick + Math.random() }), StatusCodes.Good, at);
+                    set++;
+                }
+            }, 1000 / hz);
+            setTimeout(() => {
+                clearInterval(timer);
+                console.log(`done churn ${set}`);
+            }, secs * 1000);
         } else if (command === "quit") {
             break;
         } else {
