@@ -251,6 +251,7 @@ impl Daemon {
                 docs: agent.docs().clone(),
                 cfg: opts.config.web.clone(),
                 broker_up,
+                opcua_up: opcua.clone(),
                 mcp: opts.config.mcp.clone(),
                 queue: policy.queue,
                 directory: directory.clone(),

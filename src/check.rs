@@ -79,7 +79,41 @@ pub async fn run(config: &Config, config_path: &Path, db: &Path) -> Vec<Line> {
     lines.push(documents(config.schedule.docs_dir.as_deref()));
     lines.push(webhook(config));
     lines.push(directory(config).await);
+    lines.push(opcua(config, db).await);
     lines
+}
+
+/// The OPC UA server: a session opens with the configured security and login. Like the
+/// daemon's first start, this makes our certificate if there is none and keeps a server
+/// certificate it is shown and does not trust among the rejected, for `opcua trust`.
+async fn opcua(config: &Config, db: &Path) -> Line {
+    let cfg = &config.opcua;
+    if !cfg.enabled {
+        return Line::new("opcua", Verdict::Off, "not configured");
+    }
+    let data_dir = db.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let env = |k: &str| std::env::var(k).ok();
+    match crate::opcua::connect::once(cfg, data_dir, &env).await {
+        Ok((session, task)) => {
+            let namespaces = crate::opcua::browse::namespace_uris(&session).await.map(|n| n.len()).unwrap_or(0);
+            let _ = session.disconnect().await;
+            task.abort();
+            let login = if cfg.user.is_empty() { "anonymous".to_string() } else { format!("as {}", cfg.user) };
+            Line::new(
+                "opcua",
+                Verdict::Ok,
+                format!(
+                    "{}: a session opens ({} {}, {login}); {namespaces} namespaces",
+                    cfg.endpoint, cfg.security_policy, cfg.security_mode
+                ),
+            )
+        }
+        Err(e) => Line::fail(
+            "opcua",
+            format!("{e:#}"),
+            "do what the line above says; `twinops opcua trust` lists server certificates",
+        ),
+    }
 }
 
 /// The directory: the service account binds (over TLS unless a lab allows plain).

@@ -404,6 +404,12 @@ async fn an_untrusted_certificate_is_refused_until_trusted() {
         "{}",
         text(&refused)
     );
+    let check = |p: &Plant| {
+        let out = text(&twinops(p, &config, &["check"]));
+        out.lines().skip_while(|l| !l.contains(" opcua ")).take(2).collect::<Vec<_>>().join("\n")
+    };
+    let line = check(&p);
+    assert!(line.starts_with("FAIL  opcua") && line.contains("not trusted"), "{line}");
     let listed = text(&twinops(&p, &config, &["opcua", "trust"]));
     let line = listed.lines().find(|l| l.starts_with("REJECTED")).unwrap_or_else(|| panic!("{listed}"));
     let thumbprint = line.split_whitespace().nth(1).unwrap();
@@ -412,6 +418,8 @@ async fn an_untrusted_certificate_is_refused_until_trusted() {
     let trusted = browse();
     assert!(trusted.status.success(), "{}", text(&trusted));
     assert!(std::fs::read_to_string(out.join("tags.csv")).unwrap().contains("Tank.TankLevel"));
+    let line = check(&p);
+    assert!(line.starts_with("ok    opcua") && line.contains("Basic256Sha256 SignAndEncrypt, as operator"), "{line}");
 
     let wrong = config_with_password(&p, port, "wrong");
     let refused = twinops(&p, &wrong, &["opcua", "browse", "--out", out.to_str().unwrap()]);

@@ -89,6 +89,8 @@ pub struct WebState {
     pub cfg: WebConfig,
     /// Whether the MQTT ingest connection is up (for the degraded banner).
     pub broker_up: watch::Receiver<bool>,
+    /// Whether the OPC UA session is up, when `[opcua]` is on.
+    pub opcua_up: Option<watch::Receiver<bool>>,
     pub mcp: crate::mcp::McpConfig,
     /// For an alarm returned to service that needs triage.
     pub queue: crate::alarms::QueuePolicy,

@@ -26,6 +26,10 @@ pub(super) async fn readyz(State(s): State<S>) -> Response {
     if let Some(dir) = &s.directory {
         body["directory"] = json!(dir.up());
     }
+    // Shown, not required: the server's absence is an alarm (COMM_LOSS), not ours.
+    if let Some(up) = &s.opcua_up {
+        body["opcua"] = json!(*up.borrow());
+    }
     (status, Json(body)).into_response()
 }
 
@@ -48,6 +52,9 @@ pub(super) async fn metrics(State(s): State<S>) -> Result<Response, ApiError> {
     }
     if let Some(up) = s.directory.as_ref().and_then(|d| d.up()) {
         g.set("twinops_directory_up", &[], f64::from(u8::from(up)));
+    }
+    if let Some(up) = &s.opcua_up {
+        g.set("twinops_opcua_up", &[], f64::from(u8::from(*up.borrow())));
     }
     for l in s.agent.chain().links() {
         let open = l.breaker.state() != crate::agent::reliability::BreakerState::Closed;
@@ -94,6 +101,9 @@ pub(super) async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> 
     }
     if !broker_up {
         reasons.push("the MQTT broker is not connected; new alarms are not arriving".into());
+    }
+    if s.opcua_up.as_ref().is_some_and(|up| !*up.borrow()) {
+        reasons.push("the OPC UA server is not connected; its values and alarms are not arriving".into());
     }
     if flood.flood {
         reasons.push("alarm flood: more than 10 alarms in 10 minutes; routine alarms get rules-model notes".into());

@@ -2,7 +2,7 @@
 // (construct_demo_alarm_in_address_space: a tank level with an exclusive and a
 // non-exclusive level alarm) and a pump station of our own in a namespace of its own.
 //
-//   node server.mjs PORT PKI_DIR [EXTRA_NAMESPACES]
+//   node server.mjs PORT PKI_DIR [EXTRA_NAMESPACES] [< /dev/null]
 //
 // EXTRA_NAMESPACES registers that many namespaces before the plant's, so a restart with
 // another number renumbers them as a server upgrade may. Prints `ready URL` when
@@ -114,6 +114,8 @@ function typed(name, text) {
 await server.start();
 console.log(`ready opc.tcp://127.0.0.1:${port}`);
 
+// Without commands (stdin at its end, `< /dev/null`), it serves until killed.
+let quit = false;
 const lines = readline.createInterface({ input: process.stdin });
 for await (const line of lines) {
     const [command, a, b] = line.trim().split(/\s+/);
@@ -160,6 +162,7 @@ for await (const line of lines) {
                 console.log(`done churn ${set}`);
             }, secs * 1000);
         } else if (command === "quit") {
+            quit = true;
             break;
         } else {
             console.log(`unknown ${command}`);
@@ -169,6 +172,9 @@ for await (const line of lines) {
     } catch (e) {
         console.log(`error ${e.message}`);
     }
+}
+if (!quit) {
+    await new Promise(() => {});
 }
 await server.shutdown(0);
 process.exit(0);
