@@ -2,7 +2,7 @@
 // (construct_demo_alarm_in_address_space: a tank level with an exclusive and a
 // non-exclusive level alarm) and a pump station of our own in a namespace of its own.
 //
-//   node server.mjs PORT PKI_DIR [EXTRA_NAMESPACES] [< /dev/null]
+//   node server.mjs PORT PKI_DIR [EXTRA_NAMESPACES] [animate] [< /dev/null]
 //
 // EXTRA_NAMESPACES registers that many namespaces before the plant's, so a restart with
 // another number renumbers them as a server upgrade may. Prints `ready URL` when
@@ -33,6 +33,9 @@ import {
 import { construct_demo_alarm_in_address_space } from "node-opcua-address-space/testHelpers.js";
 
 const [port, pki, extra] = [Number(process.argv[2] || 48400), process.argv[3] || "./pki", Number(process.argv[4] || 0)];
+// `animate` (for the demo): the tank fills and empties every 4 minutes, through its
+// High and HighHigh limits, and the pump's values wander.
+const animate = process.argv[5] === "animate";
 
 const serverCertificateManager = new OPCUACertificateManager({
     automaticallyAcceptUnknownCertificate: true,
@@ -113,6 +116,15 @@ function typed(name, text) {
 
 await server.start();
 console.log(`ready opc.tcp://127.0.0.1:${port}`);
+if (animate) {
+    const started = Date.now();
+    setInterval(() => {
+        const t = (Date.now() - started) / 1000;
+        demo.tankLevel.setValueFromSource({ dataType: DataType.Double, value: 0.55 + 0.4 * Math.sin((2 * Math.PI * t) / 240) });
+        set("Pressure", 4.2 + 0.3 * Math.sin(t / 7) + 0.05 * Math.random());
+        set("Flow", 120 + 8 * Math.sin(t / 11) + Math.random());
+    }, 1000);
+}
 
 // Without commands (stdin at its end, `< /dev/null`), it serves until killed.
 let quit = false;
