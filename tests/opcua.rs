@@ -53,14 +53,18 @@ impl Server {
 
 /// `twinops.toml` for OPC UA on `endpoint`, with `extra` settings in `[opcua]`.
 fn config(p: &Plant, endpoint: &str, extra: &str) -> PathBuf {
+    config_at(p, endpoint, &format!("timeout_secs = 10\n{extra}"))
+}
+
+fn config_at(p: &Plant, endpoint: &str, extra: &str) -> PathBuf {
     let toml = format!(
         "data_dir = \"{}\"\n[mqtt]\nembedded_listen = \"127.0.0.1:{}\"\n[web]\nlisten = \"\"\n\n\
          [opcua]\nenabled = true\nendpoint = \"{endpoint}\"\nsampling_interval_ms = 0\npublishing_interval_ms = 100\n\
-         queue_size = 100\nreconnect_max_secs = 2\ntimeout_secs = 10\n{extra}\n",
+         queue_size = 100\nreconnect_max_secs = 2\n{extra}\n",
         p.dir.path().display(),
         common::free_port()
     );
-    let path = p.dir.path().join("twinops.toml");
+    let path = p.dir.path().join(format!("twinops-{}.toml", common::free_port()));
     std::fs::write(&path, toml).unwrap();
     path
 }
@@ -128,6 +132,19 @@ async fn browse_writes_the_plant_files_the_import_takes() {
         "the exclusive level alarm's limits are the sensor's"
     );
     assert_eq!(p.count("SELECT count(*) FROM sensors WHERE opcua_node IS NOT NULL"), 5);
+
+    // Bad input: a node id by index, a root the server does not have, nobody listening.
+    let by_index = twinops(&p, &config, &["opcua", "browse", "--root", "ns=2;s=PS1"]);
+    assert!(!by_index.status.success() && text(&by_index).contains("renumber"), "{}", text(&by_index));
+    let unknown = twinops(&p, &config, &["opcua", "browse", "--root", "nsu=urn:nowhere;s=X"]);
+    assert!(!unknown.status.success() && text(&unknown).contains("no namespace 'urn:nowhere'"), "{}", text(&unknown));
+    let nobody = config_at(&p, &format!("opc.tcp://127.0.0.1:{}", common::free_port()), "timeout_secs = 2");
+    let refused = twinops(&p, &nobody, &["opcua", "browse", "--out", out.to_str().unwrap()]);
+    assert!(
+        !refused.status.success() && text(&refused).contains("check opcua.endpoint's host and port"),
+        "{}",
+        text(&refused)
+    );
 }
 
 /// Values arrive with their source time to the millisecond; a bad status is not stored

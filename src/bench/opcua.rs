@@ -104,6 +104,19 @@ async fn runs(args: &OpcuaBenchArgs, dir: &std::path::Path) -> anyhow::Result<()
     Ok(())
 }
 
+/// Waits for the initial values (`count` at the number of variables), then has the
+/// server churn and measures what `count` gains, in how long, for how much CPU.
+async fn measure(args: &OpcuaBenchArgs, server: &mut Server, count: impl Fn() -> usize) -> anyhow::Result<Run> {
+    let initial = Instant::now();
+    while count() < args.variables && initial.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (from, cpu0, started) = (count(), process_cpu(), Instant::now());
+    server.ask(&format!("churn {} {}", args.hz, args.seconds)).await?;
+    let elapsed = drain(server, args.seconds, started, &count).await?;
+    Ok(Run { values: count() - from, elapsed, cpu: process_cpu() - cpu0 })
+}
+
 /// Waits for the churn to end, then for `count` to stop growing; returns the time from
 /// `started` to its last growth.
 async fn drain(
@@ -172,14 +185,7 @@ async fn bare(
     for chunk in items.chunks(500) {
         session.create_monitored_items(sub, TimestampsToReturn::Both, chunk.to_vec()).await?;
     }
-    let initial = Instant::now();
-    while count.load(Ordering::Relaxed) < args.variables && initial.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (from, cpu0, started) = (count.load(Ordering::Relaxed), process_cpu(), Instant::now());
-    server.ask(&format!("churn {} {}", args.hz, args.seconds)).await?;
-    let elapsed = drain(server, args.seconds, started, || count.load(Ordering::Relaxed)).await?;
-    let run = Run { values: count.load(Ordering::Relaxed) - from, elapsed, cpu: process_cpu() - cpu0 };
+    let run = measure(args, server, || count.load(Ordering::Relaxed)).await?;
     let _ = session.delete_subscription(sub).await;
     let _ = session.disconnect().await;
     task.abort();
@@ -208,14 +214,7 @@ async fn twinops(
     tokio::time::timeout(Duration::from_secs(60), up.wait_for(|u| *u))
         .await
         .map_err(|_| anyhow::anyhow!("twinops did not connect"))??;
-    let initial = Instant::now();
-    while readings() < args.variables && initial.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (from, cpu0, started) = (readings(), process_cpu(), Instant::now());
-    server.ask(&format!("churn {} {}", args.hz, args.seconds)).await?;
-    let elapsed = drain(server, args.seconds, started, readings).await?;
-    let run = Run { values: readings() - from, elapsed, cpu: process_cpu() - cpu0 };
+    let run = measure(args, server, readings).await?;
     let _ = stop.send(true);
     let _ = running.task.await;
     Ok(run)
