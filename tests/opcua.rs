@@ -399,7 +399,8 @@ async fn a_server_restart_with_renumbered_namespaces_resumes() {
 }
 
 /// Basic256Sha256 SignAndEncrypt: an unknown server certificate is refused with what
-/// to do, kept among the rejected; once accepted by its thumbprint, the connect works.
+/// to do, kept among the rejected; once accepted by its thumbprint, the connect works,
+/// with Aes128-Sha256-RsaOaep and Aes256-Sha256-RsaPss too; a wrong password is said.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_untrusted_certificate_is_refused_until_trusted() {
     common::logs();
@@ -437,6 +438,16 @@ async fn an_untrusted_certificate_is_refused_until_trusted() {
     assert!(std::fs::read_to_string(out.join("tags.csv")).unwrap().contains("Tank.TankLevel"));
     let line = check(&p);
     assert!(line.starts_with("ok    opcua") && line.contains("Basic256Sha256 SignAndEncrypt, as operator"), "{line}");
+    // The other policies, with the certificate now trusted.
+    for (policy, mode) in [("Aes128-Sha256-RsaOaep", "SignAndEncrypt"), ("Aes256-Sha256-RsaPss", "Sign")] {
+        let other = config_at(
+            &p,
+            &format!("opc.tcp://127.0.0.1:{port}"),
+            &format!("security_policy = \"{policy}\"\nsecurity_mode = \"{mode}\"\nuser = \"operator\"\npassword = \"secret-pw\""),
+        );
+        let browsed = twinops(&p, &other, &["opcua", "browse", "--out", out.to_str().unwrap()]);
+        assert!(browsed.status.success(), "{policy} {mode}: {}", text(&browsed));
+    }
 
     let wrong = config_with_password(&p, port, "wrong");
     let refused = twinops(&p, &wrong, &["opcua", "browse", "--out", out.to_str().unwrap()]);

@@ -45,7 +45,12 @@ const server = new OPCUAServer({
     port,
     hostname: "127.0.0.1",
     serverCertificateManager,
-    securityPolicies: [SecurityPolicy.None, SecurityPolicy.Basic256Sha256, SecurityPolicy.Aes128_Sha256_RsaOaep],
+    securityPolicies: [
+        SecurityPolicy.None,
+        SecurityPolicy.Basic256Sha256,
+        SecurityPolicy.Aes128_Sha256_RsaOaep,
+        SecurityPolicy.Aes256_Sha256_RsaPss,
+    ],
     securityModes: [MessageSecurityMode.None, MessageSecurityMode.Sign, MessageSecurityMode.SignAndEncrypt],
     allowAnonymous: true,
     userManager: { isValidUser: (user, password) => user === "operator" && password === "secret-pw" },
