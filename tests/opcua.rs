@@ -212,6 +212,14 @@ async fn values_and_alarms_from_node_opcua_reach_the_twin() {
     assert!(eventually(Duration::from_secs(20), || p.count(&bad("unsupported", "%PUMP-001.MODE%String%")) == 1).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(p.count(&bad("unsupported", "%PUMP-001.MODE%")), 1, "said once, not per value");
+    let letter = p.count("SELECT id FROM dead_letters WHERE reason = 'unsupported' AND topic = 'opcua/values'");
+    let policy = twinops::ingest::IngestPolicy::default();
+    match twinops::ingest::dead_letters::replay(p.store.writer(), letter, "olivia", policy).unwrap() {
+        twinops::ingest::dead_letters::Replay::Refused { detail, .. } => {
+            assert!(detail.contains("opcua_node"), "{detail}")
+        }
+        other => panic!("a node's record is not replayed as an event: {other:?}"),
+    }
 
     server.say("level 0.85").await;
     let raised = "SELECT count(*) FROM alarms WHERE asset_id = 'Tank' AND sensor_id = 'Tank.TankLevel' AND code = 'TANKLEVELCONDITION-H'";
@@ -443,7 +451,9 @@ async fn an_untrusted_certificate_is_refused_until_trusted() {
         let other = config_at(
             &p,
             &format!("opc.tcp://127.0.0.1:{port}"),
-            &format!("security_policy = \"{policy}\"\nsecurity_mode = \"{mode}\"\nuser = \"operator\"\npassword = \"secret-pw\""),
+            &format!(
+                "security_policy = \"{policy}\"\nsecurity_mode = \"{mode}\"\nuser = \"operator\"\npassword = \"secret-pw\""
+            ),
         );
         let browsed = twinops(&p, &other, &["opcua", "browse", "--out", out.to_str().unwrap()]);
         assert!(browsed.status.success(), "{policy} {mode}: {}", text(&browsed));

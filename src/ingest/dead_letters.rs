@@ -114,6 +114,16 @@ pub fn replay(writer: &Writer, id: i64, by: &str, policy: IngestPolicy) -> Resul
         if let Some(at) = replayed {
             return Ok(Replay::AlreadyReplayed(Timestamp::from_unix(at)));
         }
+        // OPC UA's records of a node it could not subscribe (`{"node": ...}`) are no
+        // event: the fix is the sensor's node, subscribed again at the next connect.
+        if topic.starts_with("opcua/")
+            && serde_json::from_slice::<serde_json::Value>(&payload).is_ok_and(|v| v.get("node").is_some())
+        {
+            let detail = "a record of an OPC UA node twinops could not subscribe, not an event to replay: correct the \
+                          sensor's opcua_node (or its type) and import the plant again; the next connect subscribes it"
+                .to_string();
+            return Ok(Replay::Refused { reason, detail });
+        }
         let message = Message::parse(topic.clone(), payload);
         let outcome = store::savepoint(conn, "replay", |conn| {
             let effect = apply_batch(conn, [&message], Timestamp::from_unix(received), policy)?.remove(0);
