@@ -305,6 +305,7 @@ impl Daemon {
 /// triage notes.
 pub async fn serve(opts: ServeOptions, notes: NotesOutput) -> anyhow::Result<()> {
     let mut console = NoteConsole::new(notes);
+    let opcua = opts.config.opcua.clone();
     let daemon = Daemon::start(opts).await?;
     eprintln!(
         "twinops is serving: MQTT {}, database {}. Ctrl-C stops it.",
@@ -314,7 +315,12 @@ pub async fn serve(opts: ServeOptions, notes: NotesOutput) -> anyhow::Result<()>
     if let Some(addr) = daemon.web_addr {
         eprintln!("HMI: http://{addr}/");
     }
-    if !daemon.has_plant()? {
+    if opcua.enabled {
+        let registers = if opcua.auto_register { ", adding what the twin lacks" } else { "" };
+        eprintln!("OPC UA: {} ({} {}){registers}", opcua.endpoint, opcua.security_policy, opcua.security_mode);
+    }
+    // With OPC UA's auto_register, the server's address space is the plant.
+    if !daemon.has_plant()? && !(opcua.enabled && opcua.auto_register) {
         let hint = "the twin has no plant yet: events are kept as dead letters until it is loaded. Load it with \
                     `twinops plant import site.toml assets.csv tags.csv`, then bring them in with \
                     `twinops dead-letters replay --reason unknown_sensor` (and unknown_asset); or try `twinops serve --demo`";
