@@ -320,7 +320,8 @@ pub async fn serve(opts: ServeOptions, notes: NotesOutput) -> anyhow::Result<()>
         eprintln!("OPC UA: {} ({} {}){registers}", opcua.endpoint, opcua.security_policy, opcua.security_mode);
     }
     // With OPC UA's auto_register, the server's address space is the plant.
-    if !daemon.has_plant()? && !(opcua.enabled && opcua.auto_register) {
+    let registers = opcua.enabled && opcua.auto_register;
+    if !registers && !daemon.has_plant()? {
         let hint = "the twin has no plant yet: events are kept as dead letters until it is loaded. Load it with \
                     `twinops plant import site.toml assets.csv tags.csv`, then bring them in with \
                     `twinops dead-letters replay --reason unknown_sensor` (and unknown_asset); or try `twinops serve --demo`";

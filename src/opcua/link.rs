@@ -518,17 +518,12 @@ impl Link {
         let Some(sub) = self.subs.get_mut(&kind) else { return };
         let (id, seq) = (sub.id, note.message.sequence_number);
         let has_data = note.message.notification_data.as_ref().is_some_and(|d| !d.is_empty());
-        // A keep-alive carries the next number, not one of its own.
-        let last_now = if has_data { seq } else { seq.saturating_sub(1) };
-        if has_data && seq <= sub.last {
-            return; // already had (a Republish answered it)
-        }
-        let missing = (sub.last + 1, last_now.saturating_sub(u32::from(has_data)));
         tracing::trace!(stage = "opcua", subscription = kind.as_str(), seq, has_data, last = sub.last, "notification");
-        sub.last = sub.last.max(last_now);
+        let Some((missing, last)) = sequence(sub.last, seq, has_data) else { return };
+        sub.last = last;
         let labels = [("subscription", kind.as_str())];
         crate::metrics::count("twinops_opcua_notifications_total", &labels, f64::from(u8::from(has_data)));
-        if missing.0 <= missing.1 {
+        if let Some(missing) = missing {
             crate::metrics::count("twinops_opcua_sequence_gaps_total", &labels, 1.0);
             self.fill_gap(session, kind, id, missing).await;
         }
@@ -653,10 +648,37 @@ impl Link {
     }
 }
 
+/// What a notification's sequence number says against the last one seen: `None` for
+/// one already had (a Republish answered it); else the numbers missing before it, if
+/// any, and the new last. A keep-alive carries the next number, not one of its own.
+fn sequence(last: u32, seq: u32, has_data: bool) -> Option<(Option<(u32, u32)>, u32)> {
+    if has_data && seq <= last {
+        return None;
+    }
+    let last_now = if has_data { seq } else { seq.saturating_sub(1) };
+    let missing = (last < seq.saturating_sub(1)).then(|| (last + 1, seq - 1));
+    Some((missing, last.max(last_now)))
+}
+
 /// Sleeps `d` unless stopped first; true when stopped.
 async fn wait(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
     tokio::select! {
         _ = stop.changed() => true,
         _ = tokio::time::sleep(d) => *stop.borrow(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sequence;
+
+    #[test]
+    fn sequence_numbers_find_gaps_in_data_and_behind_keep_alives() {
+        assert_eq!(sequence(0, 1, true), Some((None, 1)), "the first");
+        assert_eq!(sequence(2, 6, true), Some((Some((3, 5)), 6)), "three lost before this one");
+        assert_eq!(sequence(6, 7, false), Some((None, 6)), "a keep-alive names the next number");
+        assert_eq!(sequence(6, 9, false), Some((Some((7, 8)), 8)), "two lost before a keep-alive");
+        assert_eq!(sequence(6, 6, true), None, "had already");
+        assert_eq!(sequence(6, 4, true), None, "a Republish's answer come again");
     }
 }
