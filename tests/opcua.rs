@@ -408,7 +408,8 @@ async fn a_server_restart_with_renumbered_namespaces_resumes() {
 
 /// Basic256Sha256 SignAndEncrypt: an unknown server certificate is refused with what
 /// to do, kept among the rejected; once accepted by its thumbprint, the connect works,
-/// with Aes128-Sha256-RsaOaep and Aes256-Sha256-RsaPss too; a wrong password is said.
+/// with Aes128-Sha256-RsaOaep and Aes256-Sha256-RsaPss too, and as an X.509 user; a
+/// wrong password is said.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_untrusted_certificate_is_refused_until_trusted() {
     common::logs();
@@ -458,6 +459,30 @@ async fn an_untrusted_certificate_is_refused_until_trusted() {
         let browsed = twinops(&p, &other, &["opcua", "browse", "--out", out.to_str().unwrap()]);
         assert!(browsed.status.success(), "{policy} {mode}: {}", text(&browsed));
     }
+    // An X.509 user identity instead of a name and password.
+    let (cert, key) = (p.dir.path().join("user/cert.der"), p.dir.path().join("user/key.pem"));
+    let user = async_opcua::crypto::X509Data {
+        key_size: 2048,
+        common_name: "twinops-user".into(),
+        organization: "Plant".into(),
+        organizational_unit: "Control room".into(),
+        country: "GB".into(),
+        state: "".into(),
+        alt_host_names: vec!["urn:twinops:user".to_string()].into(),
+        certificate_duration_days: 30,
+    };
+    async_opcua::crypto::CertificateStore::create_certificate_and_key(&user, true, &cert, &key).unwrap();
+    let x509 = config_at(
+        &p,
+        &format!("opc.tcp://127.0.0.1:{port}"),
+        &format!(
+            "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"\nuser_certificate = \"{}\"\nuser_private_key = \"{}\"",
+            cert.display(),
+            key.display()
+        ),
+    );
+    let browsed = twinops(&p, &x509, &["opcua", "browse", "--out", out.to_str().unwrap()]);
+    assert!(browsed.status.success(), "as an X.509 user: {}", text(&browsed));
 
     let wrong = config_with_password(&p, port, "wrong");
     let refused = twinops(&p, &wrong, &["opcua", "browse", "--out", out.to_str().unwrap()]);

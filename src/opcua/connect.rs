@@ -65,6 +65,15 @@ pub async fn session(
     // The address we were given, not the one the server advertises: behind NAT, a
     // port forward or a proxy, the server's own idea of its address does not reach it.
     endpoint.endpoint_url = cfg.endpoint.as_str().into();
+    // A user token policy without a security policy uses the endpoint's (OPC UA Part 4,
+    // UserTokenPolicy); async-opcua 0.19 takes it as None, and signs an X.509 user's
+    // token with nothing.
+    let endpoint_policy = endpoint.security_policy_uri.clone();
+    for token in endpoint.user_identity_tokens.iter_mut().flatten() {
+        if token.security_policy_uri.is_empty() {
+            token.security_policy_uri = endpoint_policy.clone();
+        }
+    }
     if policy != SecurityPolicy::None {
         let host = reqwest::Url::parse(&cfg.endpoint.replacen("opc.tcp://", "http://", 1))
             .ok()
@@ -128,6 +137,13 @@ fn security_mode(text: &str) -> MessageSecurityMode {
 }
 
 fn client(cfg: &OpcuaConfig, pki: &Path) -> anyhow::Result<Client> {
+    // async-opcua's reconnects double from the first wait to the cap without jitter:
+    // the first wait drawn from 0.5-1.5 s (and the cap from 90-110%) spreads the
+    // clients of a restarted server over their attempts.
+    let label = format!("{} {} {:?}", cfg.endpoint, std::process::id(), std::time::SystemTime::now());
+    let mut rng = crate::support::Rng::from_label(&label);
+    let first = Duration::from_millis(500 + rng.below(1001));
+    let cap = Duration::from_millis(cfg.reconnect_max_secs * 1000 * (90 + rng.below(21)) / 100).max(first);
     ClientBuilder::new()
         .application_name("twinops")
         .application_uri(cfg.application_uri.as_str())
@@ -139,8 +155,8 @@ fn client(cfg: &OpcuaConfig, pki: &Path) -> anyhow::Result<Client> {
         // and names are checked in `server_certificate_names`.
         .verify_server_certs(false)
         .session_retry_limit(-1)
-        .session_retry_initial(Duration::from_secs(1))
-        .session_retry_max(Duration::from_secs(cfg.reconnect_max_secs))
+        .session_retry_initial(first)
+        .session_retry_max(cap)
         .request_timeout(Duration::from_secs(cfg.timeout_secs))
         // twinops re-creates its subscriptions itself on a new session: the node ids
         // are resolved again, since a restarted server may have renumbered them.
@@ -193,7 +209,11 @@ pub fn explain(status: StatusCode, cfg: &OpcuaConfig, pki: &Path) -> String {
         | StatusCode::BadIdentityTokenInvalid
         | StatusCode::BadUserSignatureInvalid => format!(
             "the server refused the login as {} ({status}): check opcua.user and its password, or user_certificate",
-            if cfg.user.is_empty() { "anonymous".to_string() } else { format!("user '{}'", cfg.user) }
+            match (&cfg.user_certificate, cfg.user.is_empty()) {
+                (Some(cert), _) => format!("the X.509 user of {}", cert.display()),
+                (None, true) => "anonymous".to_string(),
+                (None, false) => format!("user '{}'", cfg.user),
+            }
         ),
         StatusCode::BadSecurityPolicyRejected | StatusCode::BadSecurityModeRejected => format!(
             "the server refused security_policy {} / security_mode {} ({status})",

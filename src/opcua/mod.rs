@@ -84,7 +84,8 @@ pub struct OpcuaConfig {
     pub comm_loss_priority: Severity,
     /// Each request to the server, and the first connect's, seconds.
     pub timeout_secs: u64,
-    /// The longest wait between reconnects, seconds (the first is 1 s; jittered).
+    /// The longest wait between reconnects, seconds (the first is 0.5-1.5 s, doubling;
+    /// both drawn at random per start, so that clients do not return in step).
     pub reconnect_max_secs: u64,
 }
 

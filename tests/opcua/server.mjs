@@ -41,7 +41,13 @@ const serverCertificateManager = new OPCUACertificateManager({
     automaticallyAcceptUnknownCertificate: true,
     rootFolder: pki,
 });
+// X.509 user identities: any user certificate is taken (the test's own).
+const userCertificateManager = new OPCUACertificateManager({
+    automaticallyAcceptUnknownCertificate: true,
+    rootFolder: `${pki}/users`,
+});
 const server = new OPCUAServer({
+    userCertificateManager,
     port,
     hostname: "127.0.0.1",
     serverCertificateManager,
