@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::console::{NoteConsole, NotesOutput};
 use crate::domain::{Role, Timestamp};
 use crate::ingest;
+use crate::opcua;
 use crate::seed::{self, SeedOptions};
 use crate::sim::{self, SimOptions};
 use crate::store::Store;
@@ -167,6 +168,21 @@ async fn recheck_directory(store: Store, dir: Directory, mut stop: watch::Receiv
     }
 }
 
+/// The OPC UA link, when `[opcua]` is on; its certificates beside the database.
+fn opcua_link(
+    store: &Store,
+    opts: &ServeOptions,
+    policy: &ingest::IngestPolicy,
+    wake: &Arc<Notify>,
+    stop: &watch::Receiver<bool>,
+) -> Option<opcua::link::Running> {
+    let cfg = opts.config.opcua.clone();
+    cfg.enabled.then(|| {
+        let data_dir = crate::store::data_dir_of(&opts.db);
+        opcua::link::start(store.writer().clone(), cfg, data_dir, policy.clone(), Arc::clone(wake), stop.clone())
+    })
+}
+
 /// The demo's login, made on first start: a supervisor with a random password.
 fn demo_supervisor(store: &Store) -> anyhow::Result<Option<(String, String)>> {
     if crate::accounts::user_count(store)? > 0 {
@@ -219,16 +235,7 @@ impl Daemon {
         )?;
         let broker_up = ingest.broker_up.clone();
         let mut tasks = vec![ingest.task];
-        let opcua = opts.config.opcua.enabled.then(|| {
-            let data_dir = opts.db.parent().map_or_else(|| std::path::PathBuf::from("."), std::path::Path::to_path_buf);
-            let link = crate::opcua::link::start(
-                store.writer().clone(),
-                opts.config.opcua.clone(),
-                data_dir,
-                policy.clone(),
-                Arc::clone(&wake),
-                stop_rx.clone(),
-            );
+        let opcua = opcua_link(&store, &opts, &policy, &wake, &stop_rx).map(|link| {
             tasks.push(link.task);
             link.up
         });

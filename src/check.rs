@@ -91,9 +91,9 @@ async fn opcua(config: &Config, db: &Path) -> Line {
     if !cfg.enabled {
         return Line::new("opcua", Verdict::Off, "not configured");
     }
-    let data_dir = db.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let data_dir = crate::store::data_dir_of(db);
     let env = |k: &str| std::env::var(k).ok();
-    match crate::opcua::connect::once(cfg, data_dir, &env).await {
+    match crate::opcua::connect::once(cfg, &data_dir, &env).await {
         Ok((session, task)) => {
             let namespaces = crate::opcua::browse::namespace_uris(&session).await.map(|n| n.len()).unwrap_or(0);
             let _ = session.disconnect().await;

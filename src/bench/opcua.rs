@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_opcua::client::{DataChangeCallback, Session};
 use async_opcua::types::{
-    AttributeId, MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, NamespaceMap, ReadValueId,
-    TimestampsToReturn,
+    AttributeId, MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, ReadValueId, TimestampsToReturn,
 };
 use tokio::sync::{Notify, watch};
 
@@ -143,7 +142,7 @@ async fn drain(
 /// The bench variables as the server numbers them now.
 async fn bench_nodes(session: &Session, n: usize) -> anyhow::Result<Vec<async_opcua::types::NodeId>> {
     let uris = crate::opcua::browse::namespace_uris(session).await?;
-    let namespaces = NamespaceMap::new_full(uris.iter().enumerate().map(|(i, u)| (u.clone(), i as u16)).collect());
+    let namespaces = node::namespace_map(&uris);
     (0..n)
         .map(|i| {
             let r = NodeRef::parse(&format!("nsu=urn:twinops-test:plant;s=Bench.V{i}")).map_err(anyhow::Error::msg)?;

@@ -83,8 +83,7 @@ impl Global {
 
     /// The folder of the database and other state (the OPC UA certificates).
     fn data_dir(&self) -> anyhow::Result<PathBuf> {
-        let db = self.db_path()?;
-        Ok(db.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), PathBuf::from))
+        Ok(crate::store::data_dir_of(&self.db_path()?))
     }
 
     fn open(&self) -> anyhow::Result<Store> {

@@ -79,9 +79,7 @@ pub(super) fn run(global: &Global, cmd: OpcuaCommand) -> anyhow::Result<ExitCode
                 let env = |k: &str| std::env::var(k).ok();
                 let (session, task) = opcua::connect::once(cfg, &data_dir, &env).await?;
                 let uris = opcua::browse::namespace_uris(&session).await?;
-                let namespaces = async_opcua::types::NamespaceMap::new_full(
-                    uris.iter().enumerate().map(|(i, u)| (u.clone(), i as u16)).collect(),
-                );
+                let namespaces = opcua::node::namespace_map(&uris);
                 let node = opcua::node::resolve(&root, &namespaces).ok_or_else(|| {
                     anyhow::anyhow!("the server has no namespace '{}' (root {root})", root.namespace())
                 })?;

@@ -38,8 +38,11 @@ impl Server {
         let stdin = child.stdin.take().expect("piped");
         let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
         let mut server = Server { child, stdin, lines };
+        let ready = server.heard("ready", Duration::from_secs(60)).await.is_some();
+        // Loaded by now: the copy is not left behind.
+        let _ = std::fs::remove_file(&script);
         anyhow::ensure!(
-            server.heard("ready", Duration::from_secs(60)).await.is_some(),
+            ready,
             "node-opcua's server did not start within 60 s (is node-opcua installed in {}?)",
             js.display()
         );

@@ -246,7 +246,7 @@ impl Link {
         }
         self.failures = 0;
         let uris = browse::namespace_uris(session).await?;
-        let namespaces = NamespaceMap::new_full(uris.iter().enumerate().map(|(i, u)| (u.clone(), i as u16)).collect());
+        let namespaces = node::namespace_map(&uris);
         self.uris = Arc::new(uris);
         let cfg = Arc::clone(&self.cfg);
         self.writer
@@ -461,8 +461,7 @@ impl Link {
             })
             .await;
         let Ok(due) = due else { return };
-        let namespaces =
-            NamespaceMap::new_full(self.uris.iter().enumerate().map(|(i, u)| (u.clone(), i as u16)).collect());
+        let namespaces = node::namespace_map(&self.uris);
         for (journal_id, actor, condition, event_id) in due {
             let node = NodeRef::parse(&condition).ok().and_then(|n| node::resolve(&n, &namespaces));
             let result = match node {
@@ -570,8 +569,7 @@ impl Link {
 
     /// Every target's value read now, stored as a data change would be.
     async fn read_again(&mut self, session: &Session) {
-        let namespaces =
-            NamespaceMap::new_full(self.uris.iter().enumerate().map(|(i, u)| (u.clone(), i as u16)).collect());
+        let namespaces = node::namespace_map(&self.uris);
         let ids: Vec<(u32, ReadValueId)> = self
             .targets
             .iter()

@@ -7,6 +7,11 @@ use async_opcua::types::{Identifier, NamespaceMap, NodeId};
 
 pub use crate::domain::{NODE_FORMAT, NodeRef};
 
+/// The server's namespaces by URI, from its NamespaceArray (`browse::namespace_uris`).
+pub fn namespace_map(uris: &[String]) -> NamespaceMap {
+    NamespaceMap::new_full(uris.iter().enumerate().map(|(i, u)| (u.clone(), i as u16)).collect())
+}
+
 /// The node as the server numbers it now; `None` when the server has no such
 /// namespace (then the node cannot exist there).
 pub fn resolve(node: &NodeRef, namespaces: &NamespaceMap) -> Option<NodeId> {

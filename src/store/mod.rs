@@ -82,6 +82,12 @@ impl Store {
 
 /// Escapes `%`, `_` and the escape character itself for `LIKE ... ESCAPE '\'`, so
 /// user text matches literally.
+/// The folder a database file lies in, where the daemon keeps its other state (the
+/// OPC UA certificates): `.` for a bare file name.
+pub fn data_dir_of(db: &std::path::Path) -> std::path::PathBuf {
+    db.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| ".".into(), std::path::Path::to_path_buf)
+}
+
 pub fn like_pattern_contains(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('%');
