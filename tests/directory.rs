@@ -186,6 +186,78 @@ fn each_role_logs_in_and_the_wrong_ones_are_refused_for_what_they_are() {
     assert!(err.to_string().contains("change them there"), "{err}");
 }
 
+/// A lock is on the account, not on the spelling: after five wrong passwords for
+/// `operator.ob` from one address, its other spellings (case, blanks around it, the
+/// full-width compatibility forms) are locked too, with the right password, and are not
+/// tried against the directory (stopped here, so trying it would say "does not answer").
+/// The same holds for a local account; a right password under another spelling does not
+/// lift the lock.
+#[test]
+fn a_lock_holds_the_account_however_its_name_is_typed() {
+    let Some(ldap) = Slapd::start() else { return };
+    let (_d, store) = store();
+    accounts::add_user(&store, "breakglass", Role::Admin, "local-password-1", "test").unwrap();
+    let dir = ldap.starttls();
+    let login = |name: &str, pw: &str| accounts::login(&store, Some(&dir), name, pw, "10.0.0.9");
+    for (account, right) in [("operator.ob", password("operator.ob")), ("breakglass", "local-password-1".into())] {
+        for _ in 0..5 {
+            assert!(matches!(login(account, "Pass-wrong-1"), Err(LoginError::Wrong)), "{account}");
+        }
+        let upper = account.to_uppercase();
+        let full_width: String = account.chars().map(|c| char::from_u32(c as u32 - 0x21 + 0xFF01).unwrap()).collect();
+        let capital = format!("{}{}", account[..1].to_uppercase(), &account[1..]);
+        for typed in [account.to_string(), upper, capital, format!("  {account}\t"), full_width] {
+            for pw in [right.as_str(), "Pass-wrong-1"] {
+                let refused = login(&typed, pw).err();
+                assert!(matches!(refused, Some(LoginError::Limited(_))), "{typed:?} with {pw}: {refused:?}");
+            }
+        }
+    }
+    ldap.stop();
+    let refused = login("OPERATOR.OB", &password("operator.ob")).unwrap_err();
+    assert!(matches!(refused, LoginError::Limited(_)), "a locked name is never tried against the directory: {refused}");
+    // Failures were counted under the account's one name, and no spelling made a row.
+    let names: Vec<String> = {
+        let db = store.read().unwrap();
+        let mut stmt = db.prepare("SELECT DISTINCT name FROM login_failures ORDER BY name").unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    };
+    assert_eq!(names, ["breakglass", "operator.ob"]);
+    // The administrator's unlock takes any spelling too.
+    accounts::change_user(&store, "BreakGlass", accounts::Change::Unlock, "test").unwrap();
+    assert!(login("BREAKGLASS", "local-password-1").is_ok());
+}
+
+/// An unknown name is refused in as long as a known name with a wrong password: the
+/// medians of 20 tries each, interleaved, are within 10% of each other, so the time a
+/// refusal takes does not tell which names the directory has.
+#[test]
+fn an_unknown_name_takes_as_long_to_refuse_as_a_wrong_password() {
+    let Some(ldap) = Slapd::start() else { return };
+    let (_d, store) = store();
+    let dir = ldap.starttls();
+    let median = |mut ms: Vec<f64>| {
+        ms.sort_by(f64::total_cmp);
+        ms[ms.len() / 2]
+    };
+    let (mut unknown, mut known) = (Vec::new(), Vec::new());
+    // An address a try, so that no lock cuts a series short.
+    for i in 0..21 {
+        for (name, times) in [("no.such.user", &mut unknown), ("operator.ob", &mut known)] {
+            let started = std::time::Instant::now();
+            let refused = accounts::login(&store, Some(&dir), name, "Pass-wrong-1", &format!("192.0.2.{}", i + 1));
+            assert!(matches!(refused, Err(LoginError::Wrong)), "{name}: {refused:?}");
+            // The first round warms both paths (TLS session set-up, prepared statements).
+            if i > 0 {
+                times.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+    }
+    let (unknown, known) = (median(unknown), median(known));
+    let ratio = unknown / known;
+    assert!((0.9..=1.1).contains(&ratio), "median refusal: unknown name {unknown:.1} ms, wrong password {known:.1} ms");
+}
+
 #[test]
 fn a_leaver_or_a_user_moved_out_of_a_group_loses_access_at_the_next_check() {
     let Some(ldap) = Slapd::start() else { return };

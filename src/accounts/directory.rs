@@ -87,10 +87,8 @@ impl DirectoryConfig {
             "directory.recheck_secs must be 1 to 86400 (15 minutes: 900)"
         );
         anyhow::ensure!((1..=60).contains(&self.timeout_secs), "directory.timeout_secs must be 1 to 60");
-        anyhow::ensure!(
-            self.bind_password.is_some() || self.bind_password_file.is_some(),
-            "directory: set bind_password_file (or bind_password, or TWINOPS_DIRECTORY_BIND_PASSWORD)"
-        );
+        // The service account's password may come from the environment alone, which the
+        // file's settings cannot see: `Directory::new` checks that one is set somewhere.
         Ok(())
     }
 }
@@ -141,8 +139,15 @@ impl std::fmt::Debug for Directory {
 impl Directory {
     pub fn new(cfg: DirectoryConfig, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Directory> {
         cfg.validate()?;
+        let env_password = env("TWINOPS_DIRECTORY_BIND_PASSWORD");
+        anyhow::ensure!(
+            env_password.is_some() || cfg.bind_password.is_some() || cfg.bind_password_file.is_some(),
+            "directory: the service account ({}) has no password; set TWINOPS_DIRECTORY_BIND_PASSWORD, \
+             or directory.bind_password_file (a file only the twinops user reads), or directory.bind_password",
+            cfg.bind_dn
+        );
         let password = crate::support::secret_from(
-            env("TWINOPS_DIRECTORY_BIND_PASSWORD"),
+            env_password,
             cfg.bind_password.as_ref(),
             cfg.bind_password_file.as_deref(),
             "directory.bind_password",
@@ -242,16 +247,27 @@ impl Directory {
         let mut ldap = self.connect().await?;
         let found = self.find(&mut ldap, name).await;
         let _ = ldap.unbind().await;
-        let Some(user) = found? else { return Err(DirectoryError::Wrong) };
-        // As the user, on a connection of its own: the service account's stays clean.
-        let mut ldap = self.open().await?;
-        let bound = ldap.simple_bind(&user.dn, password).await.map_err(|e| self.unreachable(e))?;
-        let _ = ldap.unbind().await;
-        if bound.rc != 0 {
+        let Some(user) = found? else {
+            // Bind all the same, as a name nobody has: an unknown name then costs what a
+            // wrong password does (a connection, TLS and a refused bind), so the time a
+            // refusal takes does not tell which names the directory has.
+            self.bind_as(&format!("cn=twinops-no-such-user,{}", self.cfg.user_base), password).await?;
+            return Err(DirectoryError::Wrong);
+        };
+        if !self.bind_as(&user.dn, password).await? {
             return Err(DirectoryError::Wrong);
         }
         let role = user.role.ok_or_else(|| DirectoryError::NoRole { name: name.to_string() })?;
         Ok((user.dn, role))
+    }
+
+    /// Whether `dn` binds with `password`, on a connection of its own (the service
+    /// account's stays clean).
+    async fn bind_as(&self, dn: &str, password: &str) -> Result<bool, DirectoryError> {
+        let mut ldap = self.open().await?;
+        let bound = ldap.simple_bind(dn, password).await.map_err(|e| self.unreachable(e))?;
+        let _ = ldap.unbind().await;
+        Ok(bound.rc == 0)
     }
 
     /// The users named, as the directory has them now, in order, on one connection:
@@ -281,4 +297,37 @@ impl Directory {
 /// Runs a directory call from blocking code (logins run on blocking threads).
 pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime for the directory").block_on(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> DirectoryConfig {
+        toml::from_str(
+            r#"
+            url = "ldaps://dc1.plant.example:636"
+            bind_dn = "cn=twinops,ou=services,dc=plant,dc=example"
+            user_base = "ou=people,dc=plant,dc=example"
+            roles = { "cn=ops,ou=groups,dc=plant,dc=example" = "operator" }
+            "#,
+        )
+        .unwrap()
+    }
+
+    /// The service account's password from `TWINOPS_DIRECTORY_BIND_PASSWORD` alone is
+    /// enough (the file's settings cannot see it); with none anywhere, the error names
+    /// the three places it may come from.
+    #[test]
+    fn the_bind_password_may_come_from_the_environment_alone() {
+        let cfg = config();
+        cfg.validate().unwrap();
+        let env = |k: &str| (k == "TWINOPS_DIRECTORY_BIND_PASSWORD").then(|| "s3cret".to_string());
+        let dir = Directory::new(cfg.clone(), &env).unwrap();
+        assert_eq!(dir.password.expose(), "s3cret");
+        let err = Directory::new(cfg, &|_| None).unwrap_err().to_string();
+        for named in ["TWINOPS_DIRECTORY_BIND_PASSWORD", "directory.bind_password_file", "cn=twinops,ou=services"] {
+            assert!(err.contains(named), "{err}");
+        }
+    }
 }

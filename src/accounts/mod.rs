@@ -103,6 +103,16 @@ pub fn check_name(name: &str) -> Result<(), AccountError> {
     }
 }
 
+/// The one spelling of a name typed at login: blanks around it dropped, Unicode
+/// compatibility forms folded (NFKC: a full-width `ｎｓａｔｏ` is `nsato`) and lower case,
+/// as directories compare names. Local names are lower-case ASCII already
+/// ([`check_name`]), so this is the account's own name; the login locks, the lookup and
+/// the directory all see this form, and no change of case walks around a lock.
+pub fn account_name(typed: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    typed.trim().nfkc().flat_map(char::to_lowercase).collect::<String>().trim().to_string()
+}
+
 /// Checks a new password's length, and hashes it.
 fn new_password_hash(password: &str) -> Result<String, AccountError> {
     if password.chars().count() < MIN_PASSWORD_CHARS {
@@ -197,7 +207,7 @@ pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Resul
         Change::Password(p) => Some(new_password_hash(p)?),
         _ => None,
     };
-    let (name, by) = (name.to_string(), by.to_string());
+    let (name, by) = (account_name(name), by.to_string());
     store.writer().call(move |c| {
         let row: Option<(i64, Role, bool, Source)> = c
             .prepare_cached("SELECT id, role, disabled, source FROM users WHERE name = ?1")?
@@ -325,8 +335,10 @@ pub enum LoginError {
 /// Checks a password and, if right, starts a session. Returns the user and the new
 /// session token (the cookie value). A local user is checked against their hash; any
 /// other name, when a directory is configured, against the directory ([`directory`]).
-/// Failures count towards the locks of [`lockout`]; a user that does not exist costs
-/// the same hash as one that does.
+/// The name is taken in its one spelling ([`account_name`]) before anything else, so
+/// a locked account is locked however it is typed, and never tried against the
+/// directory. Failures count towards the locks of [`lockout`]; a user that does not
+/// exist costs the same hash as one that does.
 pub fn login(
     store: &Store,
     dir: Option<&directory::Directory>,
@@ -334,6 +346,7 @@ pub fn login(
     password: &str,
     address: &str,
 ) -> Result<(User, String), LoginError> {
+    let name = &account_name(name);
     let now = Timestamp::now();
     if let Some(lock) = lockout::lock_on(&*store.read()?, name, address, now).map_err(StoreError::from)? {
         audit(store, name, "login_refused", &lock.to_string(), Some(address))?;
@@ -395,9 +408,9 @@ fn start_session(store: &Store, id: i64, name: &str, source: Source, address: &s
     Ok(token)
 }
 
-/// A login for a name that is not a local user's: the directory checks the password and
-/// gives the role; the user's row is made or updated to match (names in lower case, as
-/// directories compare them).
+/// A login for a name that is not a local user's (in its [`account_name`] spelling):
+/// the directory checks the password and gives the role; the user's row is made or
+/// updated to match.
 fn directory_login(
     store: &Store,
     dir: &directory::Directory,
@@ -406,7 +419,7 @@ fn directory_login(
     address: &str,
 ) -> Result<(User, String), LoginError> {
     use directory::DirectoryError;
-    let name = name.to_lowercase();
+    let name = name.to_string();
     let now = Timestamp::now();
     let (dn, role) = match directory::block_on(dir.authenticate(&name, password)) {
         Ok(found) => found,
