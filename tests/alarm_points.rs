@@ -210,6 +210,45 @@ fn a_bad_sheet_is_refused_whole_at_its_line_and_column() {
     assert!(err.contains("headless.csv:1: no column for code in this rationalization sheet"), "{err}");
 }
 
+/// A sheet keyed by its tag alone (no asset column: alarm databases export the tag and
+/// the alarm, not the equipment) puts each alarm on its tag's asset, from the import's
+/// tag files or the twin; a tag neither has is refused at its line and column, and a
+/// sheet with neither column says which headers would do.
+#[test]
+fn a_sheet_keyed_by_tag_alone_takes_each_tags_asset() {
+    let t = Twin::empty();
+    let fixture = std::fs::read_to_string(fixture("alarm_rationalization.csv")).unwrap();
+    let by_tag: Vec<&str> = fixture.lines().map(|l| l.split_once(';').unwrap().1).collect();
+    assert!(by_tag[0].starts_with("Alarm;Tag;"), "{}", by_tag[0]);
+    let sheet = t.dir.path().join("by-tag.csv");
+    std::fs::write(&sheet, by_tag.join("\r\n")).unwrap();
+    let mut files = lakeside();
+    files.push(sheet.clone());
+    let changes = t.import(&files, Mode::Full).unwrap();
+    assert!(changes.summary().ends_with("alarm points: 5 added"), "{}", changes.summary());
+    let hihi = t.entry("RWP-101A", Some("VT-10010"), "VIBRATION-HIHI").expect("on VT-10010's asset");
+    assert!(hihi.response.starts_with("Stop RWP-101A now"), "{}", hihi.response);
+    assert!(t.entry("FLT-401", Some("PDIT-4112"), "DIFFERENTIAL-PRESSURE-HI").is_some());
+    // Alone, against the twin's tags (in any case): the same points, nothing changed.
+    let lower = t.dir.path().join("by-tag-lower.csv");
+    std::fs::write(&lower, by_tag.join("\r\n").replace(";VT-10010;", ";vt-10010;")).unwrap();
+    assert!(t.import(&[lower], Mode::Partial).unwrap().is_empty());
+
+    let unknown = t.dir.path().join("unknown.csv");
+    std::fs::write(
+        &unknown,
+        "Alarm;Tag;Priority;Corrective Action\r\nLEVEL-HI;LIT-9999;High;Call the duty engineer\r\n",
+    )
+    .unwrap();
+    let err = t.import(&[unknown], Mode::Partial).unwrap_err().to_string();
+    assert!(err.contains("unknown.csv:2:2 (Tag): unknown tag 'LIT-9999'"), "{err}");
+    let neither = t.dir.path().join("neither.csv");
+    std::fs::write(&neither, "Alarm;Priority;Corrective Action\r\nLEVEL-HI;High;Call the duty engineer\r\n").unwrap();
+    let err = t.import(&[neither], Mode::Partial).unwrap_err().to_string();
+    assert!(err.contains("neither.csv:1: no column for the asset or the tag") && err.contains("'tag'"), "{err}");
+    assert_eq!(t.count("SELECT count(*) FROM alarm_points"), 5, "nothing written by the refused imports");
+}
+
 /// The triage note quotes the point's documented response and consequence, and says so
 /// when a point has none.
 #[tokio::test(flavor = "multi_thread")]

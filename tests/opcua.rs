@@ -1,9 +1,11 @@
-//! OPC UA against a server twinops did not write: node-opcua (npm, pinned by
+//! OPC UA against servers twinops did not write. node-opcua (npm, pinned by
 //! `tests/opcua/package-lock.json`) running its demo alarm address space (a tank level
 //! with an exclusive and a non-exclusive level alarm) and a pump station of our own,
-//! driven by `tests/opcua/server.mjs` over stdin. Needs `TWINOPS_TEST_NODE` (node) and
+//! driven by `tests/opcua/server.mjs` over stdin: needs `TWINOPS_TEST_NODE` (node) and
 //! `TWINOPS_TEST_OPCUA_JS` (a folder holding `node_modules/node-opcua`: `npm ci` in a
-//! copy of `tests/opcua`); `.ci/run` provides both.
+//! copy of `tests/opcua`). And asyncua (Python, a second stack, which reports alarms on
+//! the equipment object): needs `TWINOPS_TEST_ASYNCUA`, a Python with asyncua 2.1.
+//! `.ci/run` provides all three.
 
 mod common;
 
@@ -498,4 +500,71 @@ fn config_with_password(p: &Plant, port: u16, password: &str) -> PathBuf {
         "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"\nuser = \"operator\"\npassword = \"{password}\""
     );
     config(p, &format!("opc.tcp://127.0.0.1:{port}"), &extra)
+}
+
+/// A second, independent server: asyncua (Python), on a twin that has nothing yet.
+/// `opcua browse` writes files a fresh database takes as they are (the site named after
+/// the server, each object's node on its asset); values arrive; asyncua's alarm, whose
+/// SourceNode is the pump object and InputNode its pressure variable, lands on the pump
+/// and its sensor (not on the server's asset), is triaged, and clears. Before, asyncua
+/// sent no events at all: it could not read the filter's null browse path.
+#[tokio::test(flavor = "multi_thread")]
+async fn values_and_an_alarm_from_asyncua_land_on_the_equipment() {
+    common::logs();
+    let Some(python) =
+        common::external("TWINOPS_TEST_ASYNCUA", "a Python with asyncua 2.1 (pip install asyncua==2.1.0)")
+    else {
+        return;
+    };
+    let p = Plant::empty();
+    let port = common::free_port();
+    let mut server = Server(twinops::opcua::interop::Server::start_asyncua(&python, port).await.unwrap());
+    let config = config(&p, &format!("opc.tcp://127.0.0.1:{port}"), "");
+    let out = p.dir.path().join("browsed");
+    let browse = twinops(&p, &config, &["opcua", "browse", "--out", out.to_str().unwrap()]);
+    assert!(browse.status.success(), "{}", text(&browse));
+    let plant_toml = std::fs::read_to_string(out.join("plant.toml")).unwrap();
+    assert!(plant_toml.contains("[site]\nid = \"lift-station-3-gateway-asyncua\""), "{plant_toml}");
+    let assets = std::fs::read_to_string(out.join("assets.csv")).unwrap();
+    assert!(
+        assets.contains("Pump01,OPCUA,equipment,Pump01,,,,,,,,LS3,,nsu=urn:twinops-test:asyncua;s=LS3.Pump01\n"),
+        "{assets}"
+    );
+    // The guide's command, as written, on the empty twin.
+    let files: Vec<String> =
+        ["plant.toml", "assets.csv", "tags.csv"].iter().map(|f| out.join(f).display().to_string()).collect();
+    let mut args = vec!["plant", "import", "--partial"];
+    args.extend(files.iter().map(String::as_str));
+    let import = twinops(&p, &config, &args);
+    assert!(import.status.success(), "{}", text(&import));
+    assert_eq!(p.count("SELECT count(*) FROM assets WHERE id = 'Pump01' AND opcua_node LIKE 'nsu=%LS3.Pump01'"), 1);
+    // plant export keeps the asset's node.
+    let exported = p.dir.path().join("exported");
+    let export = twinops(&p, &config, &["plant", "export", exported.to_str().unwrap()]);
+    assert!(export.status.success(), "{}", text(&export));
+    let again = std::fs::read_to_string(exported.join("assets.csv")).unwrap();
+    assert!(again.contains("nsu=urn:twinops-test:asyncua;s=LS3.Pump01"), "{again}");
+
+    let daemon = daemon(&p, &config).await;
+    server.say("set 6.75").await;
+    let stored = "SELECT count(*) FROM readings WHERE value = 6.75 \
+                  AND sensor_key = (SELECT key FROM sensors WHERE id = 'Pump01.DischargePressure')";
+    assert!(eventually(Duration::from_secs(20), || p.count(stored) == 1).await, "the value arrived");
+    server.say("raise").await;
+    let raised = "SELECT count(*) FROM alarms WHERE asset_id = 'Pump01' AND sensor_id = 'Pump01.DischargePressure' \
+                  AND code = 'HIGHPRESSURE' AND cleared_at IS NULL";
+    assert!(
+        eventually(Duration::from_secs(20), || p.count(raised) == 1).await,
+        "the alarm landed on the pump and its sensor: {}",
+        p.text("SELECT coalesce(group_concat(asset_id || '/' || coalesce(sensor_id, '-') || '/' || code, ' | '), 'none') FROM alarms")
+    );
+    let noted = "SELECT count(*) FROM notes WHERE kind = 'triage' AND alarm_id IN (SELECT id FROM alarms WHERE asset_id = 'Pump01')";
+    assert!(eventually(Duration::from_secs(60), || p.count(noted) >= 1).await, "it got a triage note");
+    server.say("clear").await;
+    let open = "SELECT count(*) FROM alarms WHERE code = 'HIGHPRESSURE' AND cleared_at IS NULL";
+    assert!(eventually(Duration::from_secs(20), || p.count(open) == 0).await, "it cleared");
+    assert_eq!(p.count("SELECT count(*) FROM alarms WHERE code = 'HIGHPRESSURE'"), 1, "one occurrence");
+    assert_eq!(p.count("SELECT count(*) FROM alarms WHERE code != 'HIGHPRESSURE'"), 0, "nothing on the server's asset");
+    daemon.shutdown().await;
+    server.kill().await;
 }

@@ -89,7 +89,8 @@ pub(super) fn run(global: &Global, cmd: OpcuaCommand) -> anyhow::Result<ExitCode
                 found
             })?;
             found.model("opcua browse").map_err(crate::plant::ImportError)?;
-            for path in found.write(cfg, &out)? {
+            let has_site = crate::plant::site(&*global.open()?.read()?)?.is_some();
+            for path in found.write(cfg, &out, !has_site)? {
                 println!("wrote {}", path.display());
             }
             println!("{} assets, {} sensors", found.assets.len(), found.sensors.len());

@@ -26,6 +26,8 @@ pub type Fields = Vec<(&'static str, String)>;
 /// What a walk found.
 #[derive(Debug, Default)]
 pub struct Found {
+    /// The server's application name, which names the site of a twin that has none.
+    pub server_name: String,
     pub assets: Vec<Fields>,
     pub sensors: Vec<Fields>,
     /// Variables not taken, each with why (a string variable, one outside any object).
@@ -59,7 +61,10 @@ struct Candidate {
 /// Walks from `root` and returns the plant rows.
 pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow::Result<Found> {
     let uris = namespace_uris(session).await?;
-    let mut found = Found::default();
+    let mut found = Found {
+        server_name: session.endpoint_info().endpoint.server.application_name.text.as_ref().to_string(),
+        ..Found::default()
+    };
     let mut candidates = Vec::new();
     let mut seen: HashSet<NodeId> = HashSet::new();
     let mut asset_ids: HashSet<String> = HashSet::new();
@@ -67,7 +72,7 @@ pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow
     let root_asset = match root_object(session, root).await? {
         Some(r) => {
             let id = unique(as_id(r.browse_name.name.as_ref()), &mut asset_ids);
-            found.assets.push(asset_fields(cfg, &id, &r, None));
+            found.assets.push(asset_fields(cfg, &id, &r, None, &uris));
             Some(id)
         }
         None => None,
@@ -92,7 +97,7 @@ pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow
                         parent.clone()
                     } else {
                         let id = unique(as_id(&name), &mut asset_ids);
-                        found.assets.push(asset_fields(cfg, &id, &r, parent.as_deref()));
+                        found.assets.push(asset_fields(cfg, &id, &r, parent.as_deref(), &uris));
                         Some(id)
                     };
                     queue.push_back((child, asset, depth + 1));
@@ -154,13 +159,21 @@ fn unique(id: String, taken: &mut HashSet<String>) -> String {
     candidate
 }
 
-fn asset_fields(cfg: &OpcuaConfig, id: &str, r: &ReferenceDescription, parent: Option<&str>) -> Fields {
+/// An object as an asset, with its node: conditions whose source is the object land on it.
+fn asset_fields(
+    cfg: &OpcuaConfig,
+    id: &str,
+    r: &ReferenceDescription,
+    parent: Option<&str>,
+    uris: &[String],
+) -> Fields {
     vec![
         ("id", id.to_string()),
         ("station", cfg.station.clone()),
         ("kind", "equipment".into()),
         ("name", r.display_name.text.as_ref().to_string()),
         ("parent", parent.unwrap_or_default().to_string()),
+        ("opcua_node", node_ref(&r.node_id.node_id, uris).map(|n| n.to_string()).unwrap_or_default()),
     ]
 }
 
@@ -312,18 +325,41 @@ impl Found {
         if problems.is_empty() { Ok(model) } else { Err(problems) }
     }
 
-    /// Writes `assets.csv`, `tags.csv` and `plant.toml` (the station) into `dir` for
+    /// Writes `assets.csv`, `tags.csv` and `plant.toml` (the station, and the site when
+    /// `with_site`: a twin with none yet takes the server's name for it) into `dir` for
     /// `plant import`; returns the files written.
-    pub fn write(&self, cfg: &OpcuaConfig, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    pub fn write(&self, cfg: &OpcuaConfig, dir: &Path, with_site: bool) -> anyhow::Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir)?;
-        let station = format!(
+        let quote = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+        let mut plant = String::new();
+        if with_site {
+            let name = if self.server_name.trim().is_empty() { cfg.endpoint.as_str() } else { self.server_name.trim() };
+            // `Lift station 3 (asyncua)` is `lift-station-3-asyncua`.
+            let words: Vec<String> = name
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(str::to_ascii_lowercase)
+                .collect();
+            let id = match words.join("-") {
+                id if id.is_empty() => "opcua".to_string(),
+                id => id.chars().take(40).collect::<String>().trim_end_matches('-').to_string(),
+            };
+            plant.push_str(&format!(
+                "# The twin has no site yet: this one is named after the server (edit the id, name and\n\
+                 # time zone, an IANA name such as Europe/Dublin, before the first import).\n\
+                 [site]\nid = {}\nname = {}\ntimezone = \"UTC\"\n\n",
+                quote(&id),
+                quote(name)
+            ));
+        }
+        plant.push_str(&format!(
             "# The station of the assets `twinops opcua browse` found on {}.\n[[stations]]\nid = {}\nname = {}\n",
             cfg.endpoint,
-            serde_json::Value::String(cfg.station.clone()),
-            serde_json::Value::String(format!("OPC UA {}", cfg.endpoint))
-        );
+            quote(&cfg.station),
+            quote(&format!("OPC UA {}", cfg.endpoint))
+        ));
         let files = [
-            ("plant.toml", station),
+            ("plant.toml", plant),
             ("assets.csv", csv_of(&ASSET_FIELDS, &self.assets)?),
             ("tags.csv", csv_of(&SENSOR_FIELDS, &self.sensors)?),
         ];

@@ -16,7 +16,7 @@ use super::OpcuaConfig;
 use crate::domain::{AlarmEvent, AssetId, SensorId, Timestamp, Transition};
 
 /// The fields the event filter selects, in order.
-const FIELDS: [(u32, &str); 21] = [
+const FIELDS: [(u32, &str); 22] = [
     (2041, "EventId"),
     (2041, "EventType"),
     (2041, "SourceNode"),
@@ -38,6 +38,8 @@ const FIELDS: [(u32, &str); 21] = [
     (2955, "HighLimit"),
     (2955, "LowLimit"),
     (2955, "LowLowLimit"),
+    // The variable a limit alarm watches, where the source is the equipment object.
+    (2915, "InputNode"),
 ];
 
 /// RefreshStartEventType and RefreshEndEventType (Part 9).
@@ -50,9 +52,12 @@ pub fn filter() -> EventFilter {
         .iter()
         .map(|(ty, path)| {
             if path.is_empty() {
+                // An empty path, not a null one: the condition itself (Part 9's own
+                // examples). asyncua 2.1 reads a null path as an error and sends no
+                // events at all.
                 SimpleAttributeOperand {
                     type_definition_id: NodeId::new(0, *ty),
-                    browse_path: None,
+                    browse_path: Some(Vec::new()),
                     attribute_id: AttributeId::NodeId as u32,
                     index_range: NumericRange::None,
                 }
@@ -70,6 +75,8 @@ pub struct ConditionEvent {
     pub event_id: String,
     pub event_type: Option<u32>,
     pub source: Option<NodeId>,
+    /// The variable a limit alarm watches (AlarmConditionType's InputNode), when set.
+    pub input: Option<NodeId>,
     pub source_name: String,
     pub time_ms: Option<i64>,
     pub severity: u16,
@@ -136,6 +143,7 @@ impl ConditionEvent {
             event_id,
             event_type,
             source: node(2),
+            input: node(21).filter(|n| !n.is_null()),
             source_name: text(3),
             time_ms,
             severity,

@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 
-use async_opcua::types::{DataValue, StatusCode, Variant};
+use async_opcua::types::{DataValue, NodeId, StatusCode, Variant};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::OpcuaConfig;
@@ -159,7 +159,8 @@ pub fn events(
             Read::Condition(e) => {
                 let Some(condition) = &e.condition else { continue };
                 let key = node_ref(condition, uris).map_or_else(|| condition.to_string(), |n| n.to_string());
-                let source = source(conn, cfg, e.source.as_ref().and_then(|n| node_ref(n, uris)).as_ref())?;
+                let by_uri = |n: &Option<NodeId>| n.as_ref().and_then(|n| node_ref(n, uris));
+                let source = source(conn, cfg, by_uri(&e.input).as_ref(), by_uri(&e.source).as_ref())?;
                 let effect = state.apply(conn, &e, &key, source, received, cfg)?;
                 let applied = through_ingest(
                     conn,
@@ -181,23 +182,41 @@ pub fn events(
     Ok(out)
 }
 
-/// Where a condition's source node is in the twin: the sensor with that node, else
-/// the server's own asset.
-fn source(conn: &Connection, cfg: &OpcuaConfig, node: Option<&NodeRef>) -> rusqlite::Result<Source> {
-    let found: Option<(String, String)> = match node {
-        Some(n) => conn
+/// Where a condition lands in the twin. Servers name the watched variable in one of two
+/// places: as the SourceNode (node-opcua), or as the InputNode with the equipment object
+/// as the SourceNode (Kepware, Ignition, asyncua). So: the sensor with the InputNode's
+/// node, else the sensor with the SourceNode's, else the asset whose object the
+/// SourceNode is, else the server's own asset.
+fn source(
+    conn: &Connection,
+    cfg: &OpcuaConfig,
+    input: Option<&NodeRef>,
+    source: Option<&NodeRef>,
+) -> rusqlite::Result<Source> {
+    let sensor = |n: &NodeRef| -> rusqlite::Result<Option<Source>> {
+        let found: Option<(String, String)> = conn
             .prepare_cached("SELECT id, asset_id FROM sensors WHERE opcua_node = ?1 AND retired_at IS NULL")?
             .query_row([n.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?,
-        None => None,
+            .optional()?;
+        Ok(found.and_then(|(sensor, asset)| {
+            Some(Source { asset: AssetId::parse(&asset).ok()?, sensor: SensorId::parse(&sensor).ok() })
+        }))
     };
-    let server = || AssetId::parse(&cfg.server_asset).expect("validated");
-    Ok(match found {
-        Some((sensor, asset)) => {
-            Source { asset: AssetId::parse(&asset).unwrap_or_else(|_| server()), sensor: SensorId::parse(&sensor).ok() }
+    for node in [input, source].into_iter().flatten() {
+        if let Some(found) = sensor(node)? {
+            return Ok(found);
         }
-        None => Source { asset: server(), sensor: None },
-    })
+    }
+    if let Some(node) = source {
+        let asset: Option<String> = conn
+            .prepare_cached("SELECT id FROM assets WHERE opcua_node = ?1 AND retired_at IS NULL")?
+            .query_row([node.to_string()], |r| r.get(0))
+            .optional()?;
+        if let Some(asset) = asset.and_then(|a| AssetId::parse(&a).ok()) {
+            return Ok(Source { asset, sensor: None });
+        }
+    }
+    Ok(Source { asset: AssetId::parse(&cfg.server_asset).expect("validated"), sensor: None })
 }
 
 /// The server's asset (and its station), added when the twin lacks it, audited as

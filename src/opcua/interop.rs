@@ -1,5 +1,6 @@
-//! node-opcua's server (`tests/opcua/server.mjs`, an implementation twinops did not
-//! write), started and driven over stdin, for the interop tests and `bench opcua`.
+//! OPC UA servers twinops did not write, started and driven over stdin, for the interop
+//! tests and `bench opcua`: node-opcua's (`tests/opcua/server.mjs`) and asyncua's
+//! (`tests/opcua/asyncua_server.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -10,8 +11,11 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 /// The server script, as the repository holds it.
 pub const SCRIPT: &str = include_str!("../../tests/opcua/server.mjs");
+/// asyncua's (Python), likewise: a second implementation, which reports alarms on the
+/// equipment object with the variable as InputNode.
+pub const ASYNCUA_SCRIPT: &str = include_str!("../../tests/opcua/asyncua_server.py");
 
-/// A running node-opcua server.
+/// A running server.
 pub struct Server {
     child: Child,
     stdin: ChildStdin,
@@ -26,26 +30,37 @@ impl Server {
     pub async fn start(node: &str, js: &Path, port: u16, pki: &Path, extra: u32) -> anyhow::Result<Server> {
         let script: PathBuf = js.join(format!("twinops-server-{}-{port}.mjs", std::process::id()));
         std::fs::write(&script, SCRIPT)?;
-        let mut child = Command::new(node)
-            .arg(&script)
-            .args([port.to_string(), pki.display().to_string(), extra.to_string()])
+        let mut command = Command::new(node);
+        command.arg(&script).args([port.to_string(), pki.display().to_string(), extra.to_string()]);
+        let server = Server::spawn(command, node).await;
+        // Loaded by now: the copy is not left behind.
+        let _ = std::fs::remove_file(&script);
+        server.map_err(|e| anyhow::anyhow!("node-opcua's server: {e} (is node-opcua installed in {}?)", js.display()))
+    }
+
+    /// Starts asyncua's server (`tests/opcua/asyncua_server.py`) with `python`, a Python
+    /// that has the `asyncua` package, on `port`.
+    pub async fn start_asyncua(python: &str, port: u16) -> anyhow::Result<Server> {
+        let mut command = Command::new(python);
+        command.args(["-c", ASYNCUA_SCRIPT, &port.to_string()]);
+        Server::spawn(command, python)
+            .await
+            .map_err(|e| anyhow::anyhow!("asyncua's server: {e} (is asyncua installed for {python}?)"))
+    }
+
+    /// Runs `command` with piped stdin and stdout, and waits for its `ready` line.
+    async fn spawn(mut command: Command, program: &str) -> anyhow::Result<Server> {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| anyhow::anyhow!("starting {node}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("starting {program}: {e}"))?;
         let stdin = child.stdin.take().expect("piped");
         let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
         let mut server = Server { child, stdin, lines };
-        let ready = server.heard("ready", Duration::from_secs(60)).await.is_some();
-        // Loaded by now: the copy is not left behind.
-        let _ = std::fs::remove_file(&script);
-        anyhow::ensure!(
-            ready,
-            "node-opcua's server did not start within 60 s (is node-opcua installed in {}?)",
-            js.display()
-        );
+        anyhow::ensure!(server.heard("ready", Duration::from_secs(60)).await.is_some(), "not ready within 60 s");
         Ok(server)
     }
 

@@ -1,6 +1,7 @@
 //! The import as a change set against the twin, and its application in one
 //! transaction: the same function computes what `--dry-run` prints and what is written.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -106,8 +107,73 @@ impl fmt::Display for ChangeSet {
 
 /// Checks the model against itself and the twin, and says what importing it changes.
 pub fn diff(conn: &Connection, model: &PlantModel, mode: Mode) -> Result<ChangeSet, ImportError> {
+    plan(conn, model, mode).map(|(_, changes)| changes)
+}
+
+/// The model as it will be written (alarm points keyed by tag alone given their tag's
+/// asset) and what it changes.
+fn plan<'m>(
+    conn: &Connection,
+    model: &'m PlantModel,
+    mode: Mode,
+) -> Result<(Cow<'m, PlantModel>, ChangeSet), ImportError> {
     let twin = Twin::read(conn).map_err(|e| ImportError(vec![internal(e)]))?;
-    check(model, &twin, mode)?;
+    let model = with_point_assets(model, &twin)?;
+    let changes = changes(&model, &twin, mode)?;
+    Ok((model, changes))
+}
+
+/// A rationalization sheet keyed by tag alone (alarm databases export the tag and the
+/// alarm, not the equipment): each such point is on its tag's asset, as this import's
+/// tag files or else the twin have it. A tag neither has, or one the tag files put on
+/// two assets, is a problem at its cell.
+fn with_point_assets<'m>(model: &'m PlantModel, twin: &Twin) -> Result<Cow<'m, PlantModel>, ImportError> {
+    if model.alarm_points.iter().all(|p| !p.asset.is_empty()) {
+        return Ok(Cow::Borrowed(model));
+    }
+    let mut imported: HashMap<String, Vec<&str>> = HashMap::new();
+    for s in &model.sensors {
+        let on = imported.entry(s.id.as_str().to_lowercase()).or_default();
+        if !on.iter().any(|a| a.eq_ignore_ascii_case(&s.asset)) {
+            on.push(&s.asset);
+        }
+    }
+    let mut resolved = model.clone();
+    let mut problems = Vec::new();
+    for p in resolved.alarm_points.iter_mut().filter(|p| p.asset.is_empty()) {
+        let Some(tag) = p.sensor.as_deref() else { continue };
+        let key = tag.to_lowercase();
+        let on: Vec<String> = match imported.get(&key) {
+            Some(on) => on.iter().map(|a| a.to_string()).collect(),
+            None => {
+                twin.sensors.get(&key).and_then(|(_, f, _)| f.first()).map(|(_, a)| a.clone()).into_iter().collect()
+            }
+        };
+        match on.as_slice() {
+            [asset] => p.asset = asset.clone(),
+            [] => problems.push(p.raw.problem(
+                "sensor",
+                format!(
+                    "unknown tag '{tag}': the sheet has no asset column, so the alarm's asset is its tag's, and \
+                     neither the twin nor this import's tag files have it; import the tag first, or add an asset column"
+                ),
+            )),
+            several => problems.push(p.raw.problem(
+                "sensor",
+                format!(
+                    "tag '{tag}' is on {} in this import's tag files, so the alarm's asset is not known; \
+                     give the tag one asset, or add an asset column to the sheet",
+                    several.join(" and ")
+                ),
+            )),
+        }
+    }
+    if problems.is_empty() { Ok(Cow::Owned(resolved)) } else { Err(ImportError(problems)) }
+}
+
+/// What importing `model` changes in `twin`, once it is checked.
+fn changes(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<ChangeSet, ImportError> {
+    check(model, twin, mode)?;
     let mut changes = Vec::new();
     if let Some((site, _)) = &model.site {
         match &twin.site {
@@ -187,13 +253,13 @@ pub fn import_within(
     actor: &str,
     files: &str,
 ) -> Result<Result<ChangeSet, ImportError>, StoreError> {
-    let changes = match diff(c, model, mode) {
-        Ok(changes) => changes,
+    let (model, changes) = match plan(c, model, mode) {
+        Ok(planned) => planned,
         Err(e) => return Ok(Err(e)),
     };
     if !changes.is_empty() {
-        write(c, model, &changes)?;
-        write_alarm_points(c, model, &changes, actor)?;
+        write(c, &model, &changes)?;
+        write_alarm_points(c, &model, &changes, actor)?;
         c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, 'plant_import', ?3)")?
             .execute(params![Timestamp::now().unix(), actor, format!("{files}: {}", changes.summary())])?;
     }
@@ -227,7 +293,7 @@ struct Twin {
 
 const ASSET_SQL: &str = "SELECT id, station_id, kind, name, status, criticality, manufacturer, model,
         coalesce(machine_class, ''), coalesce(rated_power_kw, ''), installed_on, coalesce(parent_id, ''),
-        coalesce(drives, ''), retired_at IS NOT NULL FROM assets";
+        coalesce(drives, ''), coalesce(opcua_node, ''), retired_at IS NOT NULL FROM assets";
 const SENSOR_SQL: &str =
     "SELECT id, asset_id, kind, description, unit, coalesce(range_low, ''), coalesce(range_high, ''),
         coalesce(limit_ll, ''), coalesce(limit_l, ''),
@@ -329,6 +395,7 @@ fn asset_fields(a: &AssetRow, twin: &Twin) -> Fields {
         a.installed_on.clone(),
         a.parent.as_deref().map(|p| resolve(p, twin).to_string()).unwrap_or_default(),
         a.drives.as_deref().map(|p| resolve(p, twin).to_string()).unwrap_or_default(),
+        a.opcua_node.as_ref().map(ToString::to_string).unwrap_or_default(),
     ];
     ASSET_FIELDS[1..].iter().copied().zip(values).collect()
 }
@@ -626,15 +693,26 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
         let id = twin.asset_id(a.id.as_str()).unwrap_or(a.id.as_str()).to_string();
         c.prepare_cached(
             "INSERT INTO assets (id, station_id, kind, name, status, criticality, manufacturer, model, machine_class,
-                                 rated_power_kw, installed_on, retired_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, NULL)
+                                 rated_power_kw, installed_on, opcua_node, retired_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL)
              ON CONFLICT (id) DO UPDATE SET station_id = excluded.station_id, kind = excluded.kind, name = excluded.name,
                  status = excluded.status, criticality = excluded.criticality, manufacturer = excluded.manufacturer,
                  model = excluded.model, machine_class = excluded.machine_class, rated_power_kw = excluded.rated_power_kw,
-                 installed_on = excluded.installed_on, retired_at = NULL",
+                 installed_on = excluded.installed_on, opcua_node = excluded.opcua_node, retired_at = NULL",
         )?
         .execute(params![
-            id, f[0].1, f[1].1, f[2].1, f[3].1, f[4].1, f[5].1, f[6].1, a.machine_class, a.rated_power_kw, f[9].1
+            id,
+            f[0].1,
+            f[1].1,
+            f[2].1,
+            f[3].1,
+            f[4].1,
+            f[5].1,
+            f[6].1,
+            a.machine_class,
+            a.rated_power_kw,
+            f[9].1,
+            a.opcua_node.as_ref().map(ToString::to_string)
         ])?;
     }
     let twin = Twin::read(c)?;

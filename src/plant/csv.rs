@@ -23,6 +23,7 @@ const ASSET_COLUMNS: &[(&str, &[&str])] = &[
     ("installed_on", &["installed on", "installed", "install date", "installation date", "commissioned"]),
     ("parent", &["parent", "parent asset", "parent id", "parent equipment", "part of"]),
     ("drives", &["drives", "driven equipment"]),
+    ("opcua_node", OPCUA_NODE_HEADERS),
 ];
 
 const TAG_COLUMNS: &[(&str, &[&str])] = &[
@@ -48,8 +49,11 @@ const TAG_COLUMNS: &[(&str, &[&str])] = &[
     ("priority_l", &["l priority", "lo priority", "priority l"]),
     ("priority_h", &["h priority", "hi priority", "priority h"]),
     ("priority_hh", &["hh priority", "hihi priority", "priority hh"]),
-    ("opcua_node", &["opcua node", "opc ua node", "opc ua node id", "opcua node id", "node id", "nodeid", "opc node"]),
+    ("opcua_node", OPCUA_NODE_HEADERS),
 ];
+
+const OPCUA_NODE_HEADERS: &[&str] =
+    &["opcua node", "opc ua node", "opc ua node id", "opcua node id", "node id", "nodeid", "opc node"];
 
 /// A rationalization sheet (the master alarm database's rows), with the headers alarm
 /// management tools and spreadsheets use for them.
@@ -155,7 +159,8 @@ impl Table {
         match self {
             Table::Assets => &["id", "station", "kind"],
             Table::Tags => &["id", "asset"],
-            Table::Rationalization => &["asset", "code"],
+            // And the asset or the tag: see `missing_columns`.
+            Table::Rationalization => &["code"],
         }
     }
 
@@ -304,25 +309,31 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
 }
 
 /// A problem for each required column the header lacks, naming the headers that fit.
+/// A rationalization sheet needs the asset's column or the tag's (the tag gives the
+/// asset).
 fn missing_columns(table: Table, mapped: &[Option<&'static str>], header: &Origin) -> Result<(), Vec<Problem>> {
-    let missing: Vec<Problem> = table
+    let aliases = |r: &str| {
+        let names = table.columns().iter().find(|(n, _)| *n == r).map_or(&[][..], |(_, a)| *a);
+        names.iter().take(6).map(|a| format!("'{a}'")).collect::<Vec<_>>().join(", ")
+    };
+    let problem = |message: String| Problem { at: header.clone(), column: 0, field: None, message };
+    let mut missing: Vec<Problem> = table
         .required()
         .iter()
         .filter(|r| !mapped.contains(&Some(**r)))
         .map(|r| {
-            let aliases = table.columns().iter().find(|(n, _)| n == r).map_or(&[][..], |(_, a)| *a);
-            Problem {
-                at: header.clone(),
-                column: 0,
-                field: None,
-                message: format!(
-                    "no column for {r} in this {}: name one of {} (any case)",
-                    table.described(),
-                    aliases.iter().take(6).map(|a| format!("'{a}'")).collect::<Vec<_>>().join(", ")
-                ),
-            }
+            problem(format!("no column for {r} in this {}: name one of {} (any case)", table.described(), aliases(r)))
         })
         .collect();
+    if table == Table::Rationalization && !mapped.contains(&Some("asset")) && !mapped.contains(&Some("sensor")) {
+        missing.push(problem(format!(
+            "no column for the asset or the tag in this {}: name the asset with one of {}, or the tag (whose asset \
+             the alarm is then on) with one of {} (any case)",
+            table.described(),
+            aliases("asset"),
+            aliases("sensor")
+        )));
+    }
     if missing.is_empty() { Ok(()) } else { Err(missing) }
 }
 

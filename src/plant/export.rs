@@ -29,7 +29,7 @@ pub fn export(db: &Connection, dir: &Path) -> anyhow::Result<Vec<std::path::Path
         db,
         &ASSET_FIELDS,
         "SELECT id, station_id, kind, name, status, criticality, manufacturer, model, machine_class, rated_power_kw,
-                installed_on, parent_id, drives FROM assets WHERE retired_at IS NULL ORDER BY id",
+                installed_on, parent_id, drives, opcua_node FROM assets WHERE retired_at IS NULL ORDER BY id",
     )?;
     let tags = table(
         db,

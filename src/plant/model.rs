@@ -100,11 +100,14 @@ pub struct AssetRow {
     pub installed_on: String,
     pub parent: Option<String>,
     pub drives: Option<String>,
+    /// Its OPC UA object, by namespace URI: conditions whose source is this object (the
+    /// equipment, as Kepware, Ignition and asyncua report limit alarms) land on it.
+    pub opcua_node: Option<NodeRef>,
     pub raw: RawRow,
 }
 
 /// An asset's fields by their canonical names (CSV headers, TOML keys, export columns).
-pub const ASSET_FIELDS: [&str; 13] = [
+pub const ASSET_FIELDS: [&str; 14] = [
     "id",
     "station",
     "kind",
@@ -118,6 +121,7 @@ pub const ASSET_FIELDS: [&str; 13] = [
     "installed_on",
     "parent",
     "drives",
+    "opcua_node",
 ];
 /// A sensor's fields likewise.
 pub const SENSOR_FIELDS: [&str; 20] = [
@@ -192,6 +196,7 @@ pub const ALARM_POINT_FIELDS: [&str; 15] = [
 /// what the alarm means and what the operator does about it.
 #[derive(Debug, Clone)]
 pub struct AlarmPointRow {
+    /// Empty when the sheet names only the tag: the import takes the tag's asset.
     pub asset: String,
     /// The alarm code as alarms carry it (`PRESS-SUC-LO`), compared in any case.
     pub code: String,
@@ -308,6 +313,7 @@ pub fn asset_row(raw: RawRow) -> Result<AssetRow, Vec<Problem>> {
         }),
     };
     let rated_power_kw = raw.number("rated_power_kw", &mut problems);
+    let opcua_node = opcua_node(&raw, &mut problems);
     let row = AssetRow {
         id: id.unwrap_or_else(|| AssetId::parse("invalid").expect("a valid id")),
         station,
@@ -322,9 +328,16 @@ pub fn asset_row(raw: RawRow) -> Result<AssetRow, Vec<Problem>> {
         installed_on: raw.text("installed_on").unwrap_or_default(),
         parent: raw.text("parent"),
         drives: raw.text("drives"),
+        opcua_node,
         raw,
     };
     if problems.is_empty() { Ok(row) } else { Err(problems) }
+}
+
+/// A row's OPC UA node, by namespace URI, when it names one.
+fn opcua_node(raw: &RawRow, problems: &mut Vec<Problem>) -> Option<NodeRef> {
+    raw.text("opcua_node")
+        .and_then(|n| NodeRef::parse(&n).map_err(|e| problems.push(raw.problem("opcua_node", e))).ok())
 }
 
 pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
@@ -380,9 +393,7 @@ pub fn sensor_row(raw: RawRow) -> Result<SensorRow, Vec<Problem>> {
             }
         }
     }
-    let opcua_node = raw
-        .text("opcua_node")
-        .and_then(|n| NodeRef::parse(&n).map_err(|e| problems.push(raw.problem("opcua_node", e))).ok());
+    let opcua_node = opcua_node(&raw, &mut problems);
     let row = SensorRow {
         id: id.unwrap_or_else(|| SensorId::parse("invalid").expect("a valid id")),
         asset,
@@ -473,7 +484,12 @@ impl RawRow {
 
 pub fn alarm_point_row(raw: RawRow) -> Result<AlarmPointRow, Vec<Problem>> {
     let mut problems = Vec::new();
-    let asset = raw.required("asset", "the asset the alarm is on", &mut problems);
+    // Sheets exported from alarm databases name the tag and the alarm, not the
+    // equipment: with a tag, the asset may be left to the tag's (resolved at import).
+    let asset = match raw.text("sensor") {
+        Some(_) => raw.text("asset").unwrap_or_default(),
+        None => raw.required("asset", "the asset the alarm is on (or its tag, whose asset it then is)", &mut problems),
+    };
     let code = raw.required("code", "the alarm code (as alarms carry it, e.g. PRESS-SUC-LO)", &mut problems);
     if code.chars().count() > 64 || code.chars().any(char::is_control) {
         problems.push(raw.problem("code", "an alarm code is at most 64 characters, with no control characters"));

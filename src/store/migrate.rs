@@ -502,6 +502,11 @@ const MIGRATIONS: &[&str] = &[
          at             INTEGER NOT NULL,
          result         TEXT NOT NULL
      ) STRICT;",
+    // 29: an asset's OPC UA object, by namespace URI: a condition whose SourceNode is
+    // the equipment object (Kepware, Ignition, asyncua report limit alarms so) lands on
+    // the asset whose object it is.
+    "ALTER TABLE assets ADD COLUMN opcua_node TEXT;
+     CREATE INDEX assets_opcua_node ON assets (opcua_node) WHERE opcua_node IS NOT NULL;",
 ];
 
 /// The schema version this build writes.

@@ -164,6 +164,13 @@ impl Plant {
         Plant { dir, store, docs: DocIndex::new() }
     }
 
+    /// A twin with nothing in it yet (a site's first start).
+    pub fn empty() -> Plant {
+        let dir = TempDir::new().unwrap();
+        let store = Store::open(&dir.path().join("twinops.db")).unwrap();
+        Plant { dir, store, docs: DocIndex::new() }
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.store.path().to_path_buf()
     }
