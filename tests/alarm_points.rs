@@ -337,6 +337,14 @@ fn replay_compares_the_current_and_proposed_settings_over_stored_readings() {
     assert!(ok && text.contains("Replay of VT-10010 high (VIBRATION-HI on RWP-101A): 4600 readings"), "{text}");
     let (ok, _, err) = replay(&["VT-10010:hh", "--deadband=-1"]);
     assert!(!ok && err.contains("the deadband 0 or more"), "{err}");
+    // Written with a space, as people do: a value for the same check, not an option `-0`.
+    let (ok, _, err) = replay(&["VT-10010:hh", "--deadband", "-0.5"]);
+    assert!(!ok && err.contains("the deadband 0 or more (got 7.1 and -0.5)"), "{err}");
+    // A window with no readings says so, and no time in alarm is 0, not -0.
+    let (ok, text, _) = replay(&["VT-10021:h", "--set-point", "4.3"]);
+    assert!(ok && text.contains("(VIBRATION-HI on RWP-101B): no readings in the window"), "{text}");
+    let empty = json(&["VT-10021:h"]);
+    assert_eq!(empty["current"]["active_s"].to_string(), "0.0", "{empty}");
     let (ok, _, err) = replay(&["VT-10010:lo"]);
     assert!(!ok && err.contains("VT-10010 has no low set point"), "{err}");
     let (ok, _, err) = replay(&["VT-10010"]);

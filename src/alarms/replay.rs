@@ -137,7 +137,8 @@ pub fn compare(
     let outcome = |settings, spans: Vec<(i64, Option<i64>)>| Outcome {
         settings,
         activations: spans.len(),
-        active_s: spans.iter().map(|(a, b)| (b.unwrap_or(end) - a) as f64 / 1000.0).sum(),
+        // A fold from +0: an empty f64 sum is -0, which JSON shows as `-0.0`.
+        active_s: spans.iter().map(|(a, b)| (b.unwrap_or(end) - a) as f64 / 1000.0).fold(0.0, |t, s| t + s),
         spans,
     };
     let [c, p] = spans;
@@ -316,16 +317,15 @@ impl Comparison {
     pub fn render(&self, t: &Target) -> String {
         let unit = if t.unit.is_empty() { String::new() } else { format!(" {}", t.unit) };
         let span = match (self.from, self.to) {
-            (Some(a), Some(b)) => format!("from {} to {}", a.to_rfc3339(), b.to_rfc3339()),
-            _ => "none in the window".into(),
+            (Some(a), Some(b)) => format!("{} readings from {} to {}", self.readings, a.to_rfc3339(), b.to_rfc3339()),
+            _ => "no readings in the window (a longer --days, or a sensor with history)".into(),
         };
         let mut out = format!(
-            "Replay of {} {} ({} on {}): {} readings {span}\n\n{:<10} {:>12} {:>10} {:>9} {:>10} {:>12} {:>14}\n",
+            "Replay of {} {} ({} on {}): {span}\n\n{:<10} {:>12} {:>10} {:>9} {:>10} {:>12} {:>14}\n",
             t.sensor_id,
             t.level.word(),
             t.code,
             t.asset_id,
-            self.readings,
             "",
             "set point",
             "deadband",

@@ -103,6 +103,8 @@ pub(super) enum AlarmsCommand {
     /// current settings and with proposed ones, and compare the activations each would
     /// have raised, episode by episode.
     #[command(
+        // `--deadband -0.5` is a value for the product's own check, not an option `-0`.
+        allow_negative_numbers = true,
         after_help = "The point is SENSOR:LEVEL (levels ll, l, h, hh) or SENSOR:CODE. Settings not given stay as they are.\n\nExamples:\n  twinops alarms replay PUMP-007.VIB-DE:h --deadband 0.5 --on-delay 10\n  twinops alarms replay PUMP-004.PRESS-SUC:PRESS-SUC-LO --set-point 0.45 --days 7 --format json"
     )]
     Replay {
