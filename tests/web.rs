@@ -167,6 +167,12 @@ async fn roles_decide_who_may_do_what() {
     let supervisor = hmi.session("supervisor.ruiz").await;
     let r = hmi.post(&format!("/api/work_orders/{wo}/approve"), &supervisor, json!({"reason": ""})).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST, "a decision needs a reason");
+    // Longer than openapi.json's maxLength (2000): refused as it says, nothing decided.
+    let long = "x".repeat(2001);
+    let r = hmi.post(&format!("/api/work_orders/{wo}/approve"), &supervisor, json!({ "reason": long })).await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY, "a reason over 2000 characters");
+    let said = r.text().await.unwrap();
+    assert!(said.contains("reason") && said.contains("at most 2000"), "{said}");
     let r =
         hmi.post(&format!("/api/work_orders/{wo}/approve"), &supervisor, json!({"reason": "zone C, change it"})).await;
     assert_eq!(r.status(), StatusCode::OK);

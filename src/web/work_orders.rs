@@ -35,7 +35,25 @@ pub(super) async fn work_orders(State(s): State<S>, Query(q): Query<StatusQuery>
 pub struct ReasonRequest {
     /// E.g. "permit 4471: suction transmitter replaced" (not blank).
     #[schemars(length(min = 1, max = 2000), pattern(r"\S"))]
+    #[serde(deserialize_with = "reason")]
     pub reason: String,
+}
+
+/// The most characters a reason may have, as openapi.json states it.
+const MAX_REASON_CHARS: usize = 2000;
+
+/// A reason no longer than the schema states, checked as it is read: a request that
+/// breaks it is refused (422, naming the field) before anything is decided. A blank
+/// one is the decision's own refusal (400).
+fn reason<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let reason = String::deserialize(d)?;
+    let chars = reason.chars().count();
+    if chars > MAX_REASON_CHARS {
+        return Err(serde::de::Error::custom(format!(
+            "the reason has {chars} characters; at most {MAX_REASON_CHARS}: keep it to what the record needs"
+        )));
+    }
+    Ok(reason)
 }
 
 pub(super) async fn decide(s: S, user: User, id: i64, approve: bool, reason: String) -> Result<Json<Value>, ApiError> {
