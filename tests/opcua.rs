@@ -287,8 +287,14 @@ struct Proxy {
 
 impl Proxy {
     async fn start(to: u16) -> Proxy {
+        Proxy::start_on("127.0.0.1", to).await
+    }
+
+    /// The same, listening on another loopback address (`127.0.0.2`: one the server's
+    /// certificate does not name).
+    async fn start_on(address: &str, to: u16) -> Proxy {
         use tokio::io::AsyncReadExt;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TcpListener::bind((address, 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (cut, cut_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -485,6 +491,23 @@ async fn an_untrusted_certificate_is_refused_until_trusted() {
     );
     let browsed = twinops(&p, &x509, &["opcua", "browse", "--out", out.to_str().unwrap()]);
     assert!(browsed.status.success(), "as an X.509 user: {}", text(&browsed));
+
+    // Reached at an address its certificate does not name: refused for the host name,
+    // before any certificate is kept, and `opcua trust` says so rather than "none yet".
+    let elsewhere = Proxy::start_on("127.0.0.2", port).await;
+    let other_host = config_at(
+        &p,
+        &format!("opc.tcp://127.0.0.2:{}", elsewhere.port),
+        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"\nuser = \"operator\"\npassword = \"secret-pw\"",
+    );
+    let refused = twinops(&p, &other_host, &["opcua", "browse", "--out", out.to_str().unwrap()]);
+    assert!(!refused.status.success() && text(&refused).contains("does not name the host"), "{}", text(&refused));
+    let listed = text(&twinops(&p, &other_host, &["opcua", "trust"]));
+    let last = listed.lines().find(|l| l.starts_with("last refused: ")).unwrap_or_else(|| panic!("{listed}"));
+    assert!(last.contains("opc.tcp://127.0.0.2") && last.contains("does not name the host"), "{last}");
+    // Our own certificate's subject says twinops, not a placeholder's organisation and place.
+    let own = async_opcua::crypto::CertificateStore::read_cert(&p.dir.path().join("opcua-pki/own/cert.der")).unwrap();
+    assert_eq!(own.subject_name(), "CN=twinops");
 
     let wrong = config_with_password(&p, port, "wrong");
     let refused = twinops(&p, &wrong, &["opcua", "browse", "--out", out.to_str().unwrap()]);

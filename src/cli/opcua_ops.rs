@@ -47,11 +47,14 @@ pub(super) fn run(global: &Global, cmd: OpcuaCommand) -> anyhow::Result<ExitCode
                 return Ok(ExitCode::SUCCESS);
             }
             let all = opcua::trust::list(&pki)?;
-            if all.is_empty() {
-                println!(
+            let refusal = opcua::trust::last_refusal(&pki);
+            match (&refusal, all.is_empty()) {
+                (Some(r), _) => println!("last refused: {r}"),
+                (None, true) => println!(
                     "no server certificates in {} yet: twinops keeps one there when it first connects",
                     pki.display()
-                );
+                ),
+                (None, false) => {}
             }
             for c in &all {
                 println!(

@@ -81,8 +81,12 @@ pub async fn session(
             .unwrap_or_default();
         let der = endpoint.server_certificate.value.clone().unwrap_or_default();
         if let Err(status) = server_certificate_names(&der, &host, endpoint.server.application_uri.as_ref()) {
-            anyhow::bail!("{}: {}", cfg.endpoint, explain(status, cfg, &pki));
+            // Refused before async-opcua keeps the certificate: `opcua trust` says why.
+            let why = explain(status, cfg, &pki);
+            super::trust::note_refusal(&pki, &cfg.endpoint, &der, &why);
+            anyhow::bail!("{}: {why}", cfg.endpoint);
         }
+        super::trust::clear_refusal(&pki);
     }
     let (session, events) = client.connect_to_endpoint_directly(endpoint, identity)?;
     Ok(Pending { session, events })
@@ -136,7 +140,33 @@ fn security_mode(text: &str) -> MessageSecurityMode {
     }
 }
 
+/// Our application instance certificate, made on first start: CN twinops, the
+/// application URI and this host's names, and nothing else in the subject
+/// (async-opcua's own would say O=twinops, C=IE, ST=Dublin, which no site is).
+fn own_certificate(cfg: &OpcuaConfig, pki: &Path) -> anyhow::Result<()> {
+    let (cert, key) = (pki.join("own/cert.der"), pki.join("private/private.pem"));
+    if cert.exists() && key.exists() {
+        return Ok(());
+    }
+    let description = async_opcua::types::ApplicationDescription {
+        application_uri: cfg.application_uri.as_str().into(),
+        application_name: async_opcua::types::LocalizedText::new("", "twinops"),
+        ..Default::default()
+    };
+    let data = async_opcua::crypto::X509Data {
+        organization: String::new(),
+        organizational_unit: String::new(),
+        country: String::new(),
+        state: String::new(),
+        ..async_opcua::crypto::X509Data::from((description, None))
+    };
+    async_opcua::crypto::CertificateStore::create_certificate_and_key(&data, false, &cert, &key)
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("making twinops' OPC UA certificate in {}: {e}", pki.display()))
+}
+
 fn client(cfg: &OpcuaConfig, pki: &Path) -> anyhow::Result<Client> {
+    own_certificate(cfg, pki)?;
     // async-opcua's reconnects double from the first wait to the cap without jitter:
     // the first wait drawn from 0.5-1.5 s (and the cap from 90-110%) spreads the
     // clients of a restarted server over their attempts.

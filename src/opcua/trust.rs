@@ -6,6 +6,32 @@ use std::path::{Path, PathBuf};
 
 use async_opcua::crypto::{CertificateStore, X509};
 
+/// Where the last refusal is kept that left no certificate in `rejected/` (the
+/// certificate's names or dates, checked by twinops before async-opcua pins it).
+const LAST_REFUSAL: &str = "last-refusal.txt";
+
+/// Keeps why a connect to `endpoint` was refused for its certificate (`der`), for
+/// `twinops opcua trust`; a later refusal replaces it.
+pub fn note_refusal(pki: &Path, endpoint: &str, der: &[u8], why: &str) {
+    let cert = X509::from_der(der).ok().map(|c| describe(PathBuf::new(), &c, false));
+    let about = cert.map_or_else(String::new, |c| format!(" (certificate {}, {})", c.thumbprint, c.subject));
+    let line =
+        format!("{} {endpoint}{about}: {why}\n", chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    if let Err(e) = std::fs::create_dir_all(pki).and_then(|_| std::fs::write(pki.join(LAST_REFUSAL), line)) {
+        tracing::warn!(stage = "opcua", error = %e, "the refusal could not be kept for `twinops opcua trust`");
+    }
+}
+
+/// The certificate's names and dates passed: the refusal kept, if any, is over.
+pub fn clear_refusal(pki: &Path) {
+    let _ = std::fs::remove_file(pki.join(LAST_REFUSAL));
+}
+
+/// The last refusal kept by [`note_refusal`], if any.
+pub fn last_refusal(pki: &Path) -> Option<String> {
+    std::fs::read_to_string(pki.join(LAST_REFUSAL)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
 /// A server certificate in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Certificate {
