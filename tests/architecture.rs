@@ -77,6 +77,117 @@ fn no_cycle_between_top_level_modules() {
     assert!(cycles.is_empty(), "cycles between top-level modules:\n{}", cycles.join("\n"));
 }
 
+/// The first path segments named after `prefix` in `code` (`super::audit::Audit` and
+/// `super::{audit, checks::Flaw}` name `audit`, and `audit` and `checks`).
+fn named_after(code: &str, prefix: &str) -> BTreeSet<String> {
+    let segment =
+        |s: &str| -> String { s.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices(prefix) {
+        // `super::super::x` is read by its own prefix, not as a name `super`.
+        if i >= 2 && &code[i - 2..i] == "::" {
+            continue;
+        }
+        let rest = &code[i + prefix.len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let (mut depth, mut item) = (0, String::new());
+                for c in group.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            out.insert(segment(&item));
+                            item.clear();
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    item.push(c);
+                }
+                out.insert(segment(&item));
+            }
+            None => {
+                out.insert(segment(rest));
+            }
+        }
+    }
+    out.retain(|n| !n.is_empty());
+    out
+}
+
+/// Within each module of `src/` that is a folder, the files (and subfolders) it holds
+/// and the siblings each names: `super::x` from a file of the folder, `super::super::x`
+/// from a file of a subfolder, `crate::module::x` from either. `mod.rs` is the module
+/// itself, not a sibling.
+fn sibling_dependencies() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut modules = BTreeMap::new();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let module = dir.file_name().unwrap().to_string_lossy().to_string();
+        let units: BTreeSet<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir() || p.extension().is_some_and(|e| e == "rs"))
+            .map(|p| p.file_stem().unwrap().to_string_lossy().to_string())
+            .filter(|u| u != "mod")
+            .collect();
+        let mut deps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for unit in &units {
+            let (path, mut files) = (dir.join(unit), Vec::new());
+            collect(&path, &mut files);
+            if path.with_extension("rs").exists() {
+                collect(&path.with_extension("rs"), &mut files);
+            }
+            let named = deps.entry(unit.clone()).or_default();
+            for file in files {
+                let text = std::fs::read_to_string(&file).unwrap();
+                let code: String = text
+                    .split("#[cfg(test)]")
+                    .next()
+                    .unwrap_or("")
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("//"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let depth = file.strip_prefix(&dir).unwrap().components().count();
+                // How a file at this depth names its module's items.
+                let up = match (depth, file.file_name().unwrap() == "mod.rs") {
+                    (1, _) | (2, true) => "super::",
+                    (2, false) | (3, true) => "super::super::",
+                    _ => "super::super::super::",
+                };
+                let mut found = named_after(&code, up);
+                found.extend(named_after(&code, &format!("crate::{module}::")));
+                named.extend(found.into_iter().filter(|n| n != unit && units.contains(n)));
+            }
+        }
+        modules.insert(module, deps);
+    }
+    modules
+}
+
+/// Inside each module the files form a tree: no file names a sibling that names it back,
+/// however long the way round (types both need live in a file below both).
+#[test]
+fn no_cycle_between_the_files_of_a_module() {
+    let modules = sibling_dependencies();
+    assert!(modules["agent"]["run"].contains("audit"), "the scan finds uses: {:?}", modules["agent"]);
+    assert!(modules["alarms"]["kpi"].contains("activity"), "and grouped ones: {:?}", modules["alarms"]);
+    let cycles: Vec<String> = modules
+        .iter()
+        .flat_map(|(module, deps)| {
+            deps.keys().filter_map(|f| cycle_through(f, deps)).map(move |c| format!("{module}: {}", c.join(" -> ")))
+        })
+        .collect();
+    assert!(cycles.is_empty(), "cycles between the files of a module:\n{}", cycles.join("\n"));
+}
+
 /// The lower layers stay below: `support` and `metrics` name no other module, `domain`
 /// only `support`, `store` only those three.
 #[test]

@@ -223,7 +223,7 @@ pub fn render_run(store: &Store, run_id: i64) -> anyhow::Result<String> {
     let flags: Vec<String> = serde_json::from_str(&flags).unwrap_or_default();
     if !flags.is_empty() {
         out.push_str(&format!("flags: {}\n", flags.join(", ")));
-        for reason in flags.iter().filter_map(|f| super::checks::set_aside_reason(f)) {
+        for reason in flags.iter().filter_map(|f| super::note::set_aside_reason(f)) {
             out.push_str(&format!("set aside: {reason}\n"));
         }
     }

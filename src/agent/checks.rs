@@ -16,9 +16,8 @@ use super::guard::{
     StateClaim, citations, claims_approval, claims_own_action, is_placeholder, state_claim, ungrounded_numbers,
     ungrounded_times,
 };
-use super::model::{Message, ToolCall};
+use super::model::{Message, TaskFacts, ToolCall};
 use super::note::{TriageNote, Urgency};
-use super::run::Task;
 use crate::domain::Severity;
 use crate::store::Store;
 
@@ -51,38 +50,17 @@ impl Flaw {
     }
 }
 
-/// Every flaw a triage note can be set aside for, with what it means to an operator
-/// (`runs show`, the HMI's note header, the metric's `flaw` label).
-pub const FLAWS: &[(&str, &str)] = &[
-    ("invalid_note", "the answer was not a valid triage note"),
-    ("truncated", "the answer was cut off at the output limit"),
-    ("ungrounded", "figures, dates, times or citations appear in no tool result"),
-    ("no_observation", "no tool read the alarm's asset or sensor in this run"),
-    ("unnamed_alarm", "the summary does not name the alarm's asset and code"),
-    ("unsourced_evidence", "an evidence source is neither a tool that ran nor a document that exists"),
-    ("placeholder", "causes or actions are placeholders, not sentences"),
-    ("urgency_mismatch", "the urgency does not fit the alarm's priority and state, and the note does not say why"),
-    ("wrong_state", "the note misstates the alarm's state"),
-    ("claims_approval", "the note speaks of an approval only a supervisor can give"),
-    ("claims_action", "the answer claims an action the agent cannot take"),
-];
-
-/// What a `set_aside:<flaw>` flag means, in words, or None for another flag.
-pub fn set_aside_reason(flag: &str) -> Option<String> {
-    let flaw = flag.strip_prefix("set_aside:")?;
-    let meaning = FLAWS.iter().find(|(f, _)| *f == flaw).map(|(_, m)| m.to_string()).unwrap_or_else(|| {
-        match flaw.strip_prefix("budget:") {
-            Some(what) => format!("the run's {what} budget ran out before a valid note"),
-            None => flaw.replace('_', " "),
-        }
-    });
-    Some(format!("the model's note was set aside for the rules model's: {meaning}"))
-}
-
-/// A final answer under review: the run's task and conversation so far.
+/// A final answer under review: what the run's task asks (its profile's contract, its
+/// first turn and facts) and its conversation so far. The task's parts, not the task
+/// itself, so that the checks sit below the loop that runs them.
 pub(super) struct Review<'a> {
     pub store: &'a Store,
-    pub task: &'a Task,
+    /// The answer must be a triage note (the triage profile).
+    pub structured_note: bool,
+    /// The shift handover, which states no alarm of its own.
+    pub handover: bool,
+    pub user_message: &'a str,
+    pub facts: &'a TaskFacts,
     pub messages: &'a [Message],
 }
 
@@ -91,7 +69,7 @@ impl Review<'_> {
     /// observations; every number, date and time is observed; every citation resolves.
     pub fn flaws(&self, text: &str) -> Vec<Flaw> {
         let mut flaws = Vec::new();
-        if self.task.profile.structured_note {
+        if self.structured_note {
             match TriageNote::parse(text) {
                 Err(e) => {
                     return vec![Flaw::new(
@@ -156,7 +134,7 @@ impl Review<'_> {
     /// In a shift handover, the ids it names (PUMP-007, VIB-HI) that no observation
     /// holds: a handover's claims about alarms must be the tools', as a note's are.
     fn unobserved_ids(&self, text: &str, observed: &[&str]) -> Vec<String> {
-        if self.task.profile.name != "handover" {
+        if !self.handover {
             return Vec::new();
         }
         let mut out: Vec<String> = Vec::new();
@@ -191,7 +169,7 @@ impl Review<'_> {
                 Message::Tool { content, .. } => Some(content.as_str()),
                 _ => None,
             })
-            .chain(std::iter::once(self.task.user_message.as_str()))
+            .chain(std::iter::once(self.user_message))
             .chain(arguments.iter().map(String::as_str))
             .collect()
     }
@@ -212,7 +190,7 @@ impl Review<'_> {
 
     /// What a triage note must have beyond its schema.
     fn note_flaws(&self, note: &TriageNote) -> Vec<Flaw> {
-        let facts = &self.task.facts;
+        let facts = &self.facts;
         let asset = facts.asset_id.as_deref().unwrap_or_default();
         let sensor = facts.sensor_id.as_deref();
         let code = facts.code.as_deref().unwrap_or_default();
@@ -283,7 +261,7 @@ impl Review<'_> {
 
     /// Whether a summary names the alarm's asset, and its code or sensor.
     fn names_alarm(&self, summary: &str) -> bool {
-        let facts = &self.task.facts;
+        let facts = &self.facts;
         let s = summary.to_lowercase();
         let has = |x: &str| !x.is_empty() && s.contains(&x.to_lowercase());
         let asset = facts.asset_id.as_deref().is_none_or(has);
@@ -310,7 +288,7 @@ impl Review<'_> {
     /// critical alarm is not "soon" or "monitor", an active medium one not "monitor", a
     /// low one not "immediate", a cleared one not "immediate", unless the note says why.
     fn urgency_flaw(&self, note: &TriageNote) -> Option<Flaw> {
-        let alarm = self.task.facts.alarm_id?;
+        let alarm = self.facts.alarm_id?;
         let db = self.store.read().ok()?;
         let (severity, active): (String, bool) = db
             .query_row("SELECT severity, cleared_at IS NULL FROM alarms WHERE id = ?1", [alarm], |r| {
@@ -354,7 +332,7 @@ impl Review<'_> {
                 WITHHELD.into(),
             ));
         }
-        let (true, Some(alarm)) = (self.task.profile.structured_note, self.task.facts.alarm_id) else {
+        let (true, Some(alarm)) = (self.structured_note, self.facts.alarm_id) else {
             return flaws;
         };
         let active: Option<bool> = self.store.read().ok().and_then(|db| {

@@ -1,4 +1,6 @@
-//! The triage note: the structured object a triage run must end with.
+//! The triage note: the structured object a triage run must end with, and the flaws
+//! a model's note can be set aside for (named here, below the checks that find them and
+//! the audit trail that reports them).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -72,6 +74,34 @@ impl TriageNote {
         }
         Ok(note)
     }
+}
+
+/// Every flaw a triage note can be set aside for, with what it means to an operator
+/// (`runs show`, the HMI's note header, the metric's `flaw` label).
+pub const FLAWS: &[(&str, &str)] = &[
+    ("invalid_note", "the answer was not a valid triage note"),
+    ("truncated", "the answer was cut off at the output limit"),
+    ("ungrounded", "figures, dates, times or citations appear in no tool result"),
+    ("no_observation", "no tool read the alarm's asset or sensor in this run"),
+    ("unnamed_alarm", "the summary does not name the alarm's asset and code"),
+    ("unsourced_evidence", "an evidence source is neither a tool that ran nor a document that exists"),
+    ("placeholder", "causes or actions are placeholders, not sentences"),
+    ("urgency_mismatch", "the urgency does not fit the alarm's priority and state, and the note does not say why"),
+    ("wrong_state", "the note misstates the alarm's state"),
+    ("claims_approval", "the note speaks of an approval only a supervisor can give"),
+    ("claims_action", "the answer claims an action the agent cannot take"),
+];
+
+/// What a `set_aside:<flaw>` flag means, in words, or None for another flag.
+pub fn set_aside_reason(flag: &str) -> Option<String> {
+    let flaw = flag.strip_prefix("set_aside:")?;
+    let meaning = FLAWS.iter().find(|(f, _)| *f == flaw).map(|(_, m)| m.to_string()).unwrap_or_else(|| {
+        match flaw.strip_prefix("budget:") {
+            Some(what) => format!("the run's {what} budget ran out before a valid note"),
+            None => flaw.replace('_', " "),
+        }
+    });
+    Some(format!("the model's note was set aside for the rules model's: {meaning}"))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::kpi::{KpiSettings, Point};
+use super::definitions::{KpiSettings, Point};
 use crate::domain::Severity;
 
 pub const PERIOD_MS: i64 = 600_000;

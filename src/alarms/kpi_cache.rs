@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::activity::{self, Activity, Counts, HOUR_MS, PERIOD_MS, PeriodCounts, PointSums};
-use super::kpi::{KpiSettings, MAX_WINDOW_DAYS, Point};
+use super::definitions::{KpiSettings, MAX_WINDOW_DAYS, Point};
 use crate::domain::Timestamp;
 use crate::store::{StoreError, Writer};
 

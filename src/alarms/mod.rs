@@ -6,6 +6,7 @@
 //! transaction as the change.
 
 pub mod activity;
+pub mod definitions;
 pub mod journal;
 pub mod kpi;
 pub mod kpi_cache;

@@ -124,7 +124,7 @@ pub(super) async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Jso
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|f| crate::agent::checks::set_aside_reason(f.as_str()?))
+        .filter_map(|f| crate::agent::note::set_aside_reason(f.as_str()?))
         .collect();
     if let Some(note) = record.get_mut("note").filter(|n| n.is_object()) {
         note["set_aside"] = json!(reasons.first());

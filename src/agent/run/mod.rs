@@ -511,7 +511,14 @@ impl<'a> RunState<'a> {
             tracing::warn!(stage = "agent", run = self.run_id, provider = ?self.provider,
                 "the model wrote a triage note without calling a tool; with llama.cpp, run llama-server with --jinja and a tool-capable chat template");
         }
-        let review = Review { store: &self.agent.store, task: self.task, messages: &self.request.messages };
+        let review = Review {
+            store: &self.agent.store,
+            structured_note: self.task.profile.structured_note,
+            handover: self.task.profile.name == "handover",
+            user_message: &self.task.user_message,
+            facts: &self.task.facts,
+            messages: &self.request.messages,
+        };
         let mut flaws = review.flaws(&text);
         if cut {
             flaws.insert(0, Flaw::cut(self.agent.limits.max_output_tokens));
