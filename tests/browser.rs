@@ -331,6 +331,65 @@ async fn the_hmi_in_a_real_browser() {
     ));
     assert_eq!(journal, "out_of_service: permit 4471: vibration probe replaced | returned_to_service: ");
 
+    // Shelving the other alarm: a refused request says why in the alarm's panel, naming
+    // the field, and keeps what was typed; a live update while the operator types the
+    // reason leaves the text, the focus and the caret where they were.
+    let flow = "#alarm-rows tr[data-key=\"PUMP-001|PUMP-001.FLOW|FLOW-LO\"]";
+    b.click(flow).await;
+    b.until("the shelving inputs", "document.querySelector('#shelve-reason')").await;
+    b.clear("#shelve-minutes").await;
+    b.type_into("#shelve-minutes", "0.5").await;
+    b.type_into("#shelve-reason", "permit 4480").await;
+    b.click("#shelve").await;
+    let said =
+        b.until("the refusal in the panel", "document.querySelector('#alarm-detail .action-error')?.textContent").await;
+    let said = said.as_str().unwrap();
+    assert!(said.contains("Minutes") && said.contains("1 to 1440"), "{said}");
+    let invalid = b.js("return document.querySelector('#shelve-minutes').getAttribute('aria-invalid');").await;
+    assert_eq!(invalid, "true", "the field is marked");
+    assert_eq!(b.js("return document.querySelector('#shelve-reason').value;").await, "permit 4480");
+    b.clear("#shelve-minutes").await;
+    b.type_into("#shelve-minutes", "1.5").await;
+    b.type_into("#shelve-reason", ": flow").await;
+    let third = json!({"type": "alarm", "event_id": "browser-3", "asset_id": "PUMP-002", "sensor_id": "PUMP-002.FLOW",
+                       "code": "FLOW-LO", "severity": "low", "state": "raised", "value": 141.0, "threshold": 150.0,
+                       "time": Timestamp::now().to_rfc3339(), "message": "Pump 2 flow low"});
+    twinops::publish::publish_all(
+        &daemon.mqtt_url,
+        "browser-pub3",
+        "scada/alarms",
+        vec![third.to_string().into_bytes()],
+    )
+    .await
+    .unwrap();
+    b.until(
+        "the third alarm in the list",
+        "document.querySelector('#alarm-rows tr[data-key=\"PUMP-002|PUMP-002.FLOW|FLOW-LO\"]')",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let kept = b
+        .js("const r = document.querySelector('#shelve-reason'); \
+             return [r.value, document.activeElement === r, r.selectionStart];")
+        .await;
+    assert_eq!(kept, json!(["permit 4480: flow", true, 17]), "text, focus and caret survive the live update");
+    // Keys sent to whatever has the focus land in the reason.
+    b.post(
+        "/actions",
+        json!({"actions": [{"type": "key", "id": "kb", "actions": [
+            {"type": "keyDown", "value": " "}, {"type": "keyUp", "value": " "},
+            {"type": "keyDown", "value": "1"}, {"type": "keyUp", "value": "1"}]}]}),
+    )
+    .await;
+    assert_eq!(b.js("return document.querySelector('#shelve-reason').value;").await, "permit 4480: flow 1");
+    b.click("#shelve").await;
+    b.until("the unshelve button", "document.querySelector('#unshelve')").await;
+    assert_eq!(b.js("return document.querySelector('#alarm-detail .action-error');").await, Value::Null);
+    let shelved = "SELECT count(*) FROM alarms a JOIN alarm_events e ON e.alarm_id = a.id \
+                   WHERE a.event_id = 'browser-2' AND a.state = 'shelved' AND e.kind = 'shelved' \
+                   AND e.detail LIKE '%permit 4480: flow 1%' AND a.shelved_until - e.at = 90";
+    assert_eq!(p.count(shelved), 1, "shelved for 1.5 minutes, with the reason as typed");
+
     // A point that went in and out of alarm many times: its returned occurrences are
     // acknowledged together, from one of them.
     let returned = "SELECT count(*) FROM alarms WHERE asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO' AND state = 'rtn_unacknowledged'";
@@ -406,7 +465,31 @@ async fn the_hmi_in_a_real_browser() {
     b.click("button[data-tab=approvals]").await;
     b.until("the pending work order", "document.querySelector('#approval-list .card .approve')").await;
     b.screenshot(&shots.join("approvals.png")).await;
-    b.type_into("#approval-list .card .reason", "zone C: change the bearing this week").await;
+    b.type_into("#approval-list .card .reason", "zone C: change the bearing").await;
+    // A live update while the reason is typed takes nothing away, focus included.
+    let fourth = json!({"type": "alarm", "event_id": "browser-4", "asset_id": "PUMP-003", "sensor_id": "PUMP-003.FLOW",
+                        "code": "FLOW-LO", "severity": "low", "state": "raised", "value": 139.0, "threshold": 150.0,
+                        "time": Timestamp::now().to_rfc3339(), "message": "Pump 3 flow low"});
+    twinops::publish::publish_all(
+        &daemon.mqtt_url,
+        "browser-pub4",
+        "scada/alarms",
+        vec![fourth.to_string().into_bytes()],
+    )
+    .await
+    .unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(20), || p
+            .count("SELECT count(*) FROM alarms WHERE event_id = 'browser-4'")
+            == 1)
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let kept = b
+        .js("const r = document.querySelector('#approval-list .card .reason'); return [r.value, document.activeElement === r];")
+        .await;
+    assert_eq!(kept, json!(["zone C: change the bearing", true]), "the approval's reason survives the live update");
+    b.type_into("#approval-list .card .reason", " this week").await;
     b.click("#approval-list .card .approve").await;
     let asked =
         b.until("the confirmation", "document.querySelector('#approval-list .card .confirm')?.textContent").await;

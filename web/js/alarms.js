@@ -1,7 +1,7 @@
 // The Alarms tab: the summary by point, and the open alarm with its note and actions.
 
 import { advisory, source } from './advisory.js';
-import { $, ago, api, can, h, inline, markdown, showError, state, time } from './core.js';
+import { $, ago, api, can, h, inline, markdown, patchChildren, refuse, state, time, typing } from './core.js';
 
 export async function loadAlarms() {
   const [{ points, active }, { alarms: suppressed }] = await Promise.all([
@@ -112,8 +112,8 @@ export function openPoint(key) {
 }
 
 // The open alarm, updated in place by live events: the parts are rebuilt, but not the
-// actions while the operator is typing in them (a half-written reason survives), nor
-// the note while its trace is open.
+// actions while the operator is typing in them (a half-written reason survives, with
+// its focus and caret: kept parts are not moved), nor the note while its trace is open.
 export async function openAlarm(id, quiet) {
   const again = quiet && state.alarm === id;
   state.alarm = id;
@@ -134,8 +134,6 @@ export async function openAlarm(id, quiet) {
   const panel = $('#alarm-detail');
   panel.hidden = false;
   const part = (cls) => panel.querySelector(`:scope > .${cls}`);
-  const typing = (el) =>
-    el && [...el.querySelectorAll('input')].some((i) => i === document.activeElement || (i.type === 'text' && i.value));
   const actionsSig = `${id}|${a.state}|${returned}`;
   const oldActions = part('actions');
   const actions =
@@ -153,7 +151,7 @@ export async function openAlarm(id, quiet) {
           { class: 'note-part', 'data-sig': noteSig },
           note ? noteView(note) : h('p', { class: 'quiet' }, 'Triage note pending.'),
         );
-  panel.replaceChildren(
+  patchChildren(panel, [
     h(
       'h2',
       {},
@@ -211,7 +209,7 @@ export async function openAlarm(id, quiet) {
       {},
       journal.map((j) => h('li', {}, `${time(j.at)} ${j.kind} by ${j.actor}${j.detail ? `: ${j.detail}` : ''}`)),
     ),
-  );
+  ]);
   if (!quiet) panel.scrollTop = 0;
 }
 
@@ -271,7 +269,7 @@ export function alarmActions(a, returned) {
       actions.append(
         h(
           'button',
-          { id: 'ack', onclick: () => act(() => api(`/api/alarms/${id}/ack`, { method: 'POST' })) },
+          { id: 'ack', onclick: () => act(actions, () => api(`/api/alarms/${id}/ack`, { method: 'POST' })) },
           'Acknowledge',
         ),
       );
@@ -281,14 +279,48 @@ export function alarmActions(a, returned) {
       actions.append(
         h(
           'button',
-          { id: 'ack-returned', onclick: () => act(() => api(`/api/alarms/${id}/ack-returned`, { method: 'POST' })) },
+          {
+            id: 'ack-returned',
+            onclick: () => act(actions, () => api(`/api/alarms/${id}/ack-returned`, { method: 'POST' })),
+          },
           `Acknowledge all ${returned} returned to normal on ${a.asset_id} ${a.code}`,
         ),
       );
     }
     if (['unacknowledged', 'acknowledged'].includes(a.state)) {
-      const minutes = h('input', { type: 'number', min: 1, max: 1440, value: 60, 'aria-label': 'minutes' });
-      const reason = h('input', { type: 'text', placeholder: 'reason (e.g. permit number)', 'aria-label': 'reason' });
+      const minutes = h('input', {
+        id: 'shelve-minutes',
+        type: 'number',
+        min: 1,
+        max: 1440,
+        step: 'any',
+        value: 60,
+        'aria-label': 'minutes',
+      });
+      const reason = h('input', {
+        id: 'shelve-reason',
+        type: 'text',
+        placeholder: 'reason (e.g. permit number)',
+        'aria-label': 'reason',
+      });
+      const shelve = () => {
+        const m = Number(minutes.value);
+        if (minutes.value.trim() === '' || !(m >= 1 && m <= 1440)) {
+          return refuse(
+            actions,
+            `Minutes: shelve for 1 to 1440 minutes (24 hours), not ${minutes.value.trim() || 'nothing'}; 1.5 is 90 seconds.`,
+            minutes,
+          );
+        }
+        if (!reason.value.trim()) {
+          return refuse(
+            actions,
+            'Reason: say why the alarm is shelved (it goes in the journal), e.g. a permit number.',
+            reason,
+          );
+        }
+        act(actions, () => api(`/api/alarms/${id}/shelve`, { json: { minutes: m, reason: reason.value } }));
+      };
       actions.append(
         h(
           'span',
@@ -297,16 +329,7 @@ export function alarmActions(a, returned) {
           minutes,
           ' min ',
           reason,
-          h(
-            'button',
-            {
-              onclick: () =>
-                act(() =>
-                  api(`/api/alarms/${id}/shelve`, { json: { minutes: Number(minutes.value), reason: reason.value } }),
-                ),
-            },
-            'Shelve',
-          ),
+          h('button', { id: 'shelve', onclick: shelve }, 'Shelve'),
         ),
       );
     }
@@ -314,7 +337,7 @@ export function alarmActions(a, returned) {
       actions.append(
         h(
           'button',
-          { id: 'unshelve', onclick: () => act(() => api(`/api/alarms/${id}/unshelve`, { method: 'POST' })) },
+          { id: 'unshelve', onclick: () => act(actions, () => api(`/api/alarms/${id}/unshelve`, { method: 'POST' })) },
           'Unshelve',
         ),
       );
@@ -325,7 +348,10 @@ export function alarmActions(a, returned) {
       actions.append(
         h(
           'button',
-          { id: 'in-service', onclick: () => act(() => api(`/api/alarms/${id}/in-service`, { method: 'POST' })) },
+          {
+            id: 'in-service',
+            onclick: () => act(actions, () => api(`/api/alarms/${id}/in-service`, { method: 'POST' })),
+          },
           'Return to service',
         ),
       );
@@ -346,7 +372,10 @@ export function alarmActions(a, returned) {
             'button',
             {
               id: 'out-of-service',
-              onclick: () => act(() => api(`/api/alarms/${id}/out-of-service`, { json: { reason: why.value } })),
+              onclick: () =>
+                why.value.trim()
+                  ? act(actions, () => api(`/api/alarms/${id}/out-of-service`, { json: { reason: why.value } }))
+                  : refuse(actions, 'Reason: say why the point is taken out of service, e.g. a permit number.', why),
             },
             'Take out of service',
           ),
@@ -357,13 +386,15 @@ export function alarmActions(a, returned) {
   return actions;
 }
 
-export async function act(fn) {
+// Runs an action of the open alarm's; a refusal is said under its fields (`actions`),
+// which keep what was typed.
+export async function act(actions, fn) {
   try {
     await fn();
     // Done: the actions are rebuilt for the alarm's new state, inputs and all.
-    $('#alarm-detail > .actions')?.remove();
+    actions.remove();
   } catch (e) {
-    showError(e.message);
+    refuse(actions, `Not done: ${e.message}`);
   }
   loadAlarms();
 }

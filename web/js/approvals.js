@@ -2,18 +2,32 @@
 // supervisor.
 
 import { showTrace, source } from './advisory.js';
-import { $, ago, api, can, confirmIn, h, showError } from './core.js';
+import { $, ago, api, can, confirmIn, h, patchChildren, refuse, typing } from './core.js';
 
 export async function loadApprovals(countOnly) {
   const [{ work_orders }, { alarm_changes }] = await Promise.all([api('/api/work_orders'), api('/api/alarm-changes')]);
   const waiting = (x) => x.status === 'pending_approval';
-  const pending = [...work_orders.filter(waiting).map(card), ...alarm_changes.filter(waiting).map(changeCard)];
-  $('#pending-count').textContent = pending.length ? `(${pending.length})` : '';
+  const count = work_orders.filter(waiting).length + alarm_changes.filter(waiting).length;
+  $('#pending-count').textContent = count ? `(${count})` : '';
   if (countOnly) return;
   $('#approvals-readonly').hidden = can('supervisor');
-  $('#approval-list').replaceChildren(
-    ...(pending.length ? pending : [h('p', { class: 'quiet' }, 'Nothing waits for approval.')]),
-  );
+  // A pending card is kept as it is while it is unchanged, or while a reason is being
+  // typed into it (with its focus and caret): a live update takes nothing typed away.
+  const list = $('#approval-list');
+  const shown = new Map([...list.querySelectorAll(':scope > .card')].map((c) => [c.dataset.key, c]));
+  const keyed = (key, x, make) => {
+    const old = shown.get(key);
+    const sig = JSON.stringify(x);
+    if (old && (old.dataset.sig === sig || typing(old))) return old;
+    const c = make(x);
+    Object.assign(c.dataset, { key, sig });
+    return c;
+  };
+  const pending = [
+    ...work_orders.filter(waiting).map((w) => keyed(`w${w.id}`, w, card)),
+    ...alarm_changes.filter(waiting).map((x) => keyed(`c${x.id}`, x, changeCard)),
+  ];
+  patchChildren(list, pending.length ? pending : [h('p', { class: 'quiet' }, 'Nothing waits for approval.')]);
   $('#decided-list').replaceChildren(
     ...work_orders
       .filter((w) => !waiting(w))
@@ -38,14 +52,17 @@ function decisionRow(path, what, onApprove, onReject) {
   const decide = (verb) => async () => {
     try {
       await api(`${path}/${verb}`, { json: { reason: reason.value } });
+      reason.value = '';
     } catch (e) {
-      showError(e.message);
+      refuse(row, `Not done: ${e.message}`);
     }
     loadApprovals();
   };
   const row = h('div', {}, reason, ' ');
   const ask = (verb, then) => () =>
-    confirmIn(row, `${verb === 'approve' ? 'Approve' : 'Reject'} ${what}? ${then}`, `Yes, ${verb}`, decide(verb));
+    reason.value.trim()
+      ? confirmIn(row, `${verb === 'approve' ? 'Approve' : 'Reject'} ${what}? ${then}`, `Yes, ${verb}`, decide(verb))
+      : refuse(row, 'Reason: say why, for the record (e.g. "zone C: change the bearing this week").', reason);
   row.append(
     h('button', { class: 'approve', onclick: ask('approve', onApprove) }, 'Approve'),
     ' ',

@@ -41,6 +41,39 @@ export async function api(path, opts = {}) {
   return body;
 }
 
+// Whether someone is at work in `el`: one of its fields has the focus, or holds text
+// typed and not yet sent. A live update leaves such a part as it is.
+export const typing = (el) =>
+  !!el &&
+  [...el.querySelectorAll('input, textarea')].some(
+    (i) => i === document.activeElement || ((i.type === 'text' || i.tagName === 'TEXTAREA') && i.value),
+  );
+
+// Puts `children` into `parent` in that order, leaving those already there where they
+// are: moving an element blurs it, so a kept part keeps its focus, text and caret.
+// Kept parts must stay in the same order among themselves.
+export function patchChildren(parent, children) {
+  const keep = new Set(children);
+  for (const old of [...parent.childNodes]) if (!keep.has(old)) old.remove();
+  let at = parent.firstChild;
+  for (const c of children) {
+    if (c === at) at = at.nextSibling;
+    else parent.insertBefore(c, at);
+  }
+}
+
+// A refused action, said where it was done: under the action's fields, naming the one
+// at fault (marked and focused) when there is one. Cleared by the next attempt.
+export function refuse(where, message, field) {
+  where.querySelector(':scope > .action-error')?.remove();
+  for (const f of where.querySelectorAll('[aria-invalid]')) f.removeAttribute('aria-invalid');
+  where.append(h('p', { class: 'action-error', role: 'alert' }, message));
+  if (field) {
+    field.setAttribute('aria-invalid', 'true');
+    field.focus();
+  }
+}
+
 // An action's error, in the page (never an alert box): the server's own message.
 export function showError(message) {
   $('#error-text').textContent = message;
