@@ -42,7 +42,12 @@ impl NoteConsole {
 
     /// The line to print for a note now, if any.
     pub fn note(&mut self, n: &PublishedNote) -> Option<String> {
-        let head = format!("note {} for alarm {} on {} ({})", n.note_id, n.alarm_id, n.asset_id, n.outcome.as_str());
+        let covers = match n.covers.as_slice() {
+            [] => String::new(),
+            ids => format!(" covering alarm(s) {}", ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")),
+        };
+        let head =
+            format!("note {} for alarm {}{covers} on {} ({})", n.note_id, n.alarm_id, n.asset_id, n.outcome.as_str());
         if self.full {
             let summary = n.body["summary"].as_str().or(n.body["text"].as_str()).unwrap_or("");
             return Some(format!("{head}: {summary}"));
@@ -82,6 +87,7 @@ mod tests {
             flags: Vec::new(),
             body: serde_json::json!({"summary": format!("summary {id}")}),
             created_at: Timestamp::from_unix(0),
+            covers: Vec::new(),
         }
     }
 

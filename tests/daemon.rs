@@ -447,8 +447,9 @@ async fn the_triage_queue_yields_one_note_per_occurrence() {
 }
 
 /// Alarms raised on an asset while its job waits join that job: one run, led by the
-/// most severe, and a note for each occurrence that names the others, so that the note
-/// shown for the lesser alarm says why it leads with another one.
+/// most severe, and one note published, naming the others it covers; the lesser alarm's
+/// note is a record covered by it (the same text, linked to the lead's note), not a
+/// second copy sent out, and a redone job publishes nothing again.
 #[tokio::test(flavor = "multi_thread")]
 async fn alarms_waiting_on_one_asset_share_a_run_and_each_note_names_them_all() {
     let p = Plant::new();
@@ -469,18 +470,30 @@ async fn alarms_waiting_on_one_asset_share_a_run_and_each_note_names_them_all() 
 
     let triage = Triage::new(rules_agent(&p), rules_agent(&p), 10);
     let notes = triage.run_next().await.unwrap().unwrap();
-    assert_eq!(notes.iter().map(|n| n.alarm_id).collect::<Vec<_>>(), [low_low, low], "the critical alarm leads");
-    assert_eq!(notes[0].run_id, notes[1].run_id, "one run");
-    for note in &notes {
-        assert!(note.flags.contains(&"grouped".to_string()), "{:?}", note.flags);
-        let summary = note.body["summary"].as_str().unwrap();
-        assert!(summary.starts_with("PRESS-SUC-LOLO on PUMP-004"), "{summary}");
-        assert!(
-            summary.contains(&format!("also covers 1 more alarm on the asset, raised while this one waited for triage: PRESS-SUC-LO (alarm {low}, medium).")),
-            "{summary}"
-        );
-    }
-    assert!(!notes[0].flags.contains(&"ungrounded".to_string()), "the named ids are in the task: {:?}", notes[0].flags);
+    assert_eq!(notes.iter().map(|n| n.alarm_id).collect::<Vec<_>>(), [low_low], "one note, the critical alarm's");
+    let note = &notes[0];
+    assert_eq!(note.covers, [low], "it says which alarms it covers");
+    assert!(note.flags.contains(&"grouped".to_string()), "{:?}", note.flags);
+    let summary = note.body["summary"].as_str().unwrap();
+    assert!(summary.starts_with("PRESS-SUC-LOLO on PUMP-004"), "{summary}");
+    assert!(
+        summary.contains(&format!("also covers 1 more alarm on the asset, raised while this one waited for triage: PRESS-SUC-LO (alarm {low}, medium).")),
+        "{summary}"
+    );
+    assert!(!note.flags.contains(&"ungrounded".to_string()), "the named ids are in the task: {:?}", note.flags);
+    // Every occurrence has its note; the lesser one's links to the lead's.
+    let covered = format!(
+        "SELECT count(*) FROM notes WHERE kind = 'triage' AND alarm_id = {low} AND covered_by = {} AND run_id = {}",
+        note.note_id, note.run_id
+    );
+    assert_eq!(p.count(&covered), 1);
+    let detail = twinops::alarms::list::one(&p.store.read().unwrap(), low).unwrap().unwrap();
+    assert_eq!(detail["note"]["covered_by"], json!({"note_id": note.note_id, "alarm_id": low_low}));
+    // What a consumer that fell behind catches up on: the one published note.
+    let missed = twinops::triage::notes_after(&p.store.read().unwrap(), 0).unwrap();
+    let ours: Vec<(i64, Vec<i64>)> =
+        missed.iter().filter(|n| n.run_id == note.run_id).map(|n| (n.alarm_id, n.covers.clone())).collect();
+    assert_eq!(ours, [(low_low, vec![low])]);
 }
 
 /// A note goes to the webhook as a Slack-compatible body, retried after a server
@@ -521,6 +534,7 @@ async fn notes_reach_the_webhook_with_retries() {
         flags: vec![],
         created_at: common::end(),
         body: json!({"summary": "VIB-HI on PUMP-007: 6.256 mm/s.", "urgency": "urgent"}),
+        covers: vec![],
     };
     let policy = RetryPolicy { max_retries: 2, base: Duration::from_millis(10), cap: Duration::from_millis(50) };
     let client = twinops::agent::http::Http::new().client().clone();

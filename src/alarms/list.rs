@@ -209,17 +209,26 @@ pub fn one(db: &Connection, id: i64) -> rusqlite::Result<Option<Value>> {
         "SELECT json_object('kind', kind, 'at', rfc3339(at), 'actor', actor, 'detail', detail) FROM alarm_events WHERE alarm_id = ?1 ORDER BY id",
     )?;
     let journal = crate::store::json_rows(&mut stmt, [id])?;
-    let note: Option<(i64, String, String, Option<i64>, String)> = db
+    // A grouped alarm's note is its lead's: said with the note and alarm that cover it.
+    let note: Option<(i64, String, String, Option<i64>, String, Option<(i64, i64)>)> = db
         .query_row(
-            "SELECT id, body, flags, run_id, rfc3339(created_at) FROM notes WHERE alarm_id = ?1 AND kind = 'triage'",
+            "SELECT n.id, n.body, n.flags, n.run_id, rfc3339(n.created_at), l.id, l.alarm_id
+             FROM notes n LEFT JOIN notes l ON l.id = n.covered_by WHERE n.alarm_id = ?1 AND n.kind = 'triage'",
             [id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            |r| {
+                let lead = match (r.get::<_, Option<i64>>(5)?, r.get::<_, Option<i64>>(6)?) {
+                    (Some(note), Some(alarm)) => Some((note, alarm)),
+                    _ => None,
+                };
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, lead))
+            },
         )
         .optional()?;
-    let note = note.map(|(note_id, body, flags, run_id, at)| {
+    let note = note.map(|(note_id, body, flags, run_id, at, lead)| {
         json!({"note_id": note_id, "body": serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
                "flags": serde_json::from_str::<Value>(&flags).unwrap_or(Value::Null), "run_id": run_id,
-               "created_at": at, "advisory": "AI advisory: check before acting"})
+               "created_at": at, "advisory": "AI advisory: check before acting",
+               "covered_by": lead.map(|(note, alarm)| json!({"note_id": note, "alarm_id": alarm}))})
     });
     Ok(Some(
         json!({"alarm": serde_json::from_str::<Value>(&record).unwrap_or(Value::Null), "journal": journal, "note": note}),

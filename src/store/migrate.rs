@@ -507,6 +507,10 @@ const MIGRATIONS: &[&str] = &[
     // the asset whose object it is.
     "ALTER TABLE assets ADD COLUMN opcua_node TEXT;
      CREATE INDEX assets_opcua_node ON assets (opcua_node) WHERE opcua_node IS NOT NULL;",
+    // 30: one run's note covers the alarms grouped with its lead: theirs is a record
+    // pointing at the lead's (published once), not a second copy sent out.
+    "ALTER TABLE notes ADD COLUMN covered_by INTEGER REFERENCES notes(id);
+     CREATE INDEX notes_covered_by ON notes (covered_by) WHERE covered_by IS NOT NULL;",
 ];
 
 /// The schema version this build writes.

@@ -80,6 +80,9 @@ pub struct PublishedNote {
     /// The structured triage note, or the text answer if none could be parsed.
     pub body: Value,
     pub created_at: Timestamp,
+    /// The other alarms this note covers (grouped with its lead in one run): theirs
+    /// link to this one and are not published again.
+    pub covers: Vec<i64>,
 }
 
 /// LLM runs allowed per minute; beyond that, jobs are triaged by the rules model.
@@ -353,9 +356,10 @@ impl Triage {
         .await
     }
 
-    /// Stores one note per occurrence of the group, all from the same run, in one
-    /// transaction. An occurrence that already has a note (a job redone after a
-    /// crash) keeps it; nothing is doubled.
+    /// Stores the group's note, from one run, in one transaction: the lead's (the
+    /// group's first), and for each other occurrence a record covered by it, so that
+    /// every occurrence has its note and the note goes out once. An occurrence that
+    /// already has a note (a job redone after a crash) keeps it; nothing is doubled.
     async fn store(&self, group: &[i64], report: RunReport) -> Result<Vec<PublishedNote>, StoreError> {
         let body = match &report.note {
             Some(note) => serde_json::to_value(note).unwrap_or(Value::Null),
@@ -372,29 +376,31 @@ impl Triage {
         let (body_text, flags_text) = (body.to_string(), serde_json::to_string(&flags).unwrap_or_default());
         let now = Timestamp::now();
         let w = self.writer.clone();
-        let stored: Vec<(i64, i64, String)> = w
+        // (the lead's new note and asset, if it was stored now; the alarms it covers)
+        type Stored = (Option<(i64, i64, String)>, Vec<i64>);
+        let (lead, covers): Stored = w
             .call_async(move |c| {
-                let mut out = Vec::new();
-                for alarm_id in ids {
-                    let inserted = c
-                        .prepare_cached(
-                            "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at) VALUES ('triage', ?1, ?2, ?3, ?4, ?5)
-                             ON CONFLICT (alarm_id) WHERE kind = 'triage' DO NOTHING",
-                        )?
-                        .execute(params![alarm_id, run_id, body_text, flags_text, now.unix()])?;
-                    if inserted == 1 {
-                        let note_id = c.last_insert_rowid();
-                        let asset: String = c
-                            .prepare_cached("SELECT asset_id FROM alarms WHERE id = ?1")?
-                            .query_row([alarm_id], |r| r.get(0))?;
-                        out.push((note_id, alarm_id, asset));
+                let Some((&lead, others)) = ids.split_first() else { return Ok((None, Vec::new())) };
+                let mut insert = c.prepare_cached(
+                    "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at, covered_by)
+                     VALUES ('triage', ?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (alarm_id) WHERE kind = 'triage' DO NOTHING",
+                )?;
+                let inserted = insert.execute(params![lead, run_id, body_text, flags_text, now.unix(), None::<i64>])?;
+                let lead_note: i64 = c
+                    .prepare_cached("SELECT id FROM notes WHERE kind = 'triage' AND alarm_id = ?1")?
+                    .query_row([lead], |r| r.get(0))?;
+                let mut covers = Vec::new();
+                for &alarm_id in others {
+                    if insert.execute(params![alarm_id, run_id, body_text, flags_text, now.unix(), lead_note])? == 1 {
+                        covers.push(alarm_id);
                     }
                 }
-                Ok::<_, StoreError>(out)
+                let asset: String =
+                    c.prepare_cached("SELECT asset_id FROM alarms WHERE id = ?1")?.query_row([lead], |r| r.get(0))?;
+                Ok::<_, StoreError>(((inserted == 1).then_some((lead_note, lead, asset)), covers))
             })
             .await?;
-        Ok(stored
-            .into_iter()
+        Ok(lead
             .map(|(note_id, alarm_id, asset_id)| PublishedNote {
                 note_id,
                 alarm_id,
@@ -402,10 +408,12 @@ impl Triage {
                 run_id,
                 outcome: report.outcome,
                 provider: report.provider.clone(),
-                flags: flags.clone(),
-                body: body.clone(),
+                flags,
+                body,
                 created_at: now,
+                covers,
             })
+            .into_iter()
             .collect())
     }
 }
@@ -439,13 +447,15 @@ pub fn backlog(conn: &rusqlite::Connection, now: Timestamp) -> rusqlite::Result<
     })
 }
 
-/// Stored triage notes after `after` (a note id), oldest first, at most 1,000: what a
-/// consumer that fell behind the broadcast channel missed.
+/// Published triage notes after `after` (a note id), oldest first, at most 1,000: what
+/// a consumer that fell behind the broadcast channel missed. A grouped alarm's record,
+/// covered by its lead's note, was not published, and is not here either.
 pub fn notes_after(conn: &rusqlite::Connection, after: i64) -> Result<Vec<PublishedNote>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT n.id, n.alarm_id, a.asset_id, n.run_id, r.outcome, r.model, n.flags, n.body, n.created_at
+        "SELECT n.id, n.alarm_id, a.asset_id, n.run_id, r.outcome, r.model, n.flags, n.body, n.created_at,
+                (SELECT json_group_array(c.alarm_id) FROM notes c WHERE c.covered_by = n.id)
          FROM notes n JOIN alarms a ON a.id = n.alarm_id JOIN agent_runs r ON r.id = n.run_id
-         WHERE n.kind = 'triage' AND n.id > ?1 ORDER BY n.id LIMIT 1000",
+         WHERE n.kind = 'triage' AND n.covered_by IS NULL AND n.id > ?1 ORDER BY n.id LIMIT 1000",
     )?;
     let rows = stmt.query_map([after], |r| {
         let outcome: Option<String> = r.get(4)?;
@@ -459,6 +469,7 @@ pub fn notes_after(conn: &rusqlite::Connection, after: i64) -> Result<Vec<Publis
             flags: serde_json::from_str(&r.get::<_, String>(6)?).unwrap_or_default(),
             body: serde_json::from_str(&r.get::<_, String>(7)?).unwrap_or(Value::Null),
             created_at: Timestamp::from_unix(r.get(8)?),
+            covers: serde_json::from_str(&r.get::<_, String>(9)?).unwrap_or_default(),
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)

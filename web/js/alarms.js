@@ -427,5 +427,28 @@ export function noteView(note) {
     : [markdown(b.text)];
   // Why the model's own note is not the one shown (the rules model's is).
   if (note.set_aside) content.unshift(h('p', { class: 'set-aside' }, `⚠ ${note.set_aside}.`));
+  // A grouped alarm's note is its lead's: one click to that alarm.
+  const lead = note.covered_by;
+  if (lead) {
+    content.unshift(
+      h(
+        'p',
+        { class: 'covered-by' },
+        'Triaged together with ',
+        h(
+          'a',
+          {
+            href: '#',
+            onclick: (ev) => {
+              ev.preventDefault();
+              openAlarm(lead.alarm_id);
+            },
+          },
+          `alarm ${lead.alarm_id}`,
+        ),
+        `: its note (${lead.note_id}) covers this alarm.`,
+      ),
+    );
+  }
   return advisory({ id: 'note' }, note.flags, note.run_id, content);
 }
