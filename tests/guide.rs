@@ -120,6 +120,40 @@ fn every_chapter_is_in_the_summary_and_every_link_leads_somewhere() {
     assert!(checked > 40, "only {checked} links found: is the link parser broken?");
 }
 
+/// Every picture the README and the guide show is one of `docs/src/images/sources.toml`,
+/// taken from the demo a newcomer runs with `scripts/hmi-screenshot`, never a test's
+/// screenshot (a test's alarm, its bidi trick included, is not what a site sees); and
+/// every picture there is shown somewhere.
+#[test]
+fn every_picture_comes_from_the_demo() {
+    let images = root().join("docs/src/images");
+    let sources: toml::Table = toml::from_str(&read(&images.join("sources.toml"))).unwrap();
+    let listed: Vec<&toml::Table> =
+        sources["image"].as_array().unwrap().iter().map(|i| i.as_table().unwrap()).collect();
+    for entry in &listed {
+        let file = entry["file"].as_str().unwrap();
+        assert!(entry["demo"].as_str().unwrap().starts_with("serve --demo"), "{file}: {entry:?}");
+        assert!(entry["command"].as_str().unwrap().starts_with("scripts/hmi-screenshot "), "{file}: {entry:?}");
+        assert!(images.join(file).exists(), "{file} is listed but missing");
+    }
+    let mut shown = HashSet::new();
+    for page in chapters().into_iter().chain([root().join("README.md")]) {
+        for target in links(&read(&page)).into_iter().filter(|t| t.ends_with(".png")) {
+            let file = target.rsplit('/').next().unwrap().to_string();
+            assert!(
+                listed.iter().any(|e| e["file"].as_str() == Some(&file)),
+                "{} shows {target}, which docs/src/images/sources.toml does not say was taken from the demo",
+                page.display()
+            );
+            shown.insert(file);
+        }
+    }
+    for entry in &listed {
+        assert!(shown.contains(entry["file"].as_str().unwrap()), "{entry:?} is shown nowhere");
+    }
+    assert!(!read(&root().join("tests/browser.rs")).contains("docs/src/images"), "tests write under target/");
+}
+
 #[test]
 fn troubleshooting_names_every_dead_letter_reason() {
     let text = read(&root().join("docs/src/troubleshooting.md"));
