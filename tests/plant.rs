@@ -169,6 +169,78 @@ fn export_round_trips() {
     }
 }
 
+/// How a site's assets act on each other, from its own connection list (its headers,
+/// the effect named first on some rows: "fed by", "air from"): imported, stored cause
+/// first, exported as `connections.csv` and read back unchanged; a full import without
+/// them leaves them, one that drops one retires it.
+#[test]
+fn a_sites_process_connections_import_and_round_trip() {
+    let t = Twin::empty();
+    let mut files = lakeside();
+    files.push(fixture("process_connections.csv"));
+    let changes = t.import(&files, Mode::Full).unwrap();
+    assert!(changes.summary().ends_with("connections: 16 added"), "{}", changes.summary());
+    let stored =
+        |sql: &str| t.count(&format!("SELECT count(*) FROM asset_connections WHERE retired_at IS NULL AND {sql}"));
+    assert_eq!(stored("from_asset = 'MIX-301' AND kind = 'feeds' AND to_asset = 'CLF-301'"), 1, "fed by, turned round");
+    assert_eq!(stored("from_asset = 'BLR-452' AND kind = 'supplies_air' AND to_asset = 'FLT-402'"), 1);
+    assert_eq!(stored("from_asset = 'ATS-901' AND kind = 'powers'"), 2);
+    let out = TempDir::new().unwrap();
+    let exported = plant::export(&t.store.read().unwrap(), out.path()).unwrap();
+    let csv = std::fs::read_to_string(out.path().join("connections.csv")).unwrap();
+    assert!(csv.starts_with("from,kind,to\n") && csv.contains("MIX-301,feeds,CLF-301\n"), "{csv}");
+    assert!(t.import(&exported, Mode::Full).unwrap().is_empty(), "the export is the twin");
+    assert!(t.import(&lakeside(), Mode::Full).unwrap().is_empty(), "no connection file: they stay");
+    let fewer = out.path().join("fewer.csv");
+    std::fs::write(&fewer, csv.lines().filter(|l| !l.contains("GEN-901")).collect::<Vec<_>>().join("\n")).unwrap();
+    let mut files = lakeside();
+    files.push(fewer);
+    let changes = t.import(&files, Mode::Full).unwrap();
+    assert_eq!(changes.summary(), "connections: 1 retired", "{changes}");
+    assert_eq!(stored("from_asset = 'GEN-901'"), 0);
+    let second = Twin::empty();
+    second.import(&exported, Mode::Full).unwrap();
+    assert_eq!(second.count("SELECT count(*) FROM asset_connections"), 16);
+}
+
+/// A bad connection list is refused whole, each problem at its line and column, and
+/// nothing is written.
+#[test]
+fn bad_connections_are_refused_at_their_line_and_column() {
+    let t = Twin::empty();
+    t.import(&lakeside(), Mode::Full).unwrap();
+    let dir = TempDir::new().unwrap();
+    let file = |name: &str, rows: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("From;Connection;To\n{rows}")).unwrap();
+        path
+    };
+    // Each row's fields first, every problem at once...
+    let bad = file("links.csv", "SCR-101;feeds;RWP-101A\nSCR-102;pumps into;RWP-101B\nRWP-101C;feeds;rwp-101c\n");
+    let err = t.import(&[bad], Mode::Partial).unwrap_err().to_string();
+    for expected in [
+        "links.csv:3:2 (Connection): 'pumps into' is not a connection: write feeds, powers, supplies_air or controls",
+        "links.csv:4:3 (To): RWP-101C is connected to itself",
+        "nothing was imported",
+    ] {
+        assert!(err.contains(expected), "missing «{expected}» in:\n{err}");
+    }
+    // ...then what the rows name, against the import and the twin.
+    let refs = file("refs.csv", "SCR-101;feeds;RWP-101A\nSCR-199;feeds;RWP-101A\nscr-101;Feeds;RWP-101A\n");
+    let err = t.import(&[refs], Mode::Partial).unwrap_err().to_string();
+    for expected in [
+        "refs.csv:3:1 (From): unknown asset 'SCR-199'",
+        "refs.csv:4:1 (From): scr-101 feeds RWP-101A is given twice (first at",
+    ] {
+        assert!(err.contains(expected), "missing «{expected}» in:\n{err}");
+    }
+    assert_eq!(t.count("SELECT count(*) FROM asset_connections"), 0);
+    let toml = dir.path().join("plant.toml");
+    std::fs::write(&toml, "[[connections]]\nfrom = \"SCR-101\"\nkind = \"feeds\"\n").unwrap();
+    let err = t.import(&[toml], Mode::Partial).unwrap_err().to_string();
+    assert!(err.contains("plant.toml:1") && err.contains("the asset it acts on is required"), "{err}");
+}
+
 /// The demo plant goes in through the same import as a site's files: audited as the
 /// seed's, and its export, imported again, changes nothing.
 #[test]
@@ -190,6 +262,12 @@ fn the_demo_plant_is_seeded_through_the_import() {
         "copies are renumbered"
     );
     assert_eq!(t.count("SELECT count(*) FROM assets WHERE id = 'MTR-107' AND drives = 'PUMP-107'"), 1);
+    assert_eq!(
+        t.count("SELECT count(*) FROM asset_connections WHERE from_asset = 'VLV-102' AND kind = 'feeds' AND to_asset = 'PUMP-107'"),
+        1,
+        "each copy has its own connections"
+    );
+    assert_eq!(t.count("SELECT count(*) FROM asset_connections"), 24);
     let out = TempDir::new().unwrap();
     let files = plant::export(&t.store.read().unwrap(), out.path()).unwrap();
     let again = t.import(&files, Mode::Full).unwrap();

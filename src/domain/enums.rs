@@ -117,6 +117,21 @@ text_enum! {
 }
 
 text_enum! {
+    /// How one asset acts on another in the process (plant files' connections), from
+    /// cause to effect: an upset at the first shows at the second.
+    ConnectionKind {
+        /// Process flow: the first's outlet is the second's inlet.
+        Feeds => "feeds",
+        /// Electrical supply (a switchboard or MCC to a motor or an RTU).
+        Powers => "powers",
+        /// Instrument air (a compressor to air-operated valves).
+        SuppliesAir => "supplies_air",
+        /// Control (a PLC or RTU, or a transmitter in a loop, to what it drives).
+        Controls => "controls",
+    }
+}
+
+text_enum! {
     AssetStatus {
         Running => "running",
         Standby => "standby",

@@ -12,8 +12,8 @@ mod work_order;
 
 pub use alarm_event::{AlarmEvent, Transition};
 pub use enums::{
-    Access, AlarmChangeStatus, AlarmState, AssetKind, AssetStatus, Criticality, DeadLetterReason, Role, SensorKind,
-    Severity, TriageMode, UserSource, WorkAction, WorkOrderStatus, WorkPriority,
+    Access, AlarmChangeStatus, AlarmState, AssetKind, AssetStatus, ConnectionKind, Criticality, DeadLetterReason, Role,
+    SensorKind, Severity, TriageMode, UserSource, WorkAction, WorkOrderStatus, WorkPriority,
 };
 pub use ids::{AssetId, Citation, ID_FORMAT, IdError, MAX_ID_CHARS, SensorId, as_id, kind_name};
 pub use net::IpNet;

@@ -8,7 +8,8 @@ use std::fmt;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::model::{
-    ALARM_POINT_FIELDS, ASSET_FIELDS, AlarmPointRow, AssetRow, PlantModel, SENSOR_FIELDS, SensorRow, point_key,
+    ALARM_POINT_FIELDS, ASSET_FIELDS, AlarmPointRow, AssetRow, ConnectionRow, PlantModel, SENSOR_FIELDS, SensorRow,
+    point_key,
 };
 use super::{ImportError, Problem};
 use crate::domain::Timestamp;
@@ -64,7 +65,7 @@ impl ChangeSet {
             return "no changes: the twin already matches the files".into();
         }
         let mut parts = Vec::new();
-        for what in ["site", "station", "asset", "sensor", "alarm point"] {
+        for what in ["site", "station", "asset", "sensor", "alarm point", "connection"] {
             let count = |f: &dyn Fn(&Change) -> bool| self.changes.iter().filter(|c| f(c)).count();
             let changed: HashSet<&str> = self
                 .changes
@@ -220,6 +221,15 @@ fn changes(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<ChangeSet, Imp
             model.alarm_points.iter().map(|p| (point_key_of(p, &twin, &imported), point_fields(p, &twin))).collect();
         compare("alarm point", &points, &twin.alarm_points, mode, &mut changes);
     }
+    // Likewise the connections, only when the import holds some.
+    if !model.connections.is_empty() {
+        let connections: Vec<(String, Fields)> = model
+            .connections
+            .iter()
+            .map(|c| (ConnectionRow::key(resolve(&c.from, twin), c.kind, resolve(&c.to, twin)), Vec::new()))
+            .collect();
+        compare("connection", &connections, &twin.connections, mode, &mut changes);
+    }
     Ok(ChangeSet { changes })
 }
 
@@ -260,6 +270,7 @@ pub fn import_within(
     if !changes.is_empty() {
         write(c, &model, &changes)?;
         write_alarm_points(c, &model, &changes, actor)?;
+        write_connections(c, &model, &changes)?;
         c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, 'plant_import', ?3)")?
             .execute(params![Timestamp::now().unix(), actor, format!("{files}: {}", changes.summary())])?;
     }
@@ -286,6 +297,8 @@ struct Twin {
     stations: HashMap<String, (String, String)>,
     assets: Rows,
     sensors: Rows,
+    /// Keyed by `from kind to` ([`ConnectionRow::key`]), lower-case; no fields.
+    connections: Rows,
     /// Keyed by `asset sensor code` (see [`point_key`]), lower-case; and their row ids.
     alarm_points: Rows,
     point_ids: HashMap<String, i64>,
@@ -300,6 +313,8 @@ const SENSOR_SQL: &str =
         coalesce(limit_h, ''), coalesce(limit_hh, ''), deadband, on_delay_s, alarm_source, coalesce(alarm_prefix, ''),
         coalesce(priority_ll, ''), coalesce(priority_l, ''), coalesce(priority_h, ''), coalesce(priority_hh, ''),
         coalesce(opcua_node, ''), retired_at IS NOT NULL FROM sensors";
+const CONNECTION_SQL: &str =
+    "SELECT from_asset || ' ' || kind || ' ' || to_asset, retired_at IS NOT NULL FROM asset_connections";
 /// The key is [`point_key`]'s.
 const ALARM_POINT_KEY: &str = "asset_id || ' ' || coalesce(sensor_id || ' ', '') || code";
 const ALARM_POINT_SQL: &str = "SELECT asset_id || ' ' || coalesce(sensor_id || ' ', '') || code, coalesce(sensor_id, ''), coalesce(priority, ''), class,
@@ -321,6 +336,7 @@ impl Twin {
             stations,
             assets: Twin::rows(conn, ASSET_SQL, &ASSET_FIELDS[1..])?,
             sensors: Twin::rows(conn, SENSOR_SQL, &SENSOR_FIELDS[1..])?,
+            connections: Twin::rows(conn, CONNECTION_SQL, &[])?,
             alarm_points: Twin::rows(conn, ALARM_POINT_SQL, &ALARM_POINT_FIELDS[2..])?,
             point_ids: conn
                 .prepare(&format!("SELECT lower({ALARM_POINT_KEY}), id FROM alarm_points"))?
@@ -586,6 +602,7 @@ fn check(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<(), ImportError>
         }
     }
     problems.extend(check_alarm_points(model, twin, &asset_known));
+    problems.extend(check_connections(model, &asset_known));
     if model.site.is_none() && twin.site.is_none() && !model.stations.is_empty() {
         problems.push(Problem {
             at: model.stations[0].at.clone(),
@@ -627,6 +644,31 @@ fn check_alarm_points(model: &PlantModel, twin: &Twin, asset_known: &dyn Fn(&str
                 format!("tag '{sensor}' is on {on}, not on {}: an alarm point's tag is on its asset", p.asset),
             )),
             Some(_) => {}
+        }
+    }
+    problems
+}
+
+/// Each connection between two assets the import or the twin has, given once.
+fn check_connections(model: &PlantModel, asset_known: &dyn Fn(&str) -> bool) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut first: HashMap<String, String> = HashMap::new();
+    for c in &model.connections {
+        for (field, id) in [("from", &c.from), ("to", &c.to)] {
+            if !asset_known(id) {
+                problems.push(c.raw.problem(
+                    field,
+                    format!("unknown asset '{id}': it is neither in the twin nor in this import's asset files"),
+                ));
+            }
+        }
+        let key = ConnectionRow::key(&c.from, c.kind, &c.to).to_lowercase();
+        let here = format!("{}:{}", c.raw.at.file, c.raw.at.line);
+        if let Some(at) = first.insert(key, here) {
+            problems.push(
+                c.raw
+                    .problem("from", format!("{} {} {} is given twice (first at {at})", c.from, c.kind.as_str(), c.to)),
+            );
         }
     }
     problems
@@ -763,6 +805,32 @@ fn write(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), 
 
 /// Writes the master alarm database's rows that `diff` found changed, with one history
 /// row per changed field (and per point added, returned or retired).
+/// Adds, returns and retires the connections `changes` names.
+fn write_connections(c: &Connection, model: &PlantModel, changes: &ChangeSet) -> Result<(), StoreError> {
+    let touched = Touched::of(changes);
+    let twin = Twin::read(c)?;
+    for r in &model.connections {
+        let (from, to) = (resolve(&r.from, &twin), resolve(&r.to, &twin));
+        if touched.has("connection", &ConnectionRow::key(from, r.kind, to)) {
+            c.prepare_cached(
+                "INSERT INTO asset_connections (from_asset, kind, to_asset) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (from_asset, kind, to_asset) DO UPDATE SET retired_at = NULL",
+            )?
+            .execute(params![from, r.kind, to])?;
+        }
+    }
+    let now = Timestamp::now().unix();
+    for change in &changes.changes {
+        if let Change::Retired { what: "connection", id } = change {
+            c.prepare_cached(
+                "UPDATE asset_connections SET retired_at = ?2 WHERE from_asset || ' ' || kind || ' ' || to_asset = ?1",
+            )?
+            .execute(params![id, now])?;
+        }
+    }
+    Ok(())
+}
+
 fn write_alarm_points(c: &Connection, model: &PlantModel, changes: &ChangeSet, actor: &str) -> Result<(), StoreError> {
     let twin = Twin::read(c)?;
     let imported = imported_assets(model);

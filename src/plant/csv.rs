@@ -5,7 +5,7 @@
 //! spreadsheets write decimal commas, and `12,5` is read as 12.5).
 
 use super::Problem;
-use super::model::{Origin, PlantModel, RawField, RawRow, alarm_point_row, asset_row, sensor_row};
+use super::model::{Origin, PlantModel, RawField, RawRow, alarm_point_row, asset_row, connection_row, sensor_row};
 
 /// Canonical field, then the headers that mean it (compared lower-case, with spaces,
 /// `_`, `-` and `.` folded to one space).
@@ -54,6 +54,25 @@ const TAG_COLUMNS: &[(&str, &[&str])] = &[
 
 const OPCUA_NODE_HEADERS: &[&str] =
     &["opcua node", "opc ua node", "opc ua node id", "opcua node id", "node id", "nodeid", "opc node"];
+
+/// How assets act on each other, as a plant's line lists and P&ID registers write it.
+const CONNECTION_COLUMNS: &[(&str, &[&str])] = &[
+    (
+        "from",
+        &[
+            "from",
+            "from asset",
+            "from equipment",
+            "upstream",
+            "upstream equipment",
+            "source asset",
+            "asset",
+            "equipment",
+        ],
+    ),
+    ("to", &["to", "to asset", "to equipment", "downstream", "downstream equipment", "target asset", "connected to"]),
+    ("kind", &["kind", "connection", "relation", "relationship", "link", "type", "connection type"]),
+];
 
 /// A rationalization sheet (the master alarm database's rows), with the headers alarm
 /// management tools and spreadsheets use for them.
@@ -137,12 +156,13 @@ const RATIONALIZATION_COLUMNS: &[(&str, &[&str])] = &[
 /// operator, which no tag export or asset register carries.
 const RATIONALIZATION_MARKS: [&str; 4] = ["causes", "consequence", "response", "respond_within_min"];
 
-/// The three kinds of CSV a site brings, told apart by their headers.
+/// The four kinds of CSV a site brings, told apart by their headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Table {
     Assets,
     Tags,
     Rationalization,
+    Connections,
 }
 
 impl Table {
@@ -151,6 +171,7 @@ impl Table {
             Table::Assets => ASSET_COLUMNS,
             Table::Tags => TAG_COLUMNS,
             Table::Rationalization => RATIONALIZATION_COLUMNS,
+            Table::Connections => CONNECTION_COLUMNS,
         }
     }
 
@@ -161,6 +182,7 @@ impl Table {
             Table::Tags => &["id", "asset"],
             // And the asset or the tag: see `missing_columns`.
             Table::Rationalization => &["code"],
+            Table::Connections => &["from", "to", "kind"],
         }
     }
 
@@ -169,6 +191,7 @@ impl Table {
             Table::Assets => "asset register",
             Table::Tags => "tag export (it has units or limits)",
             Table::Rationalization => "rationalization sheet (it has causes, consequences or responses)",
+            Table::Connections => "connection list (it has a to or downstream column)",
         }
     }
 }
@@ -211,6 +234,8 @@ fn columns(headers: &[String]) -> (Table, Vec<Option<&'static str>>) {
     };
     let table = if has(RATIONALIZATION_COLUMNS, &RATIONALIZATION_MARKS) {
         Table::Rationalization
+    } else if has(CONNECTION_COLUMNS, &["to"]) {
+        Table::Connections
     } else if has(TAG_COLUMNS, &["unit", "range_low", "range_high", "ll", "l", "h", "hh", "deadband"]) {
         Table::Tags
     } else {
@@ -300,6 +325,7 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
             Table::Tags => sensor_row(raw).map(|s| model.sensors.push(s)),
             Table::Assets => asset_row(raw).map(|a| model.assets.push(a)),
             Table::Rationalization => alarm_point_row(raw).map(|p| model.alarm_points.push(p)),
+            Table::Connections => connection_row(raw).map(|c| model.connections.push(c)),
         };
         if let Err(p) = row {
             problems.extend(p);

@@ -1,7 +1,8 @@
 //! `twinops plant export DIR`: the twin's plant in the files an import reads, so a
 //! site can round-trip it through a spreadsheet: `plant.toml` (site and stations),
-//! `assets.csv`, `tags.csv` and `alarm_points.csv` (the master alarm database, as a
-//! rationalization sheet), with the columns' canonical names. Retired assets and
+//! `assets.csv`, `tags.csv`, `alarm_points.csv` (the master alarm database, as a
+//! rationalization sheet) and `connections.csv` (how the assets act on each other),
+//! with the columns' canonical names. Retired assets and
 //! sensors are left out, as an import of the files would retire them.
 
 use std::path::Path;
@@ -9,9 +10,9 @@ use std::path::Path;
 use anyhow::Context;
 use rusqlite::Connection;
 
-use super::model::{ALARM_POINT_FIELDS, ASSET_FIELDS, SENSOR_FIELDS};
+use super::model::{ALARM_POINT_FIELDS, ASSET_FIELDS, CONNECTION_FIELDS, SENSOR_FIELDS};
 
-/// Writes the four files into `dir`; returns their paths.
+/// Writes the five files into `dir`; returns their paths.
 pub fn export(db: &Connection, dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut toml =
@@ -48,7 +49,21 @@ pub fn export(db: &Connection, dir: &Path) -> anyhow::Result<Vec<std::path::Path
          FROM alarm_points p JOIN assets a ON a.id = p.asset_id
          WHERE p.retired_at IS NULL AND a.retired_at IS NULL ORDER BY p.asset_id, p.code",
     )?;
-    let files = [("plant.toml", toml), ("assets.csv", assets), ("tags.csv", tags), ("alarm_points.csv", points)];
+    let connections = table(
+        db,
+        &CONNECTION_FIELDS,
+        "SELECT c.from_asset, c.kind, c.to_asset FROM asset_connections c
+         JOIN assets f ON f.id = c.from_asset JOIN assets t ON t.id = c.to_asset
+         WHERE c.retired_at IS NULL AND f.retired_at IS NULL AND t.retired_at IS NULL
+         ORDER BY c.from_asset, c.kind, c.to_asset",
+    )?;
+    let files = [
+        ("plant.toml", toml),
+        ("assets.csv", assets),
+        ("tags.csv", tags),
+        ("alarm_points.csv", points),
+        ("connections.csv", connections),
+    ];
     let mut written = Vec::new();
     for (name, text) in files {
         let path = dir.join(name);

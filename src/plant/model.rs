@@ -2,7 +2,7 @@
 //! field is parsed here once, so a TOML table and a CSV row are checked alike.
 
 use super::Problem;
-use crate::domain::{AssetId, AssetStatus, Criticality, NodeRef, SensorId, Severity, kind_name};
+use crate::domain::{AssetId, AssetStatus, ConnectionKind, Criticality, NodeRef, SensorId, Severity, kind_name};
 
 /// Where a row came from: file and 1-based line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,6 +226,70 @@ impl AlarmPointRow {
     }
 }
 
+/// How one asset acts on another, cause first: `from` feeds, powers, supplies air to or
+/// controls `to`. Written either way round (`fed by`, `powered by`), stored this way.
+#[derive(Debug, Clone)]
+pub struct ConnectionRow {
+    pub from: String,
+    pub to: String,
+    pub kind: ConnectionKind,
+    pub raw: RawRow,
+}
+
+/// A connection's fields by their canonical names.
+pub const CONNECTION_FIELDS: [&str; 3] = ["from", "kind", "to"];
+
+impl ConnectionRow {
+    /// `PUMP-001 feeds VLV-001`: the key the import compares by.
+    pub fn key(from: &str, kind: ConnectionKind, to: &str) -> String {
+        format!("{from} {} {to}", kind.as_str())
+    }
+}
+
+/// A connection's kind as plant files write it, and whether the row names the effect
+/// first (`VLV-001 fed by PUMP-001`).
+fn connection_word(s: &str) -> Option<(ConnectionKind, bool)> {
+    let folded: String = s.trim().to_lowercase().replace(['_', '-'], " ");
+    Some(match folded.as_str() {
+        "feeds" | "feeds into" | "flows to" | "discharges to" | "supplies" | "process" | "flow" => {
+            (ConnectionKind::Feeds, false)
+        }
+        "fed by" | "fed from" | "flows from" | "suction from" => (ConnectionKind::Feeds, true),
+        "powers" | "supplies power to" | "power" | "electrical" | "electrical supply" => {
+            (ConnectionKind::Powers, false)
+        }
+        "powered by" | "power from" | "supplied power by" | "power supply from" => (ConnectionKind::Powers, true),
+        "supplies air" | "supplies air to" | "air" | "instrument air" => (ConnectionKind::SuppliesAir, false),
+        "air from" | "supplied air by" | "instrument air from" => (ConnectionKind::SuppliesAir, true),
+        "controls" | "control" | "drives signal to" => (ConnectionKind::Controls, false),
+        "controlled by" | "control from" => (ConnectionKind::Controls, true),
+        _ => return None,
+    })
+}
+
+pub fn connection_row(raw: RawRow) -> Result<ConnectionRow, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let first = raw.required("from", "the asset the connection starts at", &mut problems);
+    let second = raw.required("to", "the asset it acts on", &mut problems);
+    let kind = raw.required("kind", "the connection's kind (feeds, powers, supplies_air, controls)", &mut problems);
+    let parsed = connection_word(&kind);
+    if parsed.is_none() && !kind.is_empty() {
+        problems.push(raw.problem(
+            "kind",
+            format!(
+                "'{kind}' is not a connection: write feeds, powers, supplies_air or controls (or the other way \
+                 round: fed by, powered by, air from, controlled by)"
+            ),
+        ));
+    }
+    if !first.is_empty() && first.eq_ignore_ascii_case(&second) {
+        problems.push(raw.problem("to", format!("{first} is connected to itself: name two assets")));
+    }
+    let Some((kind, reversed)) = parsed.filter(|_| problems.is_empty()) else { return Err(problems) };
+    let (from, to) = if reversed { (second, first) } else { (first, second) };
+    Ok(ConnectionRow { from, to, kind, raw })
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct PlantModel {
     pub site: Option<(Site, Origin)>,
@@ -234,12 +298,21 @@ pub struct PlantModel {
     pub sensors: Vec<SensorRow>,
     /// The master alarm database's rows, when the import holds a rationalization sheet.
     pub alarm_points: Vec<AlarmPointRow>,
+    /// How the assets act on each other, when the import holds connections.
+    pub connections: Vec<ConnectionRow>,
 }
 
 impl PlantModel {
     /// Adds an asset a program describes (the demo plant), checked as a file's row is.
     pub fn push_asset(&mut self, at: Origin, fields: &[(&'static str, String)]) -> Result<(), Vec<Problem>> {
         self.assets.push(asset_row(RawRow::given(at, fields))?);
+        Ok(())
+    }
+
+    /// Adds a connection a program describes (OPC UA references, Sparkplug templates),
+    /// checked as a file's row is.
+    pub fn push_connection(&mut self, at: Origin, fields: &[(&'static str, String)]) -> Result<(), Vec<Problem>> {
+        self.connections.push(connection_row(RawRow::given(at, fields))?);
         Ok(())
     }
 

@@ -5,8 +5,8 @@
 
 use super::Problem;
 use super::model::{
-    ASSET_FIELDS, LIMIT_NAMES, Origin, PlantModel, RawField, RawRow, SENSOR_FIELDS, Site, StationRow, asset_row,
-    sensor_row,
+    ASSET_FIELDS, CONNECTION_FIELDS, LIMIT_NAMES, Origin, PlantModel, RawField, RawRow, SENSOR_FIELDS, Site,
+    StationRow, asset_row, connection_row, sensor_row,
 };
 
 pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Problem>> {
@@ -21,10 +21,13 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
     };
     let mut problems = Vec::new();
     for key in table.keys() {
-        if !matches!(key.as_str(), "site" | "stations" | "assets" | "sensors") {
+        if !matches!(key.as_str(), "site" | "stations" | "assets" | "sensors" | "connections") {
             problems.push(problem(
                 line_of(text, key, 0),
-                format!("unknown section '{key}': a plant file has [site], [[stations]], [[assets]] and [[sensors]]"),
+                format!(
+                    "unknown section '{key}': a plant file has [site], [[stations]], [[assets]], [[sensors]] and \
+                     [[connections]]"
+                ),
             ));
         }
     }
@@ -58,6 +61,12 @@ pub fn read(file: &str, text: &str, model: &mut PlantModel) -> Result<(), Vec<Pr
     for (i, sensor) in entries(&table, "sensors").into_iter().enumerate() {
         match raw_row(sensor, &SENSOR_FIELDS, at(line_of(text, "sensors", i))).and_then(sensor_row) {
             Ok(s) => model.sensors.push(s),
+            Err(p) => problems.extend(p),
+        }
+    }
+    for (i, connection) in entries(&table, "connections").into_iter().enumerate() {
+        match raw_row(connection, &CONNECTION_FIELDS, at(line_of(text, "connections", i))).and_then(connection_row) {
+            Ok(c) => model.connections.push(c),
             Err(p) => problems.extend(p),
         }
     }

@@ -184,6 +184,11 @@ fn plant_model(spec: &PlantSpec, scale: u32, file: &str) -> Result<PlantModel, I
             ];
             problems.extend(model.push_sensor(at.clone(), &fields).err().into_iter().flatten());
         }
+        for c in &spec.connections {
+            let fields =
+                [("from", copy_asset_id(&c.from, copy)), ("kind", c.kind.clone()), ("to", copy_asset_id(&c.to, copy))];
+            problems.extend(model.push_connection(at.clone(), &fields).err().into_iter().flatten());
+        }
     }
     if problems.is_empty() { Ok(model) } else { Err(ImportError(problems)) }
 }

@@ -16,6 +16,17 @@ pub struct PlantSpec {
     pub assets: Vec<AssetSpec>,
     #[serde(default)]
     pub maintenance: Vec<MaintenanceSpec>,
+    /// How the assets act on each other, as a plant file's `[[connections]]`.
+    #[serde(default)]
+    pub connections: Vec<ConnectionSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionSpec {
+    pub from: String,
+    pub kind: String,
+    pub to: String,
 }
 
 #[derive(Debug, Deserialize)]

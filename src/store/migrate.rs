@@ -511,6 +511,16 @@ const MIGRATIONS: &[&str] = &[
     // pointing at the lead's (published once), not a second copy sent out.
     "ALTER TABLE notes ADD COLUMN covered_by INTEGER REFERENCES notes(id);
      CREATE INDEX notes_covered_by ON notes (covered_by) WHERE covered_by IS NOT NULL;",
+    // 31: how the plant's assets act on each other (plant files' connections), cause
+    // first, for the episodes' initiator; retired, not deleted, like the plant's rows.
+    "CREATE TABLE asset_connections (
+         from_asset TEXT NOT NULL REFERENCES assets(id),
+         kind       TEXT NOT NULL CHECK (kind IN ('feeds', 'powers', 'supplies_air', 'controls')),
+         to_asset   TEXT NOT NULL REFERENCES assets(id),
+         retired_at INTEGER,
+         PRIMARY KEY (from_asset, kind, to_asset)
+     ) STRICT, WITHOUT ROWID;
+     CREATE INDEX asset_connections_to ON asset_connections (to_asset);",
 ];
 
 /// The schema version this build writes.
