@@ -16,7 +16,8 @@
 //! - [`store`]: the SQLite twin. `schema.sql` via `user_version` migrations, one writer
 //!   thread with group commit, read-only handles for everything else, online backup.
 //! - [`alarms`]: the ISA-18.2 lifecycle, floods and chattering, performance figures,
-//!   the master alarm database and what-if replay.
+//!   the master alarm database and what-if replay; [`episodes`]: alarm floods as
+//!   episodes (their initiator, its consequences, the floods like them before).
 //! - [`triage`]: the durable queue and its workers; [`agent`]: models, the bounded
 //!   tool-call loop, guardrails; [`tools`]: the agent's tools, one file each.
 //! - [`approvals`]: the only writer of `work_orders` decisions.
@@ -44,6 +45,7 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod domain;
+pub mod episodes;
 pub mod eval;
 pub mod handover;
 pub mod ingest;

@@ -75,7 +75,7 @@ pub struct Point {
 
 impl Point {
     /// The order lists of points take among equals: by code, then asset and sensor.
-    pub(super) fn order(&self, other: &Point) -> std::cmp::Ordering {
+    pub fn order(&self, other: &Point) -> std::cmp::Ordering {
         (&self.code, &self.asset_id, &self.sensor_id).cmp(&(&other.code, &other.asset_id, &other.sensor_id))
     }
 }
