@@ -37,15 +37,22 @@ pub struct Activation {
 pub struct EpisodeRules {
     /// An activation joins an episode whose last came at most this long before it.
     pub gap_ms: i64,
+    /// ... or at most this long, when a learned pair says it follows a member that late
+    /// (a reservoir fills for minutes after its level transmitter sticks).
+    pub late_ms: i64,
     /// An episode is named once it has this many points.
     pub min_points: usize,
 }
 
 impl Default for EpisodeRules {
     fn default() -> Self {
-        EpisodeRules { gap_ms: 120_000, min_points: 3 }
+        EpisodeRules { gap_ms: 120_000, late_ms: 600_000, min_points: 3 }
     }
 }
+
+/// How much earlier than a candidate a point it explains may annunciate: RTUs and
+/// gateways report at different rates, so a consequence can arrive a little first.
+const REPORTING_SKEW_MS: i64 = 10_000;
 
 /// Activations that belong together, in the order they came.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +104,24 @@ impl Context<'_> {
             || self.learned.get(a, b).is_some()
             || self.learned.get(b, a).is_some()
     }
+
+    /// Whether `then`, `after_ms` after `first`, comes as the journal says it follows
+    /// (within its learned lag's 90th percentile and half again).
+    fn follows(&self, first: &Point, then: &Point, after_ms: i64) -> bool {
+        self.learned.get(first, then).is_some_and(|p| after_ms as f64 <= p.lag_p90_s * 1500.0)
+    }
+
+    /// Whether `c`, at `c_ms`, accounts for `m`, at `m_ms`: `m` came after it (give or
+    /// take the reporting skew) on the same equipment or downstream of it, or the
+    /// journal says `m` follows `c`. By the plant, and by the journal.
+    fn explains(&self, c: &Point, c_ms: i64, m: &Point, m_ms: i64) -> (bool, bool) {
+        let after = m_ms - c_ms >= -REPORTING_SKEW_MS;
+        let plant = after
+            && (c.asset_id.eq_ignore_ascii_case(&m.asset_id) && m_ms >= c_ms
+                || !c.asset_id.eq_ignore_ascii_case(&m.asset_id)
+                    && self.plant.hops(&c.asset_id, &m.asset_id).is_some());
+        (plant, after && self.learned.get(c, m).is_some())
+    }
 }
 
 /// Activations (in time order) into episodes. An activation joins the open group it
@@ -107,12 +132,18 @@ pub fn group(activations: &[Activation], rules: EpisodeRules, cx: &Context) -> V
     let mut open: Vec<Episode> = Vec::new();
     let mut done: Vec<Episode> = Vec::new();
     for a in activations {
-        // Groups the gap has closed.
+        // Groups nothing can join any more.
         let (still, closed): (Vec<Episode>, Vec<Episode>) =
-            open.into_iter().partition(|e| a.at_ms - e.end_ms() <= rules.gap_ms);
+            open.into_iter().partition(|e| a.at_ms - e.end_ms() <= rules.gap_ms.max(rules.late_ms));
         done.extend(closed);
         open = still;
-        match open.iter_mut().rev().find(|e| e.members.iter().any(|m| cx.tied(&m.point, &a.point))) {
+        let joins = |e: &&mut Episode| {
+            let recent = a.at_ms - e.end_ms() <= rules.gap_ms;
+            e.members
+                .iter()
+                .any(|m| (recent && cx.tied(&m.point, &a.point)) || cx.follows(&m.point, &a.point, a.at_ms - m.at_ms))
+        };
+        match open.iter_mut().rev().find(joins) {
             Some(e) => e.members.push(a.clone()),
             None => open.push(Episode { members: vec![a.clone()] }),
         }
@@ -152,35 +183,27 @@ pub fn rank(episode: &Episode, cx: &Context) -> Vec<Candidate> {
         .iter()
         .enumerate()
         .map(|(order, c)| {
-            let rest = firsts.iter().filter(|m| m.point != c.point);
-            let downstream: Vec<Point> = rest
-                .clone()
-                .filter(|m| {
-                    !m.point.asset_id.eq_ignore_ascii_case(&c.point.asset_id)
-                        && cx.plant.hops(&c.point.asset_id, &m.point.asset_id).is_some()
-                })
-                .map(|m| m.point.clone())
-                .collect();
-            let followed_by: Vec<Point> = rest
-                .clone()
-                .filter(|m| cx.learned.get(&c.point, &m.point).is_some())
-                .map(|m| m.point.clone())
-                .collect();
-            let upstream: Vec<Point> = rest
-                .filter(|m| {
-                    !m.point.asset_id.eq_ignore_ascii_case(&c.point.asset_id)
-                        && cx.plant.hops(&m.point.asset_id, &c.point.asset_id).is_some()
-                })
-                .map(|m| m.point.clone())
-                .collect();
-            let explained = firsts
-                .iter()
-                .filter(|m| m.point != c.point && (downstream.contains(&m.point) || followed_by.contains(&m.point)))
-                .count() as f64;
-            // Explaining the others weighs most; first out breaks near ties; being
-            // downstream of others counts against.
-            let score =
-                2.0 * explained / others + (1.0 - order as f64 / others).max(0.0) - upstream.len() as f64 / others;
+            let (mut downstream, mut followed_by, mut upstream) = (Vec::new(), Vec::new(), Vec::new());
+            for m in firsts.iter().filter(|m| m.point != c.point) {
+                let (by_plant, by_journal) = cx.explains(&c.point, c.at_ms, &m.point, m.at_ms);
+                if by_plant {
+                    downstream.push(m.point.clone());
+                }
+                if by_journal {
+                    followed_by.push(m.point.clone());
+                }
+                if !c.point.asset_id.eq_ignore_ascii_case(&m.point.asset_id)
+                    && cx.plant.hops(&m.point.asset_id, &c.point.asset_id).is_some()
+                {
+                    upstream.push(m.point.clone());
+                }
+            }
+            // The others it explains weigh most, the journal's word twice the plant's
+            // (an alarm upstream of everything by chance explains nothing the journal
+            // has seen follow it); first out breaks near ties; being downstream of
+            // others counts against.
+            let explained = (downstream.len() + 2 * followed_by.len()) as f64 / (3.0 * others);
+            let score = 2.0 * explained + (1.0 - order as f64 / others).max(0.0) - upstream.len() as f64 / others;
             let mut evidence = vec![format!(
                 "{} to annunciate ({:.1} s into the episode)",
                 ordinal(order),
@@ -188,13 +211,17 @@ pub fn rank(episode: &Episode, cx: &Context) -> Vec<Candidate> {
             )];
             if !downstream.is_empty() {
                 evidence.push(format!(
-                    "upstream of {} of the {} other points in the plant's connections",
+                    "{} of the {} other points came after it on its equipment or downstream of it in the plant's \
+                     connections",
                     downstream.len(),
                     n - 1
                 ));
             }
             if !followed_by.is_empty() {
-                evidence.push(format!("{} of the others follow it in the journal as learned pairs", followed_by.len()));
+                evidence.push(format!(
+                    "{} of the others follow it in the journal as learned consequential pairs",
+                    followed_by.len()
+                ));
             }
             if !upstream.is_empty() {
                 evidence.push(format!("downstream of {} other points: it may be their consequence", upstream.len()));
@@ -215,7 +242,8 @@ pub fn rank(episode: &Episode, cx: &Context) -> Vec<Candidate> {
     candidates
 }
 
-/// The points that follow from `initiator`: downstream of it or learned to follow it.
+/// The points that follow from `initiator`: after it on its equipment or downstream of
+/// it, or learned to follow it.
 pub fn consequences(initiator: &Candidate) -> Vec<Point> {
     let mut out = initiator.downstream.clone();
     for p in &initiator.followed_by {

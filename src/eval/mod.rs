@@ -9,6 +9,7 @@ mod check;
 mod report;
 mod retrieval;
 mod run;
+pub mod upsets;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -57,6 +58,11 @@ pub struct EvalArgs {
     /// the rules model's score).
     #[arg(long, value_name = "FILE")]
     floor: Option<PathBuf>,
+    /// Score the alarm episodes instead (grouping, initiator, consequences, similar past
+    /// floods) on upsets generated from this catalogue's answers; `--floor` then takes
+    /// eval/episodes-floor.toml.
+    #[arg(long, value_name = "CATALOGUE", num_args = 0..=1, default_missing_value = "eval/upsets.toml")]
+    episodes: Option<PathBuf>,
 }
 
 /// The provider of an [llm] chain (the rules model when it has none).
@@ -82,6 +88,9 @@ pub struct Chains {
 
 /// Runs the eval. Returns whether the score held the floor.
 pub fn main(args: &EvalArgs, chains: &Chains) -> anyhow::Result<bool> {
+    if let Some(catalogue) = &args.episodes {
+        return upsets::main(catalogue, &args.from, &args.out, args.floor.as_deref());
+    }
     let mut cases = case::load(&args.cases)?;
     cases.retain(|c| {
         (args.category.is_empty() || args.category.iter().any(|k| k == c.category.as_str()))

@@ -17,7 +17,7 @@ pub use crate::alarms::limits::{Level, Point, Transition, scan, set_points};
 pub use crate::alarms::limits::{code as alarm_code, severity as alarm_severity};
 pub use crate::support::Rng;
 pub use signals::Signal;
-pub use spec::{Fault, Limits, PlantSpec};
+pub use spec::{ConnectionSpec, Fault, Limits, PlantSpec};
 
 use crate::domain::{AssetId, AssetStatus, Criticality, Timestamp};
 use crate::plant::{self, ImportError, Mode, Origin, PlantModel, Site, StationRow};
