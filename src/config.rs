@@ -73,6 +73,7 @@ impl Config {
             max_ahead_s: (self.mqtt.max_time_ahead_s > 0).then_some(i64::from(self.mqtt.max_time_ahead_s)),
             max_behind_s: (self.mqtt.max_time_behind_s > 0).then_some(i64::from(self.mqtt.max_time_behind_s)),
             sparkplug: self.sparkplug.enabled.then(|| std::sync::Arc::new(self.sparkplug.clone())),
+            episodes: crate::episodes::EpisodeRules::default(),
         }
     }
 

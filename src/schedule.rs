@@ -84,6 +84,8 @@ pub struct Housekeeping {
     pub docs_changed: usize,
     /// Chunks given an embedding (with `[embeddings]` set).
     pub docs_embedded: usize,
+    /// Consequential pairs learned again from the journal (the episodes read them).
+    pub alarm_pairs: usize,
 }
 
 /// Expires stale proposals, unshelves alarms whose time is over, caches the alarm
@@ -105,10 +107,19 @@ pub async fn housekeeping(
         })
         .await?;
     let (s, w, index) = (store.clone(), store.writer().clone(), index.clone());
-    let (unshelved, alarm_hours_cached, docs_changed, docs_embedded) =
+    let (unshelved, alarm_hours_cached, docs_changed, docs_embedded, alarm_pairs) =
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let unshelved = alarms::unshelve_expired(&w, now)?;
         let hours = alarms::kpi_cache::refresh(&w, now)?;
+        let ms = now.unix() * 1000;
+        let pairs = w.call(move |c| {
+            Ok::<_, StoreError>(crate::episodes::upkeep::refresh_pairs(
+                c,
+                ms,
+                90,
+                crate::episodes::pairs::PairRules::default(),
+            )?)
+        })?;
         let changed = match docs {
             Some(dir) => {
                 let r = crate::rag::index_dir(&s, &dir, now)?;
@@ -124,7 +135,7 @@ pub async fn housekeeping(
             }
             None => 0,
         };
-        Ok((unshelved, hours, changed, embedded))
+        Ok((unshelved, hours, changed, embedded, pairs))
     })
     .await??;
     Ok(Housekeeping {
@@ -134,6 +145,7 @@ pub async fn housekeeping(
         alarm_hours_cached,
         docs_changed,
         docs_embedded,
+        alarm_pairs,
     })
 }
 

@@ -216,7 +216,7 @@ fn only_the_assembly_uses_config() {
 /// dependency goes down, or is one of the stated uses within a layer.
 const LAYERS: &[&[&str]] = &[
     &["support", "metrics", "domain", "store"],
-    &["plant", "rag", "alarms", "approvals", "handover", "accounts", "sparkplug", "ingest", "opcua"],
+    &["plant", "rag", "alarms", "episodes", "approvals", "handover", "accounts", "sparkplug", "ingest", "opcua"],
     &["tools", "agent", "triage", "notify", "schedule"],
     &["web", "mcp", "console", "publish", "sim", "seed", "scripted", "eval", "bench", "broker", "sdnotify"],
     &["config", "app", "check", "cli"],
@@ -229,6 +229,8 @@ const WITHIN_A_LAYER: &[(&str, &str)] = &[
     ("store", "metrics"),
     ("sparkplug", "plant"),
     ("ingest", "alarms"),
+    ("ingest", "episodes"),
+    ("episodes", "alarms"),
     ("ingest", "sparkplug"),
     ("ingest", "accounts"),
     ("ingest", "plant"),

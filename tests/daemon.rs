@@ -1174,3 +1174,63 @@ async fn occurrences_raised_hours_apart_are_not_grouped() {
     assert_ne!(notes[0].run_id, notes[1].run_id, "a run each");
     assert!(notes.iter().all(|n| !n.flags.contains(&"grouped".to_string())), "{notes:?}");
 }
+
+/// An upset known by construction, through ingest on the demo plant and its
+/// connections: raw water pump 1 trips, the north header's pressure falls 20 s later,
+/// the east booster's suction 60 s after that, the south booster's at 150 s; a pump-1
+/// alarm five minutes on is another matter. One episode of four points is kept as the
+/// activations arrive, opened at the third, its members linked to it, pump 1's trip its
+/// initiator with the evidence that ranks it; `twinops episodes list` and `show` say so.
+#[test]
+fn an_upset_is_kept_as_one_episode_led_by_its_initiator() {
+    let p = Plant::new();
+    let t0 = at(30);
+    let raise = |id: &str, asset: &str, code: &str, secs: i64| {
+        let event = json!({"type": "alarm", "event_id": id, "asset_id": asset, "code": code, "severity": "high",
+                           "state": "raised", "time": t0.plus_secs(secs).to_rfc3339(), "message": code});
+        let effect = send(&p, &event);
+        let Applied::Raised { alarm_id, .. } = effect.alarms[0] else { panic!("{effect:?}") };
+        alarm_id
+    };
+    let trip = raise("u1", "PUMP-001", "PUMP-TRIP", 0);
+    let header = raise("u2", "VLV-001", "PRESS-LO", 20);
+    assert_eq!(p.count("SELECT count(*) FROM episodes"), 0, "two points are no episode");
+    let east = raise("u3", "PUMP-004", "PRESS-SUC-LO", 80);
+    let south = raise("u4", "PUMP-006", "PRESS-SUC-LO", 150);
+    let later = raise("u5", "PUMP-001", "VIB-HI", 450);
+    let episode = p.count("SELECT id FROM episodes");
+    let members =
+        p.text("SELECT group_concat(id, ',') FROM (SELECT id FROM alarms WHERE episode_id IS NOT NULL ORDER BY id)");
+    assert_eq!(members, format!("{trip},{header},{east},{south}"), "the later alarm is not a member");
+    assert_eq!(
+        p.count(&format!(
+            "SELECT count(*) FROM episodes WHERE id = {episode} AND points = 4 AND initiator_alarm = {trip}"
+        )),
+        1
+    );
+    assert_eq!(p.count(&format!("SELECT count(*) FROM alarms WHERE id = {later} AND episode_id IS NULL")), 1);
+    let out = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--db")
+            .arg(p.db_path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let listed = out(&["episodes", "list"]);
+    assert!(
+        listed.contains("4 points") && listed.contains(&format!("initiator: PUMP-001 PUMP-TRIP (alarm {trip})")),
+        "{listed}"
+    );
+    let shown: serde_json::Value = serde_json::from_str(&out(&["episodes", "show", &episode.to_string()])).unwrap();
+    assert_eq!(shown["members"].as_array().unwrap().len(), 4);
+    let best = &shown["ranking"][0];
+    assert_eq!((best["point"]["asset_id"].as_str(), best["alarm_id"].as_i64()), (Some("PUMP-001"), Some(trip)));
+    let evidence = best["evidence"].to_string();
+    assert!(
+        evidence.contains("first to annunciate") && evidence.contains("3 of the 3 other points came after it"),
+        "{evidence}"
+    );
+}

@@ -210,7 +210,9 @@ pub fn one(db: &Connection, id: i64) -> rusqlite::Result<Option<Value>> {
     )?;
     let journal = crate::store::json_rows(&mut stmt, [id])?;
     // A grouped alarm's note is its lead's: said with the note and alarm that cover it.
-    let note: Option<(i64, String, String, Option<i64>, String, Option<(i64, i64)>)> = db
+    // (id, body, flags, run, created, the covering note and its alarm)
+    type NoteRow = (i64, String, String, Option<i64>, String, Option<(i64, i64)>);
+    let note: Option<NoteRow> = db
         .query_row(
             "SELECT n.id, n.body, n.flags, n.run_id, rfc3339(n.created_at), l.id, l.alarm_id
              FROM notes n LEFT JOIN notes l ON l.id = n.covered_by WHERE n.alarm_id = ?1 AND n.kind = 'triage'",

@@ -21,6 +21,7 @@ use crate::{bench, rag, seed};
 mod agent_ops;
 mod alarm_ops;
 mod data;
+mod episode_ops;
 mod opcua_ops;
 mod people;
 
@@ -203,6 +204,9 @@ enum Command {
     /// Alarms: list, acknowledge, shelve, out of service (as a local operator).
     #[command(subcommand)]
     Alarms(AlarmsCommand),
+    /// Alarm episodes: the floods and bursts kept, their initiators, the learned pairs.
+    #[command(subcommand)]
+    Episodes(episode_ops::EpisodesCommand),
     /// Messages and events ingest refused: list them, replay them once the cause is fixed.
     #[command(subcommand)]
     DeadLetters(DeadLettersCommand),
@@ -411,6 +415,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::User(cmd) => return people::user(global, cmd),
         Command::Token(cmd) => return people::token(global, cmd),
         Command::Alarms(cmd) => return alarm_ops::run(global, cmd),
+        Command::Episodes(cmd) => return episode_ops::run(global, cmd),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,12 +10,14 @@
 //!   ([`graph`]), how many follow it as learned pairs ([`pairs`]).
 //! - [`similar`]: past episodes by a time-aware sequence alignment.
 //!
-//! Architecture Invariant: this module reads activations and the plant; it writes
-//! nothing and calls no model. What it finds is stored and noted by its callers.
+//! Architecture Invariant: the algorithms read activations and the plant, and call no
+//! model; [`upkeep`] stores what they find in the caller's transaction (ingest's, as
+//! each activation is committed).
 
 pub mod graph;
 pub mod pairs;
 pub mod similar;
+pub mod upkeep;
 
 use serde::Serialize;
 
@@ -33,7 +35,7 @@ pub struct Activation {
 }
 
 /// When activations make an episode.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EpisodeRules {
     /// An activation joins an episode whose last came at most this long before it.
     pub gap_ms: i64,

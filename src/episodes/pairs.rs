@@ -132,6 +132,10 @@ impl Learned {
         self.0.len()
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = &Pair> {
+        self.0.values()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

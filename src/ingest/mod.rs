@@ -37,6 +37,8 @@ pub struct IngestPolicy {
     pub max_behind_s: Option<i64>,
     /// Set when Sparkplug B is taken (`[sparkplug] enabled`).
     pub sparkplug: Option<Arc<SparkplugConfig>>,
+    /// When activations make an alarm episode.
+    pub episodes: crate::episodes::EpisodeRules,
 }
 
 impl Default for IngestPolicy {
@@ -46,6 +48,7 @@ impl Default for IngestPolicy {
             max_ahead_s: Some(MAX_AHEAD_S),
             max_behind_s: None,
             sparkplug: None,
+            episodes: crate::episodes::EpisodeRules::default(),
         }
     }
 }
@@ -342,6 +345,24 @@ impl Batch {
         Ok(found)
     }
 
+    /// An alarm event through the lifecycle; a live activation (not a backfill's) is
+    /// taken into its episode in the same transaction.
+    fn alarm(
+        &self,
+        conn: &Connection,
+        event: &AlarmEvent,
+        raw: Option<&[u8]>,
+    ) -> Result<Result<Applied, alarms::Refusal>, StoreError> {
+        let applied = alarms::apply(conn, event, raw, self.received, self.policy.queue)?;
+        let live = self.received.unix() - event.time.unix() < self.policy.queue.backfill_after_secs;
+        if let Ok(Applied::Raised { alarm_id, .. }) = &applied
+            && live
+        {
+            crate::episodes::upkeep::upkeep(conn, *alarm_id, event.at_ms(), self.policy.episodes)?;
+        }
+        Ok(applied)
+    }
+
     /// The alarms a reading raises or clears on a sensor whose alarms come from its
     /// limits, through the same lifecycle as SCADA's alarm events.
     fn alarms_from_reading(
@@ -352,7 +373,7 @@ impl Batch {
         effect: &mut MessageEffect,
     ) -> Result<(), StoreError> {
         for event in limits::evaluate(conn, points, (r.time, r.millis), r.value)? {
-            match alarms::apply(conn, &event, None, self.received, self.policy.queue)? {
+            match self.alarm(conn, &event, None)? {
                 Ok(applied) => effect.alarms.push(applied),
                 // The point's state says raised or cleared; a refusal here is the twin
                 // changed under it (a sensor moved), worth a line, not a dead letter.
@@ -423,7 +444,7 @@ impl Batch {
     ) -> Result<(), StoreError> {
         let refused = match event {
             _ if let Some(refusal) = self.time_refusal(event.time()) => refusal,
-            Event::Alarm(a) => match alarms::apply(conn, a, Some(raw), self.received, self.policy.queue)? {
+            Event::Alarm(a) => match self.alarm(conn, a, Some(raw))? {
                 Err(refusal) => {
                     let unknown =
                         matches!(refusal, alarms::Refusal::UnknownAsset(_) | alarms::Refusal::UnknownSensor(_));
@@ -586,7 +607,7 @@ impl Batch {
             millis: 0,
             message: c.message,
         };
-        match alarms::apply(conn, &event, None, self.received, self.policy.queue)? {
+        match self.alarm(conn, &event, None)? {
             Ok(applied) => effect.alarms.push(applied),
             // A birth clears what no death raised: nothing to say.
             Err(_) if !c.raised => {}

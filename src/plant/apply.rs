@@ -208,17 +208,17 @@ fn changes(model: &PlantModel, twin: &Twin, mode: Mode) -> Result<ChangeSet, Imp
         }
     }
     let assets: Vec<(String, Fields)> =
-        model.assets.iter().map(|a| (a.id.as_str().to_string(), asset_fields(a, &twin))).collect();
+        model.assets.iter().map(|a| (a.id.as_str().to_string(), asset_fields(a, twin))).collect();
     compare("asset", &assets, &twin.assets, mode, &mut changes);
     let imported = imported_assets(model);
     let sensors: Vec<(String, Fields)> =
-        model.sensors.iter().map(|s| (s.id.as_str().to_string(), sensor_fields(s, &twin, &imported))).collect();
+        model.sensors.iter().map(|s| (s.id.as_str().to_string(), sensor_fields(s, twin, &imported))).collect();
     compare("sensor", &sensors, &twin.sensors, mode, &mut changes);
     // The master alarm database is compared only when the import holds a rationalization
     // sheet: a full import of assets and tags alone leaves it as it is.
     if !model.alarm_points.is_empty() {
         let points: Vec<(String, Fields)> =
-            model.alarm_points.iter().map(|p| (point_key_of(p, &twin, &imported), point_fields(p, &twin))).collect();
+            model.alarm_points.iter().map(|p| (point_key_of(p, twin, &imported), point_fields(p, twin))).collect();
         compare("alarm point", &points, &twin.alarm_points, mode, &mut changes);
     }
     // Likewise the connections, only when the import holds some.

@@ -521,6 +521,38 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (from_asset, kind, to_asset)
      ) STRICT, WITHOUT ROWID;
      CREATE INDEX asset_connections_to ON asset_connections (to_asset);",
+    // 32: alarm episodes (`episodes`): the activations that belong together, kept as
+    // they arrive, each member linked; times in ms; the ranking of the initiator's
+    // candidates with their evidence as JSON. And the consequential pairs housekeeping
+    // learns from the journal, which the grouping and the ranking read.
+    "CREATE TABLE episodes (
+         id              INTEGER PRIMARY KEY,
+         opened_ms       INTEGER NOT NULL,
+         last_ms         INTEGER NOT NULL,
+         closed_at       INTEGER,
+         points          INTEGER NOT NULL,
+         activations     INTEGER NOT NULL,
+         initiator_alarm INTEGER REFERENCES alarms(id),
+         ranking         TEXT NOT NULL
+     ) STRICT;
+     CREATE INDEX episodes_open ON episodes (last_ms) WHERE closed_at IS NULL;
+     ALTER TABLE alarms ADD COLUMN episode_id INTEGER REFERENCES episodes(id);
+     CREATE INDEX alarms_episode ON alarms (episode_id) WHERE episode_id IS NOT NULL;
+     CREATE TABLE alarm_pairs (
+         first_asset       TEXT NOT NULL,
+         first_sensor      TEXT,
+         first_code        TEXT NOT NULL,
+         then_asset        TEXT NOT NULL,
+         then_sensor       TEXT,
+         then_code         TEXT NOT NULL,
+         support           INTEGER NOT NULL,
+         first_activations INTEGER NOT NULL,
+         confidence        REAL NOT NULL,
+         lift              REAL NOT NULL,
+         lag_median_s      REAL NOT NULL,
+         lag_p90_s         REAL NOT NULL,
+         mined_ms          INTEGER NOT NULL
+     ) STRICT;",
 ];
 
 /// The schema version this build writes.
