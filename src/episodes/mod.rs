@@ -100,7 +100,7 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    fn tied(&self, a: &Point, b: &Point) -> bool {
+    pub(crate) fn tied(&self, a: &Point, b: &Point) -> bool {
         a.asset_id.eq_ignore_ascii_case(&b.asset_id)
             || self.plant.related(&a.asset_id, &b.asset_id)
             || self.learned.get(a, b).is_some()
@@ -109,7 +109,7 @@ impl Context<'_> {
 
     /// Whether `then`, `after_ms` after `first`, comes as the journal says it follows
     /// (within its learned lag's 90th percentile and half again).
-    fn follows(&self, first: &Point, then: &Point, after_ms: i64) -> bool {
+    pub(crate) fn follows(&self, first: &Point, then: &Point, after_ms: i64) -> bool {
         self.learned.get(first, then).is_some_and(|p| after_ms as f64 <= p.lag_p90_s * 1500.0)
     }
 

@@ -1,48 +1,47 @@
 //! Episodes kept in the twin as activations arrive, in the transaction that raises
-//! each one: the recent activations are grouped again with the new one ([`super::group`]);
-//! the group that holds it, once it has enough points, is an episode (a new one, or the
-//! one its members already belong to, several merged into the oldest); its members
-//! link to it and its initiator is ranked again. An episode closes when nothing has
-//! joined it for `late_ms`. The learned pairs are mined by housekeeping
-//! ([`refresh_pairs`]), not on this path.
-
-use std::collections::{BTreeSet, HashMap};
+//! each one: a new activation joins the open episode it is tied to (as
+//! [`super::group`] ties them), or opens one with the recent activations in no episode
+//! yet once they have enough points; members link to their episode and its initiator
+//! is ranked again when a new point comes. An episode closes when nothing has joined it
+//! for `late_ms`. The learned pairs are mined by housekeeping ([`refresh_pairs`]), not
+//! on this path.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::graph::PlantGraph;
 use super::pairs::{Learned, Pair, PairRules};
-use super::{Activation, Context, EpisodeRules, group, rank};
+use super::{Activation, Context, Episode, EpisodeRules, group, rank};
 use crate::alarms::definitions::Point;
 
-/// The annunciated activations raised since `since_ms`, and every member of an episode
-/// still open however old, in time order; with the episode each belongs to.
-fn recent(conn: &Connection, since_ms: i64) -> rusqlite::Result<(Vec<Activation>, HashMap<i64, i64>)> {
+/// The annunciated activations since `since_ms` that are in no episode yet, in time
+/// order: the pool a new episode may open from.
+fn unassigned(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<Activation>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis, a.episode_id
+        "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
          FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
-         WHERE e.kind = 'raised' AND e.at >= ?1 / 1000 AND a.state != 'out_of_service'
-         UNION
-         SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis, a.episode_id
-         FROM episodes p JOIN alarms a ON a.episode_id = p.id
-         JOIN alarm_events e ON e.alarm_id = a.id AND e.kind = 'raised'
-         WHERE p.closed_at IS NULL
+         WHERE e.kind = 'raised' AND e.at >= ?1 / 1000 AND e.at * 1000 + e.millis >= ?1
+           AND a.state != 'out_of_service' AND a.episode_id IS NULL
          ORDER BY 5, 1",
     )?;
-    let mut episode_of = HashMap::new();
-    let rows = stmt.query_map([since_ms], |r| {
-        let alarm_id: i64 = r.get(0)?;
-        if let Some(e) = r.get::<_, Option<i64>>(5)? {
-            episode_of.insert(alarm_id, e);
-        }
-        Ok(Activation {
-            alarm_id,
-            point: Point { asset_id: r.get(1)?, sensor_id: r.get(2)?, code: r.get(3)? },
-            at_ms: r.get(4)?,
-        })
-    })?;
-    let activations = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((activations, episode_of))
+    stmt.query_map([since_ms], activation)?.collect()
+}
+
+fn activation(r: &rusqlite::Row) -> rusqlite::Result<Activation> {
+    Ok(Activation {
+        alarm_id: r.get(0)?,
+        point: Point { asset_id: r.get(1)?, sensor_id: r.get(2)?, code: r.get(3)? },
+        at_ms: r.get(4)?,
+    })
+}
+
+/// An open episode's members, in time order.
+fn members(conn: &Connection, episode: i64) -> rusqlite::Result<Vec<Activation>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
+         FROM alarms a JOIN alarm_events e ON e.alarm_id = a.id AND e.kind = 'raised'
+         WHERE a.episode_id = ?1 ORDER BY 5, 1",
+    )?;
+    stmt.query_map([episode], activation)?.collect()
 }
 
 /// The learned pairs as housekeeping last stored them.
@@ -69,54 +68,78 @@ pub fn learned(conn: &Connection) -> rusqlite::Result<Learned> {
 }
 
 /// Takes the annunciated activation `alarm_id` into its episode, if it makes or joins
-/// one; returns the episode. Closes the episodes nothing can join any more.
+/// one; returns the episode. Bounded in a flood: the new activation is checked against
+/// each open episode's distinct points (not its every member), and only the
+/// activations in no episode yet are grouped again. Closes the episodes nothing can
+/// join any more.
 pub fn upkeep(conn: &Connection, alarm_id: i64, at_ms: i64, rules: EpisodeRules) -> rusqlite::Result<Option<i64>> {
+    let horizon = rules.late_ms.max(rules.gap_ms);
     conn.prepare_cached("UPDATE episodes SET closed_at = last_ms WHERE closed_at IS NULL AND last_ms < ?1")?
-        .execute([at_ms - rules.late_ms.max(rules.gap_ms)])?;
-    let (activations, episode_of) = recent(conn, at_ms - rules.late_ms.max(rules.gap_ms))?;
+        .execute([at_ms - horizon])?;
     let plant = PlantGraph::read(conn)?;
     let learned = learned(conn)?;
     let cx = Context { plant: &plant, learned: &learned };
-    let groups = group(&activations, rules, &cx);
-    let Some(found) = groups.into_iter().find(|g| g.members.iter().any(|m| m.alarm_id == alarm_id)) else {
+    let new: Activation = conn
+        .prepare_cached(
+            "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
+             FROM alarms a JOIN alarm_events e ON e.alarm_id = a.id AND e.kind = 'raised' WHERE a.id = ?1",
+        )?
+        .query_row([alarm_id], activation)?;
+    // An open episode it is tied to, the most recent first.
+    let open: Vec<(i64, i64)> = conn
+        .prepare_cached("SELECT id, last_ms FROM episodes WHERE closed_at IS NULL ORDER BY last_ms DESC, id DESC")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (episode, last_ms) in open {
+        let found = Episode { members: members(conn, episode)? };
+        let recent = at_ms - last_ms <= rules.gap_ms;
+        let joins = found
+            .first_outs()
+            .iter()
+            .any(|m| (recent && cx.tied(&m.point, &new.point)) || cx.follows(&m.point, &new.point, at_ms - m.at_ms));
+        if joins {
+            let mut grown = found;
+            let new_point = !grown.members.iter().any(|m| m.point == new.point);
+            grown.members.push(new);
+            store(conn, episode, &grown, &cx, new_point)?;
+            return Ok(Some(episode));
+        }
+    }
+    // None: does it open one with the activations in no episode yet?
+    let pool = unassigned(conn, at_ms - rules.gap_ms * rules.min_points as i64)?;
+    let Some(found) = group(&pool, rules, &cx).into_iter().find(|g| g.members.iter().any(|m| m.alarm_id == alarm_id))
+    else {
         return Ok(None);
     };
-    let ids: BTreeSet<i64> = found.members.iter().filter_map(|m| episode_of.get(&m.alarm_id).copied()).collect();
-    let episode = match ids.first() {
-        Some(&id) => id,
-        None => {
-            conn.prepare_cached(
-                "INSERT INTO episodes (opened_ms, last_ms, points, activations, ranking) VALUES (?1, ?1, 0, 0, '[]')",
-            )?
-            .execute([found.start_ms()])?;
-            conn.last_insert_rowid()
-        }
-    };
-    // Two episodes one activation ties together are one: the oldest keeps its id.
-    for &other in ids.iter().skip(1) {
-        conn.prepare_cached("UPDATE alarms SET episode_id = ?1 WHERE episode_id = ?2")?.execute([episode, other])?;
-        conn.prepare_cached("DELETE FROM episodes WHERE id = ?1")?.execute([other])?;
-    }
+    conn.prepare_cached(
+        "INSERT INTO episodes (opened_ms, last_ms, points, activations, ranking) VALUES (?1, ?1, 0, 0, '[]')",
+    )?
+    .execute([found.start_ms()])?;
+    let episode = conn.last_insert_rowid();
+    store(conn, episode, &found, &cx, true)?;
+    Ok(Some(episode))
+}
+
+/// Links the members to `episode` and stores its figures; ranks its initiator again
+/// when it has a new point (a repeat changes no first-out order).
+fn store(conn: &Connection, episode: i64, found: &Episode, cx: &Context, rerank: bool) -> rusqlite::Result<()> {
     for m in &found.members {
         conn.prepare_cached("UPDATE alarms SET episode_id = ?2 WHERE id = ?1 AND episode_id IS NOT ?2")?
             .execute([m.alarm_id, episode])?;
     }
-    let ranked = rank(&found, &cx);
-    conn.prepare_cached(
-        "UPDATE episodes SET opened_ms = min(opened_ms, ?2), last_ms = ?3, points = ?4, activations = ?5,
-             initiator_alarm = ?6, ranking = ?7, closed_at = NULL
-         WHERE id = ?1",
-    )?
-    .execute(params![
-        episode,
-        found.start_ms(),
-        found.end_ms(),
-        found.first_outs().len() as i64,
-        found.members.len() as i64,
-        ranked.first().map(|c| c.alarm_id),
-        serde_json::to_string(&ranked).unwrap_or_else(|_| "[]".into())
-    ])?;
-    Ok(Some(episode))
+    conn.prepare_cached("UPDATE episodes SET last_ms = max(last_ms, ?2), points = ?3, activations = ?4 WHERE id = ?1")?
+        .execute(params![episode, found.end_ms(), found.first_outs().len() as i64, found.members.len() as i64])?;
+    if rerank {
+        let ranked = rank(found, cx);
+        conn.prepare_cached("UPDATE episodes SET initiator_alarm = ?2, ranking = ?3 WHERE id = ?1")?.execute(
+            params![
+                episode,
+                ranked.first().map(|c| c.alarm_id),
+                serde_json::to_string(&ranked).unwrap_or_else(|_| "[]".into())
+            ],
+        )?;
+    }
+    Ok(())
 }
 
 /// Mines the consequential pairs from the last `days` of the journal's annunciated
