@@ -90,7 +90,7 @@ fn tools_list_prints_openai_and_anthropic_definitions() {
     assert!(out.status.success());
     let defs: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let defs = defs.as_array().unwrap();
-    assert_eq!(defs.len(), 11);
+    assert_eq!(defs.len(), 14);
     assert!(defs.iter().all(|d| d["type"] == "function" && d["function"]["parameters"]["type"] == "object"));
     let out = twinops(&p, &["tools", "list", "--format", "anthropic"]);
     let defs: Value = serde_json::from_str(&stdout(&out)).unwrap();

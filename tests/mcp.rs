@@ -11,7 +11,7 @@ use twinops::accounts;
 use twinops::app::{Daemon, ServeOptions};
 use twinops::domain::Role;
 
-const READ_TOOLS: [&str; 9] = [
+const READ_TOOLS: [&str; 12] = [
     "get_system_summary",
     "list_assets",
     "get_asset_details",
@@ -21,6 +21,9 @@ const READ_TOOLS: [&str; 9] = [
     "read_doc",
     "get_shift_handover",
     "get_alarm_kpis",
+    "get_episode",
+    "find_similar_episodes",
+    "get_alarm_correlations",
 ];
 
 fn text_of(result: &rmcp::model::CallToolResult) -> String {

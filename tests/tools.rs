@@ -27,6 +27,9 @@ fn tool_schemas_are_strict_and_bounded() {
             "read_doc",
             "get_shift_handover",
             "get_alarm_kpis",
+            "get_episode",
+            "find_similar_episodes",
+            "get_alarm_correlations",
             "propose_work_order",
             "propose_alarm_change"
         ]
@@ -541,4 +544,93 @@ fn alarm_kpis_answer_for_the_week() {
     assert!(err.contains("from (2026-11-30T00:00:00Z) must be before to"), "{err}");
     let err = p.err("get_alarm_kpis", json!({"from": "last tuesday"}));
     assert!(err.contains("from: 'last tuesday' is not a time: use RFC 3339"), "{err}");
+}
+
+/// The episode tools on one upset sent through ingest three times, an hour apart (raw
+/// water pump 1 trips; the north header's pressure falls 20 s later, the east booster's
+/// suction 80 s in, the south booster's at 150 s): `get_episode` by a member's alarm id
+/// names the trip first with its evidence; `find_similar_episodes` finds the two earlier
+/// ones for the third; once the pairs are mined, `get_alarm_correlations` says what
+/// follows the trip. Ids that name nothing are refused with the next move.
+#[test]
+fn the_episode_tools_name_the_initiator_and_the_floods_like_it() {
+    let p = Plant::new();
+    let mut policy = twinops::ingest::IngestPolicy::default();
+    policy.queue.backfill_after_secs = i64::MAX;
+    let upset = [
+        ("PUMP-001", "PUMP-TRIP", 0),
+        ("VLV-001", "PRESS-LO", 20),
+        ("PUMP-004", "SUCTION-LO", 80),
+        ("PUMP-006", "SUCTION-LO", 150),
+    ];
+    let mut trips = Vec::new();
+    for round in 0..3i64 {
+        let t0 = common::end().plus_secs(3_600 * (round + 1));
+        for (i, (asset, code, secs)) in upset.iter().enumerate() {
+            let event = json!({"type": "alarm", "event_id": format!("e{round}-{i}"), "asset_id": asset, "code": code,
+                               "severity": "high", "state": "raised", "time": t0.plus_secs(*secs).to_rfc3339(), "message": code});
+            let effect = twinops::ingest::apply(
+                p.store.writer(),
+                "scada/alarms",
+                event.to_string().as_bytes(),
+                t0.plus_secs(*secs),
+                policy.clone(),
+            )
+            .unwrap();
+            let twinops::alarms::Applied::Raised { alarm_id, .. } = effect.alarms[0] else { panic!("{effect:?}") };
+            if i == 0 {
+                trips.push(alarm_id);
+            }
+        }
+        // Each returns to normal before the next round.
+        for (i, (asset, code, _)) in upset.iter().enumerate() {
+            let event = json!({"type": "alarm", "event_id": format!("c{round}-{i}"), "asset_id": asset, "code": code,
+                               "severity": "high", "state": "cleared", "time": t0.plus_secs(900).to_rfc3339(), "message": code});
+            let at = t0.plus_secs(900);
+            twinops::ingest::apply(p.store.writer(), "scada/alarms", event.to_string().as_bytes(), at, policy.clone())
+                .unwrap();
+        }
+    }
+    let episode = p.ok("get_episode", json!({"alarm_id": trips[2]}));
+    assert_eq!(episode["points"], 4);
+    let best = &episode["ranking"][0];
+    assert_eq!((best["point"]["asset_id"].as_str(), best["alarm_id"].as_i64()), (Some("PUMP-001"), Some(trips[2])));
+    assert!(best["evidence"].to_string().contains("first to annunciate"), "{best}");
+    let id = episode["id"].as_i64().unwrap();
+    let similar = p.ok("find_similar_episodes", json!({"episode_id": id}));
+    let found: Vec<(i64, f64)> = similar["similar"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["initiator"]["alarm_id"].as_i64().unwrap(), s["similarity"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(found.iter().map(|f| f.0).collect::<Vec<_>>(), [trips[1], trips[0]], "the more recent first: {similar}");
+    assert!(found.iter().all(|f| f.1 > 0.99), "the same upset, the same timing: {similar}");
+
+    let none = p.ok("get_alarm_correlations", json!({"asset_id": "pump-001"}));
+    assert_eq!((none["pairs_learned"].as_i64(), none["follows_it"].as_array().map(Vec::len)), (Some(0), Some(0)));
+    let now = common::end().plus_secs(4 * 3_600).unix() * 1000;
+    p.store
+        .writer()
+        .call(move |c| {
+            Ok::<_, twinops::store::StoreError>(twinops::episodes::upkeep::refresh_pairs(
+                c,
+                now,
+                90,
+                twinops::episodes::pairs::PairRules::default(),
+            )?)
+        })
+        .unwrap();
+    let learned = p.ok("get_alarm_correlations", json!({"asset_id": "PUMP-001", "code": "pump-trip"}));
+    let follows: Vec<&str> =
+        learned["follows_it"].as_array().unwrap().iter().map(|x| x["then"]["asset_id"].as_str().unwrap()).collect();
+    assert!(follows.contains(&"VLV-001") && follows.contains(&"PUMP-004"), "{learned}");
+    assert_eq!(learned["follows_it"][0]["support"], 3);
+
+    assert!(p.err("get_episode", json!({})).contains("give episode_id or alarm_id"));
+    assert!(p.err("get_episode", json!({"episode_id": 999_999})).contains("No episode 999999"));
+    assert!(
+        p.err("find_similar_episodes", json!({"alarm_id": 1, "limit": 9})).contains("limit must be between 1 and 5")
+    );
+    assert!(p.err("get_alarm_correlations", json!({"asset_id": "NOPE-1"})).contains("list_assets"));
 }

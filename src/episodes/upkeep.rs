@@ -215,3 +215,44 @@ pub fn list(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<serde_json::V
     let rows = stmt.query_map([limit], |r| r.get::<_, String>(0))?;
     rows.map(|r| r.map(|s| serde_json::from_str(&s).unwrap_or_default())).collect()
 }
+
+/// The episode that holds alarm occurrence `alarm_id`, if any.
+pub fn of_alarm(conn: &Connection, alarm_id: i64) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT episode_id FROM alarms WHERE id = ?1")?
+        .query_row([alarm_id], |r| r.get::<_, Option<i64>>(0))
+        .optional()
+        .map(Option::flatten)
+}
+
+/// The past episodes most like `episode` (of the 1,000 before it), best first, with
+/// their similarity from 0 to 1 ([`super::similar`]).
+pub fn similar_to(conn: &Connection, episode: i64, k: usize) -> rusqlite::Result<Vec<(i64, f64)>> {
+    let this = Episode { members: members(conn, episode)? };
+    let mut stmt = conn.prepare_cached(
+        "SELECT p.id, a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
+         FROM (SELECT id FROM episodes WHERE opened_ms < (SELECT opened_ms FROM episodes WHERE id = ?1)
+               ORDER BY opened_ms DESC LIMIT 1000) p
+         JOIN alarms a ON a.episode_id = p.id JOIN alarm_events e ON e.alarm_id = a.id AND e.kind = 'raised'
+         ORDER BY p.id, 6, 2",
+    )?;
+    let mut past: Vec<(i64, Episode)> = Vec::new();
+    let rows = stmt.query_map([episode], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            Activation {
+                alarm_id: r.get(1)?,
+                point: Point { asset_id: r.get(2)?, sensor_id: r.get(3)?, code: r.get(4)? },
+                at_ms: r.get(5)?,
+            },
+        ))
+    })?;
+    for row in rows {
+        let (id, a) = row?;
+        match past.last_mut() {
+            Some((last, e)) if *last == id => e.members.push(a),
+            _ => past.push((id, Episode { members: vec![a] })),
+        }
+    }
+    let sequences: Vec<Vec<super::similar::Step>> = past.iter().map(|(_, e)| e.steps()).collect();
+    Ok(super::similar::most_similar(&this.steps(), &sequences, k).into_iter().map(|(i, s)| (past[i].0, s)).collect())
+}

@@ -4,8 +4,10 @@
 //! Architecture Invariant: a handler gets a read-only connection and, at most, the
 //! [`Approvals`] capability. No tool can write anything but a `pending_approval` row.
 
+mod alarm_correlations;
 mod alarm_kpis;
 mod asset_details;
+mod episode;
 mod hints;
 
 pub use hints::{Examples, mentioned_assets};
@@ -244,6 +246,9 @@ static REGISTRY: LazyLock<Vec<ToolDef>> = LazyLock::new(|| {
         read_doc::def(),
         shift_handover::def(),
         alarm_kpis::def(),
+        episode::get_def(),
+        episode::similar_def(),
+        alarm_correlations::def(),
         propose_work_order::def(),
         propose_alarm_change::def(),
     ]
