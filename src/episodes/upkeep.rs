@@ -13,18 +13,25 @@ use super::pairs::{Learned, Pair, PairRules};
 use super::{Activation, Context, Episode, EpisodeRules, group, rank};
 use crate::alarms::definitions::Point;
 
-/// The annunciated activations since `since_ms` that are in no episode yet, in time
-/// order: the pool a new episode may open from.
+/// The most recent annunciated activations since `since_ms` that are in no episode
+/// yet (at most [`POOL`]), in time order: the pool a new episode may open from.
 fn unassigned(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<Activation>> {
     let mut stmt = conn.prepare_cached(
         "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
          FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
          WHERE e.kind = 'raised' AND e.at >= ?1 / 1000 AND e.at * 1000 + e.millis >= ?1
            AND a.state != 'out_of_service' AND a.episode_id IS NULL
-         ORDER BY 5, 1",
+         ORDER BY 5 DESC, 1 DESC LIMIT ?2",
     )?;
-    stmt.query_map([since_ms], activation)?.collect()
+    let mut pool: Vec<Activation> =
+        stmt.query_map(params![since_ms, POOL], activation)?.collect::<rusqlite::Result<_>>()?;
+    pool.reverse();
+    Ok(pool)
 }
+
+/// The most activations in no episode that a new one is grouped with: a burst of
+/// unrelated alarms costs each new one this many, not the whole burst.
+const POOL: i64 = 200;
 
 fn activation(r: &rusqlite::Row) -> rusqlite::Result<Activation> {
     Ok(Activation {
@@ -34,7 +41,7 @@ fn activation(r: &rusqlite::Row) -> rusqlite::Result<Activation> {
     })
 }
 
-/// An open episode's members, in time order.
+/// An episode's members, in time order.
 fn members(conn: &Connection, episode: i64) -> rusqlite::Result<Vec<Activation>> {
     let mut stmt = conn.prepare_cached(
         "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
@@ -42,6 +49,33 @@ fn members(conn: &Connection, episode: i64) -> rusqlite::Result<Vec<Activation>>
          WHERE a.episode_id = ?1 ORDER BY 5, 1",
     )?;
     stmt.query_map([episode], activation)?.collect()
+}
+
+/// An episode's points, each at its first activation, in time order (`episode_points`):
+/// what ties a new activation to it and ranks its initiator, read without the
+/// thousands of repeats a flood brings.
+fn first_outs(conn: &Connection, episode: i64) -> rusqlite::Result<Vec<Activation>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT first_alarm, asset_id, sensor_id, code, first_ms FROM episode_points
+         WHERE episode_id = ?1 ORDER BY first_ms, first_alarm",
+    )?;
+    stmt.query_map([episode], activation)?.collect()
+}
+
+/// Records a point's first activation in `episode`.
+fn add_point(conn: &Connection, episode: i64, a: &Activation) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO episode_points (episode_id, asset_id, sensor_id, code, first_alarm, first_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![episode, a.point.asset_id, a.point.sensor_id, a.point.code, a.alarm_id, a.at_ms])?;
+    Ok(())
+}
+
+/// What ties activations together: the plant's graph and the learned pairs, read once
+/// for many activations (a batch of ingest's).
+pub fn context(conn: &Connection) -> rusqlite::Result<(PlantGraph, Learned)> {
+    Ok((PlantGraph::read(conn)?, learned(conn)?))
 }
 
 /// The learned pairs as housekeeping last stored them.
@@ -72,13 +106,16 @@ pub fn learned(conn: &Connection) -> rusqlite::Result<Learned> {
 /// each open episode's distinct points (not its every member), and only the
 /// activations in no episode yet are grouped again. Closes the episodes nothing can
 /// join any more.
-pub fn upkeep(conn: &Connection, alarm_id: i64, at_ms: i64, rules: EpisodeRules) -> rusqlite::Result<Option<i64>> {
+pub fn upkeep(
+    conn: &Connection,
+    alarm_id: i64,
+    at_ms: i64,
+    rules: EpisodeRules,
+    cx: &Context,
+) -> rusqlite::Result<Option<i64>> {
     let horizon = rules.late_ms.max(rules.gap_ms);
     conn.prepare_cached("UPDATE episodes SET closed_at = last_ms WHERE closed_at IS NULL AND last_ms < ?1")?
         .execute([at_ms - horizon])?;
-    let plant = PlantGraph::read(conn)?;
-    let learned = learned(conn)?;
-    let cx = Context { plant: &plant, learned: &learned };
     let new: Activation = conn
         .prepare_cached(
             "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
@@ -91,23 +128,34 @@ pub fn upkeep(conn: &Connection, alarm_id: i64, at_ms: i64, rules: EpisodeRules)
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     for (episode, last_ms) in open {
-        let found = Episode { members: members(conn, episode)? };
+        let points = Episode { members: first_outs(conn, episode)? };
         let recent = at_ms - last_ms <= rules.gap_ms;
-        let joins = found
-            .first_outs()
+        let joins = points
+            .members
             .iter()
             .any(|m| (recent && cx.tied(&m.point, &new.point)) || cx.follows(&m.point, &new.point, at_ms - m.at_ms));
-        if joins {
-            let mut grown = found;
-            let new_point = !grown.members.iter().any(|m| m.point == new.point);
-            grown.members.push(new);
-            store(conn, episode, &grown, &cx, new_point)?;
-            return Ok(Some(episode));
+        if !joins {
+            continue;
         }
+        conn.prepare_cached("UPDATE alarms SET episode_id = ?2 WHERE id = ?1")?.execute([alarm_id, episode])?;
+        let new_point = !points.members.iter().any(|m| m.point == new.point);
+        conn.prepare_cached(
+            "UPDATE episodes SET last_ms = max(last_ms, ?2), activations = activations + 1, points = points + ?3
+             WHERE id = ?1",
+        )?
+        .execute(params![episode, at_ms, i64::from(new_point)])?;
+        // A repeat changes no first-out order: the ranking stands.
+        if new_point {
+            add_point(conn, episode, &new)?;
+            let mut grown = points;
+            grown.members.push(new);
+            rerank(conn, episode, &grown, cx)?;
+        }
+        return Ok(Some(episode));
     }
     // None: does it open one with the activations in no episode yet?
     let pool = unassigned(conn, at_ms - rules.gap_ms * rules.min_points as i64)?;
-    let Some(found) = group(&pool, rules, &cx).into_iter().find(|g| g.members.iter().any(|m| m.alarm_id == alarm_id))
+    let Some(found) = group(&pool, rules, cx).into_iter().find(|g| g.members.iter().any(|m| m.alarm_id == alarm_id))
     else {
         return Ok(None);
     };
@@ -116,29 +164,26 @@ pub fn upkeep(conn: &Connection, alarm_id: i64, at_ms: i64, rules: EpisodeRules)
     )?
     .execute([found.start_ms()])?;
     let episode = conn.last_insert_rowid();
-    store(conn, episode, &found, &cx, true)?;
+    for m in &found.members {
+        conn.prepare_cached("UPDATE alarms SET episode_id = ?2 WHERE id = ?1")?.execute([m.alarm_id, episode])?;
+    }
+    for m in found.first_outs() {
+        add_point(conn, episode, m)?;
+    }
+    conn.prepare_cached("UPDATE episodes SET last_ms = ?2, points = ?3, activations = ?4 WHERE id = ?1")?
+        .execute(params![episode, found.end_ms(), found.first_outs().len() as i64, found.members.len() as i64])?;
+    rerank(conn, episode, &found, cx)?;
     Ok(Some(episode))
 }
 
-/// Links the members to `episode` and stores its figures; ranks its initiator again
-/// when it has a new point (a repeat changes no first-out order).
-fn store(conn: &Connection, episode: i64, found: &Episode, cx: &Context, rerank: bool) -> rusqlite::Result<()> {
-    for m in &found.members {
-        conn.prepare_cached("UPDATE alarms SET episode_id = ?2 WHERE id = ?1 AND episode_id IS NOT ?2")?
-            .execute([m.alarm_id, episode])?;
-    }
-    conn.prepare_cached("UPDATE episodes SET last_ms = max(last_ms, ?2), points = ?3, activations = ?4 WHERE id = ?1")?
-        .execute(params![episode, found.end_ms(), found.first_outs().len() as i64, found.members.len() as i64])?;
-    if rerank {
-        let ranked = rank(found, cx);
-        conn.prepare_cached("UPDATE episodes SET initiator_alarm = ?2, ranking = ?3 WHERE id = ?1")?.execute(
-            params![
-                episode,
-                ranked.first().map(|c| c.alarm_id),
-                serde_json::to_string(&ranked).unwrap_or_else(|_| "[]".into())
-            ],
-        )?;
-    }
+/// Ranks the episode's initiator again and stores the ranking with its evidence.
+fn rerank(conn: &Connection, episode: i64, found: &Episode, cx: &Context) -> rusqlite::Result<()> {
+    let ranked = rank(found, cx);
+    conn.prepare_cached("UPDATE episodes SET initiator_alarm = ?2, ranking = ?3 WHERE id = ?1")?.execute(params![
+        episode,
+        ranked.first().map(|c| c.alarm_id),
+        serde_json::to_string(&ranked).unwrap_or_else(|_| "[]".into())
+    ])?;
     Ok(())
 }
 

@@ -319,12 +319,21 @@ struct Batch {
     received: Timestamp,
     policy: IngestPolicy,
     sparkplug: Option<sparkplug::Host>,
+    /// The plant's graph and the learned pairs, read once a batch for the episodes.
+    episodes: std::cell::OnceCell<(crate::episodes::graph::PlantGraph, crate::episodes::pairs::Learned)>,
 }
 
 impl Batch {
     fn new(received: Timestamp, policy: IngestPolicy) -> Batch {
         let sparkplug = policy.sparkplug.clone().filter(|s| s.enabled).map(sparkplug::Host::new);
-        Batch { sensors: HashMap::new(), rollups: Rollups::default(), received, policy, sparkplug }
+        Batch {
+            sensors: HashMap::new(),
+            rollups: Rollups::default(),
+            received,
+            policy,
+            sparkplug,
+            episodes: std::cell::OnceCell::new(),
+        }
     }
 
     fn sensor(&mut self, conn: &Connection, id: &SensorId) -> rusqlite::Result<Option<Rc<SensorRef>>> {
@@ -358,7 +367,12 @@ impl Batch {
         if let Ok(Applied::Raised { alarm_id, .. }) = &applied
             && live
         {
-            crate::episodes::upkeep::upkeep(conn, *alarm_id, event.at_ms(), self.policy.episodes)?;
+            if self.episodes.get().is_none() {
+                let _ = self.episodes.set(crate::episodes::upkeep::context(conn)?);
+            }
+            let (plant, learned) = self.episodes.get().expect("set above");
+            let cx = crate::episodes::Context { plant, learned };
+            crate::episodes::upkeep::upkeep(conn, *alarm_id, event.at_ms(), self.policy.episodes, &cx)?;
         }
         Ok(applied)
     }

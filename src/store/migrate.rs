@@ -523,7 +523,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX asset_connections_to ON asset_connections (to_asset);",
     // 32: alarm episodes (`episodes`): the activations that belong together, kept as
     // they arrive, each member linked; times in ms; the ranking of the initiator's
-    // candidates with their evidence as JSON. And the consequential pairs housekeeping
+    // candidates with their evidence as JSON; each episode's points at their first
+    // activation (what a new activation is tied against: a flood's repeats are not read). And the consequential pairs housekeeping
     // learns from the journal, which the grouping and the ranking read.
     "CREATE TABLE episodes (
          id              INTEGER PRIMARY KEY,
@@ -536,6 +537,15 @@ const MIGRATIONS: &[&str] = &[
          ranking         TEXT NOT NULL
      ) STRICT;
      CREATE INDEX episodes_open ON episodes (last_ms) WHERE closed_at IS NULL;
+     CREATE TABLE episode_points (
+         episode_id  INTEGER NOT NULL REFERENCES episodes(id),
+         asset_id    TEXT NOT NULL,
+         sensor_id   TEXT,
+         code        TEXT NOT NULL,
+         first_alarm INTEGER NOT NULL REFERENCES alarms(id),
+         first_ms    INTEGER NOT NULL
+     ) STRICT;
+     CREATE UNIQUE INDEX episode_points_point ON episode_points (episode_id, asset_id, coalesce(sensor_id, ''), code);
      ALTER TABLE alarms ADD COLUMN episode_id INTEGER REFERENCES episodes(id);
      CREATE INDEX alarms_episode ON alarms (episode_id) WHERE episode_id IS NOT NULL;
      CREATE TABLE alarm_pairs (
