@@ -92,6 +92,16 @@ fn twinops(p: &Plant, config: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The guide's `plant import --partial` of the three files `opcua browse` wrote in `out`.
+fn import_browsed(p: &Plant, config: &Path, out: &Path) {
+    let files: Vec<String> =
+        ["plant.toml", "assets.csv", "tags.csv"].iter().map(|f| out.join(f).display().to_string()).collect();
+    let mut args = vec!["plant", "import", "--partial"];
+    args.extend(files.iter().map(String::as_str));
+    let import = twinops(p, config, &args);
+    assert!(import.status.success(), "{}", text(&import));
+}
+
 fn text(o: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -118,12 +128,7 @@ async fn browse_writes_the_plant_files_the_import_takes() {
             && tags.contains("nsu=urn:twinops-test:plant;s=PS1.P-101.DischargePressure"),
         "{tags}"
     );
-    let files: Vec<String> =
-        ["plant.toml", "assets.csv", "tags.csv"].iter().map(|f| out.join(f).display().to_string()).collect();
-    let mut args = vec!["plant", "import", "--partial"];
-    args.extend(files.iter().map(String::as_str));
-    let import = twinops(&p, &config, &args);
-    assert!(import.status.success(), "{}", text(&import));
+    import_browsed(&p, &config, &out);
     assert_eq!(
         p.count("SELECT count(*) FROM assets WHERE id = 'P-101' AND parent_id = 'PS1' AND station_id = 'OPCUA'"),
         1
@@ -554,12 +559,7 @@ async fn values_and_an_alarm_from_asyncua_land_on_the_equipment() {
         "{assets}"
     );
     // The guide's command, as written, on the empty twin.
-    let files: Vec<String> =
-        ["plant.toml", "assets.csv", "tags.csv"].iter().map(|f| out.join(f).display().to_string()).collect();
-    let mut args = vec!["plant", "import", "--partial"];
-    args.extend(files.iter().map(String::as_str));
-    let import = twinops(&p, &config, &args);
-    assert!(import.status.success(), "{}", text(&import));
+    import_browsed(&p, &config, &out);
     assert_eq!(p.count("SELECT count(*) FROM assets WHERE id = 'Pump01' AND opcua_node LIKE 'nsu=%LS3.Pump01'"), 1);
     // plant export keeps the asset's node.
     let exported = p.dir.path().join("exported");

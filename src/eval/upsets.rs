@@ -96,22 +96,13 @@ pub fn generate(cat: &Catalogue, label: &str, days: u32, repeats: usize) -> anyh
         upsets.push(Truth { cause: spec.cause.clone(), initiator, initiator_alarm: 0, consequences });
     }
     let background: Vec<Point> = cat.noise.background.iter().map(|s| point(s)).collect::<anyhow::Result<_>>()?;
-    let mut t = 0i64;
-    loop {
-        t += (-rng.uniform().max(1e-12).ln() / cat.noise.background_per_hour * 3_600_000.0) as i64;
-        if t >= span_ms || background.is_empty() {
-            break;
-        }
-        events.push((t, background[rng.below(background.len() as u64) as usize].clone(), None));
+    for t in arrivals(&mut rng, cat.noise.background_per_hour / 3_600_000.0, span_ms) {
+        let Some(p) = pick(&mut rng, &background) else { break };
+        events.push((t, p.clone(), None));
     }
     let chattering: Vec<Point> = cat.noise.chattering.iter().map(|s| point(s)).collect::<anyhow::Result<_>>()?;
-    let mut t = 0i64;
-    loop {
-        t += (-rng.uniform().max(1e-12).ln() / cat.noise.chatter_bursts_per_day * 86_400_000.0) as i64;
-        if t >= span_ms || chattering.is_empty() {
-            break;
-        }
-        let p = &chattering[rng.below(chattering.len() as u64) as usize];
+    for t in arrivals(&mut rng, cat.noise.chatter_bursts_per_day / 86_400_000.0, span_ms) {
+        let Some(p) = pick(&mut rng, &chattering) else { break };
         for n in 0..3 + rng.below(3) as i64 {
             events.push((t + n * 12_000 + rng.below(4000) as i64, p.clone(), None));
         }
@@ -126,6 +117,24 @@ pub fn generate(cat: &Catalogue, label: &str, days: u32, repeats: usize) -> anyh
         journal.push(Activation { alarm_id, point, at_ms });
     }
     Ok(Generated { journal, upsets })
+}
+
+/// The times of a Poisson process of `rate` per millisecond over `span_ms`.
+fn arrivals(rng: &mut Rng, rate: f64, span_ms: i64) -> Vec<i64> {
+    let mut times = Vec::new();
+    let mut t = 0i64;
+    while rate > 0.0 {
+        t += (-rng.uniform().max(1e-12).ln() / rate) as i64;
+        if t >= span_ms {
+            break;
+        }
+        times.push(t);
+    }
+    times
+}
+
+fn pick<'a>(rng: &mut Rng, from: &'a [Point]) -> Option<&'a Point> {
+    (!from.is_empty()).then(|| &from[rng.below(from.len() as u64) as usize])
 }
 
 /// The figures, each over the generated upsets.
