@@ -122,15 +122,17 @@ pub fn generate(cat: &Catalogue, label: &str, days: u32, repeats: usize) -> anyh
 /// The times of a Poisson process of `rate` per millisecond over `span_ms`.
 fn arrivals(rng: &mut Rng, rate: f64, span_ms: i64) -> Vec<i64> {
     let mut times = Vec::new();
+    if rate <= 0.0 {
+        return times;
+    }
     let mut t = 0i64;
-    while rate > 0.0 {
+    loop {
         t += (-rng.uniform().max(1e-12).ln() / rate) as i64;
         if t >= span_ms {
-            break;
+            return times;
         }
         times.push(t);
     }
-    times
 }
 
 fn pick<'a>(rng: &mut Rng, from: &'a [Point]) -> Option<&'a Point> {
