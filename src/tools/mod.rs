@@ -255,6 +255,16 @@ static REGISTRY: LazyLock<Vec<ToolDef>> = LazyLock::new(|| {
 });
 
 /// Every tool, in the order they are offered.
+/// The episode tools: served to MCP hosts and `tools call` now, offered to the agent's
+/// runs with the episode note (issue 40) that needs them. Their definitions are 900
+/// tokens; the others' already fill 4,800 of a small local model's 8,192.
+const NOT_OFFERED_YET: [&str; 3] = ["get_episode", "find_similar_episodes", "get_alarm_correlations"];
+
+/// The tools the agent's runs are offered.
+pub fn offered() -> Vec<&'static ToolDef> {
+    all().iter().filter(|t| !NOT_OFFERED_YET.contains(&t.name)).collect()
+}
+
 pub fn all() -> &'static [ToolDef] {
     &REGISTRY
 }

@@ -50,21 +50,11 @@ pub struct Profile {
 
 impl Profile {
     pub fn triage() -> Profile {
-        Profile {
-            name: "triage",
-            system_prompt: TRIAGE_PROMPT,
-            tools: names(tools::all().iter().collect()),
-            structured_note: true,
-        }
+        Profile { name: "triage", system_prompt: TRIAGE_PROMPT, tools: names(tools::offered()), structured_note: true }
     }
 
     pub fn chat() -> Profile {
-        Profile {
-            name: "chat",
-            system_prompt: CHAT_PROMPT,
-            tools: names(tools::all().iter().collect()),
-            structured_note: false,
-        }
+        Profile { name: "chat", system_prompt: CHAT_PROMPT, tools: names(tools::offered()), structured_note: false }
     }
 
     /// The shift handover: read-only, plain text.
@@ -72,7 +62,7 @@ impl Profile {
         Profile {
             name: "handover",
             system_prompt: HANDOVER_PROMPT,
-            tools: names(tools::all().iter().collect()),
+            tools: names(tools::offered()),
             structured_note: false,
         }
         .read_only()
