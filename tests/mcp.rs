@@ -156,7 +156,7 @@ async fn the_python_sdk_client_ends_its_session_cleanly() {
     let out = tokio::process::Command::new(&python).arg(&script).arg(&url).arg(&token).output().await.unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("tools 9 error False"), "the read tools, one called: {stdout}\n{stderr}");
+    assert!(stdout.contains("tools 12 error False"), "the read tools, one called: {stdout}\n{stderr}");
     assert!(!stderr.contains("Session termination failed"), "{stderr}");
     daemon.shutdown().await;
 }
