@@ -70,10 +70,6 @@ impl PlantGraph {
     pub fn related(&self, a: &str, b: &str) -> bool {
         self.hops(a, b).is_some() || self.hops(b, a).is_some()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.down.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -83,7 +83,8 @@ fn similar(ctx: &ToolContext, args: SimilarArgs) -> Result<Value, ToolError> {
     let limit = args.limit.unwrap_or(3);
     check_range("limit", limit, 1, 5)?;
     let id = episode_id(ctx, args.episode_id, args.alarm_id)?;
-    if upkeep::one(ctx.db, id)?.is_none() {
+    let exists = ctx.db.prepare_cached("SELECT 1 FROM episodes WHERE id = ?1")?.exists([id])?;
+    if !exists {
         return Err(ToolError::NotFound(format!("No episode {id}.")));
     }
     let mut out = Vec::new();
