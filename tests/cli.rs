@@ -97,6 +97,26 @@ fn tools_list_prints_openai_and_anthropic_definitions() {
     assert!(defs.as_array().unwrap().iter().all(|d| d["input_schema"]["type"] == "object" && d["name"].is_string()));
 }
 
+/// `twinops tools list | grep -q function` ends as any Unix tool does when its reader
+/// leaves: killed by SIGPIPE, with no panic on stderr.
+#[test]
+fn a_command_whose_reader_has_left_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let p = Plant::new();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--db")
+        .arg(p.db_path())
+        .args(["tools", "list"])
+        .stdout(writer)
+        .output()
+        .expect("run twinops");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}
+
 /// The acceptance example: the developing vibration fault on PUMP-007, from the CLI.
 #[test]
 fn tools_call_shows_the_fault_and_errors_exit_2() {

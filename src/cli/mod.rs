@@ -356,7 +356,15 @@ pub fn main() -> ExitCode {
         .finish()
         .with(crate::broker::QuietCleanDisconnects)
         .init();
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. } | Command::Broker { .. }) {
+        // Rust ignores SIGPIPE, so printing into a closed pipe panics. A one-shot
+        // command read by `head` or `grep -q` should end as any Unix tool does; the
+        // daemon keeps ignoring it and sees EPIPE on the socket that closed.
+        // SAFETY: no other thread exists yet; SIG_DFL is a valid disposition.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    match run(cli) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
