@@ -217,7 +217,10 @@ impl Daemon {
         let mqtt = broker(&opts.config.mqtt)?;
 
         let (agent, rules) = agents(&store, &opts.config);
-        let triage = Arc::new(Triage::new(Arc::clone(&agent), rules, opts.config.triage.llm_runs_per_minute));
+        let triage = Arc::new(
+            Triage::new(Arc::clone(&agent), rules, opts.config.triage.llm_runs_per_minute)
+                .with_episode_revisions_every(opts.config.triage.episode_revise_secs),
+        );
         let requeued = triage.requeue_interrupted().await?;
         if requeued > 0 {
             tracing::warn!(stage = "app", jobs = requeued, "triage jobs interrupted by the last stop are queued again");

@@ -88,6 +88,8 @@ mod tests {
             body: serde_json::json!({"summary": format!("summary {id}")}),
             created_at: Timestamp::from_unix(0),
             covers: Vec::new(),
+            episode_id: None,
+            revision: 1,
         }
     }
 

@@ -535,6 +535,8 @@ async fn notes_reach_the_webhook_with_retries() {
         created_at: common::end(),
         body: json!({"summary": "VIB-HI on PUMP-007: 6.256 mm/s.", "urgency": "urgent"}),
         covers: vec![],
+        episode_id: None,
+        revision: 1,
     };
     let policy = RetryPolicy { max_retries: 2, base: Duration::from_millis(10), cap: Duration::from_millis(50) };
     let client = twinops::agent::http::Http::new().client().clone();
@@ -1175,6 +1177,116 @@ async fn occurrences_raised_hours_apart_are_not_grouped() {
     assert!(notes.iter().all(|n| !n.flags.contains(&"grouped".to_string())), "{notes:?}");
 }
 
+/// One note per episode, on an upset sent through ingest twice, an hour apart (raw
+/// water pump 1 trips; the north header's pressure falls 20 s later, the east
+/// booster's suction 80 s in, the south booster's at 150 s), the second time with its
+/// last point late. Each episode gets one note, written by the rules model from the
+/// episode tools: it names the trip as the initiator with its evidence, the
+/// consequences, and (the second time) the first episode it resembles; every member's
+/// record links to it. The late point revises the note in place (same id, revision 2,
+/// the point counted and covered) instead of a note of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_gets_one_note_per_episode_revised_as_it_grows() {
+    let p = Plant::new();
+    p.write("DELETE FROM triage_jobs");
+    let upset = [
+        ("PUMP-001", "PUMP-TRIP", 0),
+        ("VLV-001", "PRESS-LO", 20),
+        ("PUMP-004", "SUCTION-LO", 80),
+        ("PUMP-006", "SUCTION-LO", 150),
+    ];
+    let raise = |round: i64, i: usize| {
+        let (asset, code, secs) = upset[i];
+        let event = json!({"type": "alarm", "event_id": format!("e{round}-{i}"), "asset_id": asset, "code": code,
+                           "severity": "high", "state": "raised", "time": at(60 * round + 30).plus_secs(secs).to_rfc3339(),
+                           "message": code});
+        let effect = send(&p, &event);
+        let Applied::Raised { alarm_id, .. } = effect.alarms[0] else { panic!("{effect:?}") };
+        alarm_id
+    };
+    let triage = Triage::new(rules_agent(&p), rules_agent(&p), 10).with_episode_revisions_every(0);
+    let mut published = triage.subscribe();
+    let first: Vec<i64> = (0..4).map(|i| raise(0, i)).collect();
+    triage.drain().await.unwrap();
+    let e1 = p.count(&format!("SELECT episode_id FROM alarms WHERE id = {}", first[0]));
+    let note1 = published.try_recv().unwrap();
+    assert!(published.try_recv().is_err(), "one note for the episode's four alarms on four assets");
+    assert_eq!((note1.episode_id, note1.revision), (Some(e1), 1));
+    let summary = note1.body["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with(&format!("Alarm episode {e1}: 4 alarm points, 4 activations since "))
+            && summary
+                .contains(&format!("Likely initiator: PUMP-001 PUMP-TRIP (alarm {}): first to annunciate", first[0])),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("Following from it: VLV-001 PRESS-LO, PUMP-004 SUCTION-LO, PUMP-006 SUCTION-LO."),
+        "{summary}"
+    );
+    assert!(summary.contains("No past episode resembles it."), "{summary}");
+    assert!(!note1.flags.iter().any(|f| f == "ungrounded" || f.starts_with("set_aside")), "{:?}", note1.flags);
+    let actions = note1.body["recommended_actions"].to_string();
+    assert!(actions.contains("Deal with PUMP-001 PUMP-TRIP first"), "{actions}");
+    let linked = |note: i64| {
+        p.count(&format!(
+            "SELECT count(*) FROM alarms a JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
+             WHERE a.episode_id = (SELECT episode_id FROM notes WHERE id = {note}) AND (n.id = {note} OR n.covered_by = {note})"
+        ))
+    };
+    assert_eq!(linked(note1.note_id), 4, "every member links to the episode's note");
+    assert_eq!(note1.covers.len(), 3);
+    for (i, (asset, code, _)) in upset.iter().enumerate() {
+        send(
+            &p,
+            &json!({"type": "alarm", "event_id": format!("c{i}"), "asset_id": asset, "code": code, "severity": "high",
+                    "state": "cleared", "time": at(45).to_rfc3339(), "message": code}),
+        );
+    }
+
+    // The same upset an hour on, its last point late: one note, then its revision.
+    let second: Vec<i64> = (0..3).map(|i| raise(1, i)).collect();
+    triage.drain().await.unwrap();
+    let e2 = p.count(&format!("SELECT episode_id FROM alarms WHERE id = {}", second[0]));
+    assert_ne!(e1, e2);
+    let note2 = published.try_recv().unwrap();
+    assert!(published.try_recv().is_err());
+    let summary = note2.body["summary"].as_str().unwrap();
+    assert!(summary.contains(&format!("Alarm episode {e2}: 3 alarm points")), "{summary}");
+    assert!(
+        summary.contains(&format!("It resembles episode {e1} of "))
+            && summary.contains(&format!("read its note (note {}) for what was found then", note1.note_id)),
+        "{summary}"
+    );
+    let late = raise(1, 3);
+    assert_eq!(p.count(&format!("SELECT episode_id FROM alarms WHERE id = {late}")), e2);
+    triage.drain().await.unwrap();
+    let revised = published.try_recv().unwrap();
+    assert_eq!((revised.note_id, revised.episode_id, revised.revision), (note2.note_id, Some(e2), 2));
+    assert!(revised.covers.contains(&late), "{:?}", revised.covers);
+    assert!(revised.body["summary"].as_str().unwrap().contains(&format!("Alarm episode {e2}: 4 alarm points")));
+    assert_eq!(p.count(&format!("SELECT count(*) FROM notes WHERE episode_id = {e2}")), 1, "revised in place");
+    assert_eq!(linked(note2.note_id), 4);
+    // A member's page shows the episode's note as it stands, and the episode.
+    let detail = twinops::alarms::list::one(&p.store.read().unwrap(), second[1]).unwrap().unwrap();
+    assert_eq!(detail["note"]["body"]["summary"], revised.body["summary"]);
+    assert_eq!(detail["episode"]["note_id"], note2.note_id);
+    // What a language model is given for it: the initiator's triage, the episode tools
+    // in place of the plant-wide ones, and what the note must say.
+    let task = rules_agent(&p).episode_task(e2).unwrap();
+    assert_eq!((task.trigger.as_str(), task.facts.alarm_id), (format!("episode:{e2}").as_str(), Some(second[0])));
+    let offered = &task.profile.tools;
+    assert!(offered.iter().any(|t| t == "get_episode") && offered.iter().any(|t| t == "find_similar_episodes"));
+    assert!(!offered.iter().any(|t| t == "list_assets" || t == "system_summary"), "{offered:?}");
+    assert!(
+        task.user_message.contains(&format!("ranked initiator of alarm episode {e2}: 4 alarm points"))
+            && task.user_message.contains(&format!("find_similar_episodes with episode_id {e2}")),
+        "{}",
+        task.user_message
+    );
+    // Nothing more to revise: the idle worker finds no stale note.
+    assert!(triage.run_next().await.unwrap().is_none());
+}
+
 /// An upset known by construction, through ingest on the demo plant and its
 /// connections: raw water pump 1 trips, the north header's pressure falls 20 s later,
 /// the east booster's suction 60 s after that, the south booster's at 150 s; a pump-1
@@ -1225,7 +1337,13 @@ fn an_upset_is_kept_as_one_episode_led_by_its_initiator() {
         "{listed}"
     );
     let shown: serde_json::Value = serde_json::from_str(&out(&["episodes", "show", &episode.to_string()])).unwrap();
-    assert_eq!(shown["members"].as_array().unwrap().len(), 4);
+    let timeline: Vec<(&str, f64, i64)> = shown["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["asset_id"].as_str().unwrap(), t["offset_s"].as_f64().unwrap(), t["activations"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(timeline, [("PUMP-001", 0.0, 1), ("VLV-001", 20.0, 1), ("PUMP-004", 80.0, 1), ("PUMP-006", 150.0, 1)]);
     let best = &shown["ranking"][0];
     assert_eq!((best["point"]["asset_id"].as_str(), best["alarm_id"].as_i64()), (Some("PUMP-001"), Some(trip)));
     let evidence = best["evidence"].to_string();

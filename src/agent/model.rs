@@ -140,6 +140,17 @@ pub struct TaskFacts {
     /// whether it was looked up (a triage task does, other tasks do not).
     pub rationalization: Option<crate::alarms::points::Rationalization>,
     pub rationalized_checked: bool,
+    /// The episode whose note this run writes, led by its ranked initiator (the alarm
+    /// above): one note for every alarm in it.
+    pub episode: Option<EpisodeFacts>,
+}
+
+/// The episode an episode note is written for, as it stood when the run began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EpisodeFacts {
+    pub episode_id: i64,
+    pub points: i64,
+    pub activations: i64,
 }
 
 /// One of the alarms a triage run covers besides its lead.

@@ -7,7 +7,7 @@ use serde_json::Value;
 use anyhow::Context;
 
 use super::guard::as_data;
-use super::model::{GroupedAlarm, StreamSink, TaskFacts};
+use super::model::{EpisodeFacts, GroupedAlarm, StreamSink, TaskFacts};
 use super::run::{Agent, Profile, RunReport, Task};
 use crate::tools;
 
@@ -103,6 +103,41 @@ impl Agent {
             },
             user_message,
         })
+    }
+
+    /// Writes (or revises) the one note of alarm episode `episode` in one run.
+    pub async fn triage_episode(&self, episode: i64) -> anyhow::Result<RunReport> {
+        let task = self.episode_task(episode)?;
+        Ok(self.run(task, None).await?)
+    }
+
+    /// An episode's note: the triage of its ranked initiator, with the episode tools
+    /// and the episode's shape, for a note that names the initiator with its evidence,
+    /// what follows from it, what to do first and the past episode it resembles.
+    pub fn episode_task(&self, episode: i64) -> anyhow::Result<Task> {
+        let row: Option<(Option<i64>, i64, i64, String)> = self
+            .store
+            .read()?
+            .prepare_cached(
+                "SELECT coalesce(initiator_alarm, (SELECT min(id) FROM alarms WHERE episode_id = p.id)), points,
+                        activations, rfc3339(opened_ms / 1000)
+                 FROM episodes p WHERE id = ?1",
+            )?
+            .query_row([episode], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .optional()?;
+        let (Some(lead), points, activations, opened) =
+            row.with_context(|| format!("no episode {episode}; `twinops episodes list` shows them"))?
+        else {
+            anyhow::bail!("episode {episode} has no member alarm");
+        };
+        let mut task = self.triage_task(&[lead])?;
+        task.profile = Profile::episode();
+        task.trigger = format!("episode:{episode}");
+        task.facts.episode = Some(EpisodeFacts { episode_id: episode, points, activations });
+        task.user_message.push_str(&format!(
+            "\n\nThis alarm is the ranked initiator of alarm episode {episode}: {points} alarm points, {activations} activations since {opened}. Your note is the episode's one note, shown to the operators for every alarm in it and revised as it grows. Call get_episode and find_similar_episodes with episode_id {episode}. In the summary, name the episode, the initiator by asset and code with the evidence that ranks it (say so when the scores are close), and its consequences by asset and code; say which past episode it resembles, with its id and date, and what was done then, or that none does. recommended_actions start with what to do about the initiator; the consequences are expected to clear once it is dealt with."
+        ));
+        Ok(task)
     }
 
     /// The shift handover summary, as of now. `trigger` says who asked, for the audit

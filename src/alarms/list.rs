@@ -214,7 +214,9 @@ pub fn one(db: &Connection, id: i64) -> rusqlite::Result<Option<Value>> {
     type NoteRow = (i64, String, String, Option<i64>, String, Option<(i64, i64)>);
     let note: Option<NoteRow> = db
         .query_row(
-            "SELECT n.id, n.body, n.flags, n.run_id, rfc3339(n.created_at), l.id, l.alarm_id
+            // A covered record shows its lead's note as it stands (an episode's is revised).
+            "SELECT n.id, coalesce(l.body, n.body), coalesce(l.flags, n.flags), coalesce(l.run_id, n.run_id),
+                    rfc3339(n.created_at), l.id, l.alarm_id
              FROM notes n LEFT JOIN notes l ON l.id = n.covered_by WHERE n.alarm_id = ?1 AND n.kind = 'triage'",
             [id],
             |r| {
@@ -232,7 +234,17 @@ pub fn one(db: &Connection, id: i64) -> rusqlite::Result<Option<Value>> {
                "created_at": at, "advisory": "AI advisory: check before acting",
                "covered_by": lead.map(|(note, alarm)| json!({"note_id": note, "alarm_id": alarm}))})
     });
-    Ok(Some(
-        json!({"alarm": serde_json::from_str::<Value>(&record).unwrap_or(Value::Null), "journal": journal, "note": note}),
-    ))
+    // The episode it came in, with that episode's one note: the link an alarm triaged
+    // on its own before its flood was recognised still has.
+    let episode: Option<String> = db
+        .prepare_cached(
+            "SELECT json_object('episode_id', p.id, 'points', p.points, 'closed', p.closed_at IS NOT NULL,
+                    'initiator_alarm', p.initiator_alarm, 'note_id', (SELECT n.id FROM notes n WHERE n.episode_id = p.id))
+             FROM alarms a JOIN episodes p ON p.id = a.episode_id WHERE a.id = ?1",
+        )?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    let episode = episode.and_then(|e| serde_json::from_str::<Value>(&e).ok()).unwrap_or(Value::Null);
+    Ok(Some(json!({"alarm": serde_json::from_str::<Value>(&record).unwrap_or(Value::Null), "journal": journal,
+                   "note": note, "episode": episode})))
 }

@@ -13,8 +13,8 @@ pub(super) enum EpisodesCommand {
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i64).range(1..=1000))]
         limit: i64,
     },
-    /// One episode as JSON: its members, and the initiator's candidates each with the
-    /// evidence that ranks it.
+    /// One episode as JSON: its timeline (each point at its first activation), its
+    /// note, and the initiator's candidates each with the evidence that ranks it.
     #[command(after_help = "Example:\n  twinops episodes show 12")]
     Show { episode_id: i64 },
     /// The consequential pairs (B follows A within 5 minutes in most of A's activations,

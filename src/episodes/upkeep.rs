@@ -72,6 +72,16 @@ fn add_point(conn: &Connection, episode: i64, a: &Activation) -> rusqlite::Resul
     Ok(())
 }
 
+/// Counts a repeat activation of a point already in `episode`.
+fn count_repeat(conn: &Connection, episode: i64, a: &Activation) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE episode_points SET activations = activations + 1
+         WHERE episode_id = ?1 AND asset_id = ?2 AND coalesce(sensor_id, '') = coalesce(?3, '') AND code = ?4",
+    )?
+    .execute(params![episode, a.point.asset_id, a.point.sensor_id, a.point.code])?;
+    Ok(())
+}
+
 /// What ties activations together: the plant's graph and the learned pairs, read once
 /// for many activations (a batch of ingest's).
 pub fn context(conn: &Connection) -> rusqlite::Result<(PlantGraph, Learned)> {
@@ -145,6 +155,9 @@ pub fn upkeep(
         )?
         .execute(params![episode, at_ms, i64::from(new_point)])?;
         // A repeat changes no first-out order: the ranking stands.
+        if !new_point {
+            count_repeat(conn, episode, &new)?;
+        }
         if new_point {
             add_point(conn, episode, &new)?;
             let mut grown = points;
@@ -167,8 +180,12 @@ pub fn upkeep(
     for m in &found.members {
         conn.prepare_cached("UPDATE alarms SET episode_id = ?2 WHERE id = ?1")?.execute([m.alarm_id, episode])?;
     }
-    for m in found.first_outs() {
+    let firsts = found.first_outs();
+    for m in &firsts {
         add_point(conn, episode, m)?;
+    }
+    for m in found.members.iter().filter(|m| !firsts.iter().any(|f| f.alarm_id == m.alarm_id)) {
+        count_repeat(conn, episode, m)?;
     }
     conn.prepare_cached("UPDATE episodes SET last_ms = ?2, points = ?3, activations = ?4 WHERE id = ?1")?
         .execute(params![episode, found.end_ms(), found.first_outs().len() as i64, found.members.len() as i64])?;
@@ -232,21 +249,39 @@ pub fn refresh_pairs(conn: &Connection, now_ms: i64, days: i64, rules: PairRules
     Ok(pairs.len())
 }
 
-/// An episode as the CLI and the API show it.
+/// An episode as the CLI and the API show it: its shape, the initiator's ranking, its
+/// note, and its timeline: each point at its first activation (seconds after the
+/// episode opened) with how many activations it had, the first `TIMELINE` points.
 pub fn one(conn: &Connection, id: i64) -> rusqlite::Result<Option<serde_json::Value>> {
     let row: Option<String> = conn
         .prepare_cached(
             "SELECT json_object('id', id, 'opened', rfc3339(opened_ms / 1000), 'last', rfc3339(last_ms / 1000),
                  'closed', closed_at IS NOT NULL, 'points', points, 'activations', activations,
                  'initiator_alarm', initiator_alarm, 'ranking', json(ranking),
-                 'members', json((SELECT json_group_array(json_object('alarm_id', a.id, 'asset_id', a.asset_id,
-                     'sensor_id', a.sensor_id, 'code', a.code, 'severity', a.severity, 'raised', rfc3339(a.raised_at)))
-                     FROM alarms a WHERE a.episode_id = episodes.id)))
+                 'note_id', (SELECT n.id FROM notes n WHERE n.episode_id = episodes.id),
+                 'timeline', json((SELECT json_group_array(json_object('alarm_id', t.first_alarm, 'asset_id', t.asset_id,
+                     'sensor_id', t.sensor_id, 'code', t.code, 'severity', t.severity,
+                     'offset_s', round((t.first_ms - episodes.opened_ms) / 1000.0, 1), 'activations', t.n))
+                     FROM (SELECT q.*, q.activations AS n, a.severity
+                           FROM episode_points q JOIN alarms a ON a.id = q.first_alarm
+                           WHERE q.episode_id = episodes.id ORDER BY q.first_ms, q.first_alarm LIMIT ?2) t)))
              FROM episodes WHERE id = ?1",
         )?
-        .query_row([id], |r| r.get(0))
+        .query_row([id, TIMELINE], |r| r.get(0))
         .optional()?;
     Ok(row.and_then(|r| serde_json::from_str(&r).ok()))
+}
+
+/// The most points an episode's timeline lists (a flood over the whole plant has
+/// hundreds; the first ones hold its initiator).
+pub const TIMELINE: i64 = 100;
+
+/// An episode's member occurrences, in the order they were raised, a page at a time:
+/// the alarm list's rows for it.
+pub fn member_ids(conn: &Connection, episode: i64, limit: i64, offset: i64) -> rusqlite::Result<Vec<i64>> {
+    conn.prepare_cached("SELECT id FROM alarms WHERE episode_id = ?1 ORDER BY raised_at, id LIMIT ?2 OFFSET ?3")?
+        .query_map(params![episode, limit, offset], |r| r.get(0))?
+        .collect()
 }
 
 /// The latest episodes, newest first: id, when, size, initiator.

@@ -563,6 +563,18 @@ const MIGRATIONS: &[&str] = &[
          lag_p90_s         REAL NOT NULL,
          mined_ms          INTEGER NOT NULL
      ) STRICT;",
+    // 33: one note per episode: a triage note that carries its episode, revised in
+    // place as the episode grows (revision, when, at how many points); its members'
+    // records point at it through covered_by. And each episode point's activations.
+    "ALTER TABLE notes ADD COLUMN episode_id INTEGER REFERENCES episodes(id);
+     ALTER TABLE notes ADD COLUMN revision INTEGER NOT NULL DEFAULT 1;
+     ALTER TABLE notes ADD COLUMN revised_at INTEGER;
+     ALTER TABLE notes ADD COLUMN episode_points INTEGER;
+     CREATE UNIQUE INDEX notes_one_per_episode ON notes (episode_id) WHERE episode_id IS NOT NULL;
+     -- A point's activations in its episode, for the timeline, counted as they join.
+     ALTER TABLE episode_points ADD COLUMN activations INTEGER NOT NULL DEFAULT 1;
+     UPDATE episode_points SET activations = (SELECT count(*) FROM alarms a WHERE a.episode_id = episode_points.episode_id
+         AND a.asset_id = episode_points.asset_id AND a.sensor_id IS episode_points.sensor_id AND a.code = episode_points.code);",
 ];
 
 /// The schema version this build writes.

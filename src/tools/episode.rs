@@ -12,8 +12,9 @@ use crate::episodes::upkeep;
 const GET: &str = "get_episode";
 const GET_DESCRIPTION: &str = "An alarm episode: the alarms that came together in an upset (a flood, or a burst on \
 connected equipment), given by episode_id or by the alarm_id of any member (an integer, as list_alarms gives it). \
-Returns opened and last (UTC), points, activations, members (alarm_id, asset_id, sensor_id, code, severity, raised), \
-and ranking: the candidates for the initiating alarm, best first, each with score, first_out (0 = first to \
+Returns opened and last (UTC), points, activations, note_id (the episode's note, once written), timeline (each point \
+at its first activation: alarm_id, asset_id, sensor_id, code, severity, offset_s after opening, activations; the \
+first 100), and ranking: the candidates for the initiating alarm, best first, each with score, first_out (0 = first to \
 annunciate), downstream and followed_by (the other points it explains through the plant's connections and the \
 journal's learned pairs), upstream (points it may be a consequence of) and evidence in words. Name the first \
 candidate as the likely initiator with its evidence, and its downstream and followed_by points as its \
@@ -61,7 +62,7 @@ const SIMILAR: &str = "find_similar_episodes";
 const SIMILAR_DESCRIPTION: &str = "The past alarm episodes most like this one (by episode_id or a member's \
 alarm_id), by an alignment of the order and timing in which their points first annunciated: each with similarity \
 (0 to 1; above about 0.6 it is the same kind of upset), opened (UTC), points, its initiator (alarm_id, asset_id, \
-code), that alarm's triage note summary, and the work orders proposed on the initiator's asset within a day of it \
+code), its note (note_id and summary: the episode's note, or its initiator's), and the work orders proposed on the initiator's asset within a day of it \
 (id, action, status). limit 1 to 5, default 3. Say what was found and done the last time, with the episode's id and \
 date; an empty list means nothing like it happened before.";
 
@@ -93,7 +94,10 @@ fn similar(ctx: &ToolContext, args: SimilarArgs) -> Result<Value, ToolError> {
             "SELECT json_object('episode_id', p.id, 'similarity', round(?2, 3), 'opened', rfc3339(p.opened_ms / 1000),
                  'points', p.points,
                  'initiator', json_object('alarm_id', a.id, 'asset_id', a.asset_id, 'code', a.code),
-                 'note', (SELECT json_extract(n.body, '$.summary') FROM notes n WHERE n.alarm_id = a.id AND n.kind = 'triage'),
+                 'note_id', coalesce((SELECT n.id FROM notes n WHERE n.episode_id = p.id),
+                     (SELECT n.id FROM notes n WHERE n.alarm_id = a.id AND n.kind = 'triage')),
+                 'note', coalesce((SELECT json_extract(n.body, '$.summary') FROM notes n WHERE n.episode_id = p.id),
+                     (SELECT json_extract(n.body, '$.summary') FROM notes n WHERE n.alarm_id = a.id AND n.kind = 'triage')),
                  'work_orders', json((SELECT json_group_array(json_object('id', w.id, 'action', w.action, 'status', w.status))
                      FROM work_orders w WHERE w.asset_id = a.asset_id
                        AND w.proposed_at BETWEEN p.opened_ms / 1000 AND p.opened_ms / 1000 + 86400)))

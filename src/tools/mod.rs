@@ -255,14 +255,18 @@ static REGISTRY: LazyLock<Vec<ToolDef>> = LazyLock::new(|| {
 });
 
 /// Every tool, in the order they are offered.
-/// The episode tools: served to MCP hosts and `tools call` now, offered to the agent's
-/// runs with the episode note (issue 40) that needs them. Their definitions are 900
-/// tokens; the others' already fill 4,800 of a small local model's 8,192.
-const NOT_OFFERED_YET: [&str; 3] = ["get_episode", "find_similar_episodes", "get_alarm_correlations"];
+/// The episode tools: offered to an episode's note run ([`NOT_FOR_EPISODES`] make room
+/// for them), served to MCP hosts and `tools call`. Their definitions are 900 tokens;
+/// the others' already fill 4,800 of a small local model's 8,192.
+const EPISODE_TOOLS: [&str; 3] = ["get_episode", "find_similar_episodes", "get_alarm_correlations"];
 
-/// The tools the agent's runs are offered.
+/// The plant-wide tools an episode's note run does without, for the episode tools' room.
+pub const NOT_FOR_EPISODES: [&str; 4] = ["system_summary", "list_assets", "shift_handover", "get_alarm_kpis"];
+
+/// The tools the agent's runs are offered (an episode's note run: see
+/// [`crate::agent::Profile::episode`]).
 pub fn offered() -> Vec<&'static ToolDef> {
-    all().iter().filter(|t| !NOT_OFFERED_YET.contains(&t.name)).collect()
+    all().iter().filter(|t| !EPISODE_TOOLS.contains(&t.name)).collect()
 }
 
 pub fn all() -> &'static [ToolDef] {

@@ -36,6 +36,8 @@ pub struct TriageConfig {
     /// Seconds between an occurrence's raise and its arrival past which it is backfill
     /// (a gateway replaying its buffer): summarised in one note per backfill.
     pub backfill_after_secs: i64,
+    /// Seconds between revisions of an episode's note while the episode grows.
+    pub episode_revise_secs: i64,
 }
 
 impl Default for TriageConfig {
@@ -45,6 +47,7 @@ impl Default for TriageConfig {
             llm_runs_per_minute: 20,
             queue_capacity: crate::alarms::TRIAGE_QUEUE_CAPACITY,
             backfill_after_secs: crate::alarms::BACKFILL_AFTER_SECS,
+            episode_revise_secs: REVISE_AFTER_SECS,
         }
     }
 }
@@ -59,6 +62,10 @@ impl TriageConfig {
         anyhow::ensure!(
             self.backfill_after_secs >= 60,
             "triage.backfill_after_secs must be at least 60: an occurrence a few seconds late is news, not backfill"
+        );
+        anyhow::ensure!(
+            (0..=3600).contains(&self.episode_revise_secs),
+            "triage.episode_revise_secs must be between 0 and 3600 (seconds between revisions of a growing episode's note)"
         );
         Ok(())
     }
@@ -80,9 +87,14 @@ pub struct PublishedNote {
     /// The structured triage note, or the text answer if none could be parsed.
     pub body: Value,
     pub created_at: Timestamp,
-    /// The other alarms this note covers (grouped with its lead in one run): theirs
-    /// link to this one and are not published again.
+    /// The other alarms this note covers (grouped with its lead in one run, or members
+    /// of its episode): theirs link to this one and are not published again.
     pub covers: Vec<i64>,
+    /// The alarm episode this is the one note of, if it is one.
+    pub episode_id: Option<i64>,
+    /// 1 when written; an episode's note is revised in place as the episode grows and
+    /// published again under the same `note_id` with the next revision.
+    pub revision: i64,
 }
 
 /// LLM runs allowed per minute; beyond that, jobs are triaged by the rules model.
@@ -113,6 +125,10 @@ pub struct Triage {
     writer: Writer,
     notes: broadcast::Sender<PublishedNote>,
     budget: Mutex<Budget>,
+    /// One run at a time per episode: two workers taking two assets' jobs of one flood
+    /// write one note, not two.
+    episodes: Mutex<std::collections::HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    revise_after_secs: i64,
 }
 
 struct Job {
@@ -124,7 +140,15 @@ struct Job {
     /// Occurrences still without a note, grouped by asset and by when they were raised
     /// (within [`GROUP_SECS`] of the group's first), most severe first.
     groups: Vec<Vec<i64>>,
+    /// The alarm episodes some of its occurrences belong to (not in `groups`): each gets
+    /// its episode's one note.
+    episodes: Vec<i64>,
 }
+
+/// An episode's note is revised when the episode has gained a point since it was written
+/// and its last revision is this old (by default): updated as a flood grows, not
+/// rewritten per alarm.
+pub const REVISE_AFTER_SECS: i64 = 15;
 
 /// Occurrences on one asset raised within this many seconds of each other are triaged
 /// together; further apart, they are separate events, whatever their queue.
@@ -142,7 +166,15 @@ impl Triage {
             writer,
             notes: broadcast::channel(256).0,
             budget: Mutex::new(Budget { per_minute, tokens: per_minute, at: Instant::now() }),
+            episodes: Mutex::default(),
+            revise_after_secs: REVISE_AFTER_SECS,
         }
+    }
+
+    /// Seconds between revisions of a growing episode's note (`triage.episode_revise_secs`).
+    pub fn with_episode_revisions_every(mut self, secs: i64) -> Triage {
+        self.revise_after_secs = secs;
+        self
     }
 
     /// Notes as they are stored (for SSE, MQTT and webhooks).
@@ -173,7 +205,7 @@ impl Triage {
                 return Ok(None);
             };
             let mut stmt = c.prepare_cached(&format!(
-                "SELECT a.id, a.asset_id, a.raised_at, {} FROM alarms a
+                "SELECT a.id, a.asset_id, a.raised_at, {}, a.episode_id FROM alarms a
                  WHERE a.triage_job = ?1 AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = 'triage' AND n.alarm_id = a.id)
                  ORDER BY a.asset_id, a.raised_at, a.id",
                 crate::domain::Severity::sql_rank("a.severity")
@@ -181,11 +213,24 @@ impl Triage {
             // (asset, first raised, [(severity rank, raised, alarm id)])
             type Group = (String, i64, Vec<(i64, i64, i64)>);
             let mut groups: Vec<Group> = Vec::new();
+            let mut episodes: Vec<i64> = Vec::new();
             let rows = stmt.query_map([id], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                ))
             })?;
             for row in rows {
-                let (alarm, asset, raised, rank) = row?;
+                let (alarm, asset, raised, rank, episode) = row?;
+                if let Some(episode) = episode.filter(|_| !backfill) {
+                    if !episodes.contains(&episode) {
+                        episodes.push(episode);
+                    }
+                    continue;
+                }
                 match groups.last_mut() {
                     Some((a, first, members)) if *a == asset && (backfill || raised - *first <= GROUP_SECS) => {
                         members.push((rank, raised, alarm))
@@ -200,7 +245,7 @@ impl Triage {
                     members.into_iter().map(|(.., id)| id).collect()
                 })
                 .collect();
-            Ok(Some(Job { id, mode, enqueued_at, backfill, groups }))
+            Ok(Some(Job { id, mode, enqueued_at, backfill, groups, episodes }))
         })
         .await
     }
@@ -209,7 +254,7 @@ impl Triage {
     /// the queue is empty; otherwise the notes stored (none if the job failed and was
     /// queued again).
     pub async fn run_next(&self) -> Result<Option<Vec<PublishedNote>>, StoreError> {
-        let Some(job) = self.claim().await? else { return Ok(None) };
+        let Some(job) = self.claim().await? else { return self.revise_stale().await };
         let waited = (Timestamp::now().unix() - job.enqueued_at).max(0) as f64;
         crate::metrics::observe("twinops_triage_wait_seconds", &[], waited);
         let mut stored = Vec::new();
@@ -242,6 +287,12 @@ impl Triage {
             for note in self.store(group, report).await? {
                 let _ = self.notes.send(note.clone());
                 stored.push(note);
+            }
+        }
+        for &episode in &job.episodes {
+            match self.note_episode(episode, job.mode).await? {
+                Ok(notes) => stored.extend(notes),
+                Err(e) => return self.fail(&job, e).await.map(|_| Some(stored)),
             }
         }
         let (id, w) = (job.id, self.writer.clone());
@@ -343,6 +394,185 @@ impl Triage {
         while workers.join_next().await.is_some() {}
     }
 
+    /// The episode's one note: written with its first members' triage, revised when
+    /// the episode has grown by a point and the last revision is [`REVISE_AFTER_SECS`]
+    /// old (`triage.episode_revise_secs`), and in every case every member still without a
+    /// note linked to it. The inner error is a failed run (the job is tried again).
+    async fn note_episode(
+        &self,
+        episode: i64,
+        mode: TriageMode,
+    ) -> Result<Result<Vec<PublishedNote>, String>, StoreError> {
+        let lock = {
+            let mut locks = self.episodes.lock().expect("episode locks");
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+            Arc::clone(locks.entry(episode).or_default())
+        };
+        let _one_at_a_time = lock.lock().await;
+        let w = self.writer.clone();
+        let (note, points): (Option<(i64, i64, i64)>, i64) = w
+            .call_async(move |c| {
+                let note = c
+                    .prepare_cached(
+                        "SELECT id, coalesce(episode_points, 0), coalesce(revised_at, created_at) FROM notes
+                         WHERE episode_id = ?1",
+                    )?
+                    .query_row([episode], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()?;
+                let points = c
+                    .prepare_cached("SELECT points FROM episodes WHERE id = ?1")?
+                    .query_row([episode], |r| r.get(0))?;
+                Ok::<_, StoreError>((note, points))
+            })
+            .await?;
+        let due = match note {
+            None => true,
+            Some((_, written_at, at)) => points > written_at && Timestamp::now().unix() - at >= self.revise_after_secs,
+        };
+        if !due {
+            let note_id = note.map(|n| n.0).expect("a note when not due");
+            self.link_members(episode, note_id).await?;
+            return Ok(Ok(Vec::new()));
+        }
+        let use_model = mode == TriageMode::Agent && self.budget.lock().expect("budget lock").take();
+        let agent = if use_model { &self.agent } else { &self.rules };
+        let started = Instant::now();
+        let result = agent.triage_episode(episode).await;
+        crate::metrics::time("twinops_triage_run_seconds", &[], started.elapsed());
+        let outcome = result.as_ref().map_or("error", |r| r.outcome.as_str());
+        let mode = if use_model { TriageMode::Agent } else { TriageMode::Rules };
+        crate::metrics::count("twinops_triage_runs_total", &[("mode", mode.as_str()), ("outcome", outcome)], 1.0);
+        let report = match result {
+            Ok(r) if r.outcome != Outcome::Failed => r,
+            Ok(r) => return Ok(Err(format!("episode {episode}: run {} failed", r.run_id))),
+            Err(e) => return Ok(Err(format!("episode {episode}: {e:#}"))),
+        };
+        tracing::info!(
+            stage = "triage",
+            episode,
+            points,
+            run = report.run_id,
+            outcome = report.outcome.as_str(),
+            "episode note"
+        );
+        let note = self.store_episode(episode, points, note.map(|n| n.0), report).await?;
+        let _ = self.notes.send(note.clone());
+        Ok(Ok(vec![note]))
+    }
+
+    /// Writes the episode's note (or its next revision, in place) and links every member
+    /// still without a note to it, in one transaction.
+    async fn store_episode(
+        &self,
+        episode: i64,
+        points: i64,
+        existing: Option<i64>,
+        report: RunReport,
+    ) -> Result<PublishedNote, StoreError> {
+        let body = match &report.note {
+            Some(note) => serde_json::to_value(note).unwrap_or(Value::Null),
+            None => json!({"text": report.answer}),
+        };
+        let mut flags = report.flags.clone();
+        if report.outcome != Outcome::Final {
+            flags.push(report.outcome.as_str().to_string());
+        }
+        flags.push("episode".to_string());
+        let (body_text, flags_text) = (body.to_string(), serde_json::to_string(&flags).unwrap_or_default());
+        let (now, run_id, w) = (Timestamp::now(), report.run_id, self.writer.clone());
+        let (note_id, alarm_id, asset_id, revision, created) = w
+            .call_async(move |c| {
+                                let note_id = match existing {
+                    Some(id) => {
+                        c.prepare_cached(
+                            "UPDATE notes SET body = ?2, flags = ?3, run_id = ?4, revision = revision + 1,
+                                 revised_at = ?5, episode_points = ?6 WHERE id = ?1",
+                        )?
+                        .execute(params![id, body_text, flags_text, run_id, now.unix(), points])?;
+                        id
+                    }
+                    None => {
+                        // The note hangs on a member without one: the initiator if it has
+                        // none (it came in this flood), else the first to annunciate.
+                        let lead: i64 = c
+                            .prepare_cached(
+                                "SELECT a.id FROM alarms a WHERE a.episode_id = ?1
+                                   AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = 'triage' AND n.alarm_id = a.id)
+                                 ORDER BY a.id = (SELECT initiator_alarm FROM episodes WHERE id = ?1) DESC, a.raised_at, a.id
+                                 LIMIT 1",
+                            )?
+                            .query_row([episode], |r| r.get(0))?;
+                        c.prepare_cached(
+                            "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at, episode_id, episode_points)
+                             VALUES ('triage', ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        )?
+                        .execute(params![lead, run_id, body_text, flags_text, now.unix(), episode, points])?;
+                        c.last_insert_rowid()
+                    }
+                };
+                link(c, episode, note_id)?;
+                let row = c
+                    .prepare_cached(
+                        "SELECT n.alarm_id, a.asset_id, n.revision, n.created_at FROM notes n JOIN alarms a ON a.id = n.alarm_id
+                         WHERE n.id = ?1",
+                    )?
+                    .query_row([note_id], |r| Ok((note_id, r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))?;
+                Ok::<_, StoreError>(row)
+            })
+            .await?;
+        let covers = self
+            .agent
+            .store()
+            .read()?
+            .prepare_cached("SELECT alarm_id FROM notes WHERE covered_by = ?1 ORDER BY alarm_id")?
+            .query_map([note_id], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<i64>>>()?;
+        Ok(PublishedNote {
+            note_id,
+            alarm_id,
+            asset_id,
+            run_id,
+            outcome: report.outcome,
+            provider: report.provider.clone(),
+            flags,
+            body,
+            created_at: Timestamp::from_unix(created),
+            covers,
+            episode_id: Some(episode),
+            revision,
+        })
+    }
+
+    /// Links the episode's members still without a note to its note.
+    async fn link_members(&self, episode: i64, note_id: i64) -> Result<(), StoreError> {
+        let w = self.writer.clone();
+        w.call_async(move |c| Ok::<_, StoreError>(link(c, episode, note_id).map(drop)?)).await
+    }
+
+    /// With no job waiting: revises one episode note that has fallen behind its
+    /// episode (a flood that kept growing after its last revision, or closed since).
+    async fn revise_stale(&self) -> Result<Option<Vec<PublishedNote>>, StoreError> {
+        let stale: Option<i64> = self
+            .agent
+            .store()
+            .read()?
+            .prepare_cached(
+                "SELECT n.episode_id FROM notes n JOIN episodes p ON p.id = n.episode_id
+                 WHERE p.points > coalesce(n.episode_points, 0) AND coalesce(n.revised_at, n.created_at) <= ?1
+                 ORDER BY coalesce(n.revised_at, n.created_at) LIMIT 1",
+            )?
+            .query_row([Timestamp::now().unix() - self.revise_after_secs], |r| r.get(0))
+            .optional()?;
+        let Some(episode) = stale else { return Ok(None) };
+        match self.note_episode(episode, TriageMode::Agent).await? {
+            Ok(notes) => Ok(Some(notes)),
+            Err(e) => {
+                tracing::warn!(stage = "triage", episode, error = %e, "episode note revision failed; kept the last one");
+                Ok(None)
+            }
+        }
+    }
+
     async fn fail(&self, job: &Job, error: String) -> Result<(), StoreError> {
         tracing::warn!(stage = "triage", job = job.id, error = %error, "triage job failed");
         let (id, w) = (job.id, self.writer.clone());
@@ -412,10 +642,24 @@ impl Triage {
                 body,
                 created_at: now,
                 covers,
+                episode_id: None,
+                revision: 1,
             })
             .into_iter()
             .collect())
     }
+}
+
+/// Records, for each member of `episode` still without a note, that the episode's note
+/// `note_id` covers it (its body a copy, its flags `episode`).
+fn link(c: &rusqlite::Connection, episode: i64, note_id: i64) -> rusqlite::Result<usize> {
+    c.prepare_cached(
+        "INSERT INTO notes (kind, alarm_id, run_id, body, flags, created_at, covered_by)
+         SELECT 'triage', a.id, l.run_id, l.body, l.flags, ?3, l.id
+         FROM alarms a JOIN notes l ON l.id = ?2
+         WHERE a.episode_id = ?1 AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = 'triage' AND n.alarm_id = a.id)",
+    )?
+    .execute(params![episode, note_id, Timestamp::now().unix()])
 }
 
 /// How far behind triage is, for the HMI's banner: occurrences waiting for a note and
@@ -453,7 +697,7 @@ pub fn backlog(conn: &rusqlite::Connection, now: Timestamp) -> rusqlite::Result<
 pub fn notes_after(conn: &rusqlite::Connection, after: i64) -> Result<Vec<PublishedNote>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT n.id, n.alarm_id, a.asset_id, n.run_id, r.outcome, r.model, n.flags, n.body, n.created_at,
-                (SELECT json_group_array(c.alarm_id) FROM notes c WHERE c.covered_by = n.id)
+                (SELECT json_group_array(c.alarm_id) FROM notes c WHERE c.covered_by = n.id), n.episode_id, n.revision
          FROM notes n JOIN alarms a ON a.id = n.alarm_id JOIN agent_runs r ON r.id = n.run_id
          WHERE n.kind = 'triage' AND n.covered_by IS NULL AND n.id > ?1 ORDER BY n.id LIMIT 1000",
     )?;
@@ -470,6 +714,8 @@ pub fn notes_after(conn: &rusqlite::Connection, after: i64) -> Result<Vec<Publis
             body: serde_json::from_str(&r.get::<_, String>(7)?).unwrap_or(Value::Null),
             created_at: Timestamp::from_unix(r.get(8)?),
             covers: serde_json::from_str(&r.get::<_, String>(9)?).unwrap_or_default(),
+            episode_id: r.get(10)?,
+            revision: r.get(11)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)

@@ -12,9 +12,11 @@ use super::note::{Evidence, TriageNote, Urgency};
 use crate::domain::shown;
 
 mod answers;
+mod episode;
 mod triage;
 
 use answers::*;
+use episode::*;
 use triage::*;
 
 pub struct Rules;

@@ -20,6 +20,7 @@ pub(super) fn triage_step(s: &Seen, asset: &str) -> ModelReply {
     if let Some(code) = &t.code {
         plan.push(("search_docs", json!({"query": code, "limit": 3})));
     }
+    plan.extend(episode_plan(t));
     for (name, args) in plan {
         if s.offered(name) && !s.done(name) {
             calls.push(call(s.next_id(&calls), name, args));
@@ -35,7 +36,12 @@ pub(super) fn triage_step(s: &Seen, asset: &str) -> ModelReply {
     {
         return reply_calls(vec![call(s.next_id(&[]), "read_doc", json!({"citation": citation}))]);
     }
-    let note = triage_note(t, &s.seen);
+    let mut note = triage_note(t, &s.seen);
+    if t.episode.is_some()
+        && let Some(episode) = s.result("get_episode")
+    {
+        note = episode_note(note, &episode, &s.result("find_similar_episodes").unwrap_or(Value::Null));
+    }
     reply_text(serde_json::to_string(&note).expect("note serializes"))
 }
 

@@ -53,6 +53,14 @@ impl Profile {
         Profile { name: "triage", system_prompt: TRIAGE_PROMPT, tools: names(tools::offered()), structured_note: true }
     }
 
+    /// An episode's note: triage, with the episode tools in place of the plant-wide
+    /// ones an episode does not need, so a small local model's context holds the same.
+    pub fn episode() -> Profile {
+        let mut tools = names(tools::all().iter().collect());
+        tools.retain(|t| !tools::NOT_FOR_EPISODES.contains(&t.as_str()));
+        Profile { name: "episode", system_prompt: TRIAGE_PROMPT, tools, structured_note: true }
+    }
+
     pub fn chat() -> Profile {
         Profile { name: "chat", system_prompt: CHAT_PROMPT, tools: names(tools::offered()), structured_note: false }
     }
