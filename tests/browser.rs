@@ -26,6 +26,54 @@ struct Browser {
 }
 
 impl Browser {
+    /// Starts chromedriver and a headless Chromium session on it.
+    async fn start(driver: &str) -> (Browser, std::process::Child) {
+        let driver_port = free_port();
+        let chromedriver = std::process::Command::new(driver)
+            .arg(format!("--port={driver_port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let http = reqwest::Client::new();
+        let driver_url = format!("http://127.0.0.1:{driver_port}");
+        let started = Instant::now();
+        while http.get(format!("{driver_url}/status")).send().await.is_err() {
+            assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut chrome = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1920,1080",
+                                         "--disable-dev-shm-usage", "--no-first-run"]});
+        if let Ok(bin) = std::env::var("TWINOPS_TEST_CHROME") {
+            chrome["binary"] = json!(bin);
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": chrome,
+                                                            "goog:loggingPrefs": {"performance": "ALL"}}}});
+        let created: Value =
+            http.post(format!("{driver_url}/session")).json(&caps).send().await.unwrap().json().await.unwrap();
+        let id = created["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {created}")).to_string();
+        (Browser { http, session: format!("{driver_url}/session/{id}") }, chromedriver)
+    }
+
+    /// Logs in as `name` (with [`PASSWORD`]) and waits for the alarm list.
+    async fn login(&self, base: &str, name: &str) {
+        self.post("/url", json!({"url": format!("{base}/")})).await;
+        self.until("the login form", "!document.querySelector('#login').hidden").await;
+        let chrome = "['#tabs', '#who', '#logout'].filter(s => document.querySelector(s).getClientRects().length > 0)";
+        let shown = self.js(&format!("return {chrome}.length;")).await;
+        assert_eq!(shown, 0, "the login page shows no tabs and no Log out");
+        self.type_into("#login-name", name).await;
+        self.type_into("#login-password", PASSWORD).await;
+        self.click("#login-submit").await;
+        self.until(
+            "the alarm list",
+            &format!(
+                "document.querySelector('#user') && document.querySelector('#user').textContent.includes('{name}')"
+            ),
+        )
+        .await;
+    }
+
     async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let url = format!("{}{path}", self.session);
         let mut req = self.http.request(method, &url).timeout(Duration::from_secs(60));
@@ -174,46 +222,11 @@ async fn the_hmi_in_a_real_browser() {
     let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
     let base = format!("http://{}", daemon.web_addr.unwrap());
 
-    let driver_port = free_port();
-    let mut chromedriver = std::process::Command::new(&driver)
-        .arg(format!("--port={driver_port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let http = reqwest::Client::new();
-    let driver_url = format!("http://127.0.0.1:{driver_port}");
-    let started = Instant::now();
-    while http.get(format!("{driver_url}/status")).send().await.is_err() {
-        assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mut chrome = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1920,1080",
-                                     "--disable-dev-shm-usage", "--no-first-run"]});
-    if let Ok(bin) = std::env::var("TWINOPS_TEST_CHROME") {
-        chrome["binary"] = json!(bin);
-    }
-    let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": chrome,
-                                                        "goog:loggingPrefs": {"performance": "ALL"}}}});
-    let created: Value =
-        http.post(format!("{driver_url}/session")).json(&caps).send().await.unwrap().json().await.unwrap();
-    let id = created["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {created}")).to_string();
-    let b = Browser { http: http.clone(), session: format!("{driver_url}/session/{id}") };
+    let (b, mut chromedriver) = Browser::start(&driver).await;
+    let http = b.http.clone();
 
     // Log in.
-    b.post("/url", json!({"url": format!("{base}/")})).await;
-    b.until("the login form", "!document.querySelector('#login').hidden").await;
-    let chrome = "['#tabs', '#who', '#logout'].filter(s => document.querySelector(s).getClientRects().length > 0)";
-    let shown = b.js(&format!("return {chrome}.length;")).await;
-    assert_eq!(shown, 0, "the login page shows no tabs and no Log out");
-    b.type_into("#login-name", "supervisor.ruiz").await;
-    b.type_into("#login-password", PASSWORD).await;
-    b.click("#login-submit").await;
-    b.until(
-        "the alarm list",
-        "document.querySelector('#user') && document.querySelector('#user').textContent.includes('supervisor.ruiz')",
-    )
-    .await;
+    b.login(&base, "supervisor.ruiz").await;
 
     // Every Content-Security-Policy violation from here on is kept, and none may happen.
     b.js("window.cspViolations = []; document.addEventListener('securitypolicyviolation', (e) => window.cspViolations.push(`${e.violatedDirective} ${e.sample || e.sourceFile || ''}`)); return true;").await;
@@ -602,4 +615,143 @@ async fn the_hmi_in_a_real_browser() {
     let _ = chromedriver.wait();
     daemon.shutdown().await;
     println!("screenshots in {}", shots.display());
+}
+
+/// A flood as an operator meets it in the HMI, with no model (the rules model writes the
+/// note): an upset on the demo plant (raw water pump 1 trips; the north header's
+/// pressure falls, then two boosters' suction) is one episode in the alarm list, the
+/// trip's row first with its consequences folded under it; unfolded, they show. The
+/// episode view has the timeline with the trip marked as the initiator, the episode's
+/// note naming it, and an earlier flood like it one click away.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_in_the_hmi_is_one_episode_under_its_initiator() {
+    let Some(driver) = common::external("TWINOPS_TEST_CHROMEDRIVER", "ChromeDriver (e.g. /usr/bin/chromedriver)")
+    else {
+        return;
+    };
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/hmi-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let p = Plant::new();
+    accounts::add_user(&p.store, "operator.diaz", Role::Operator, PASSWORD, "test").unwrap();
+    let opts = ServeOptions {
+        config: common::test_config("episodes"),
+        db: p.db_path(),
+        demo: false,
+        seed_dir: common::seed_dir(),
+    };
+    let daemon = Daemon::start_on(p.store.clone(), opts).await.unwrap();
+    let base = format!("http://{}", daemon.web_addr.unwrap());
+    common::until_subscribed(&daemon).await;
+    let upset = [
+        ("PUMP-001", "PUMP-TRIP", 0),
+        ("VLV-001", "PRESS-LO", 20),
+        ("PUMP-004", "SUCTION-LO", 80),
+        ("PUMP-006", "SUCTION-LO", 150),
+    ];
+    let send = |round: i64, state: &'static str, at: Timestamp| {
+        let url = daemon.mqtt_url.clone();
+        let events: Vec<Vec<u8>> = upset
+            .iter()
+            .enumerate()
+            .map(|(i, (asset, code, secs))| {
+                let time = if state == "raised" { at.plus_secs(*secs) } else { at };
+                json!({"type": "alarm", "event_id": format!("flood-{round}-{state}-{i}"), "asset_id": asset, "code": code,
+                       "severity": "high", "state": state, "time": time.to_rfc3339(), "message": format!("{asset} {code}")})
+                .to_string()
+                .into_bytes()
+            })
+            .collect();
+        async move { twinops::publish::publish_all(&url, "episodes-pub", "scada/alarms", events).await.unwrap() }
+    };
+    // The same upset 50 minutes ago, gone back to normal; and now.
+    let now = Timestamp::now();
+    send(0, "raised", now.plus_secs(-3_000)).await;
+    send(0, "cleared", now.plus_secs(-2_500)).await;
+    send(1, "raised", now.plus_secs(-150)).await;
+    let noted = "SELECT count(*) FROM notes WHERE episode_id IS NOT NULL";
+    let started = Instant::now();
+    while p.count(noted) < 2
+        || p.count("SELECT count(*) FROM alarms a WHERE a.event_id LIKE 'flood-%' AND NOT EXISTS (SELECT 1 FROM notes n WHERE n.alarm_id = a.id)") > 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the two episodes' notes did not come: {} episodes, {} episode notes, alarms and notes: {}",
+            p.count("SELECT count(*) FROM episodes"),
+            p.count(noted),
+            p.text("SELECT group_concat(a.id || ':' || a.state || ':' || coalesce(a.episode_id, '-') || ':' || coalesce(n.id, '-'), ' ') FROM alarms a LEFT JOIN notes n ON n.alarm_id = a.id")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let episode = p.count("SELECT max(id) FROM episodes");
+    let earlier = p.count("SELECT min(id) FROM episodes");
+    let trip = p.count("SELECT id FROM alarms WHERE event_id = 'flood-1-raised-0'");
+
+    let (b, mut chromedriver) = Browser::start(&driver).await;
+    b.login(&base, "operator.diaz").await;
+
+    let head = format!("document.querySelector('#alarm-rows tr[data-alarm=\"{trip}\"]')");
+    b.until("the trip's row", &format!("{head} && {head}.classList.contains('episode-head')")).await;
+    let shown = "[...document.querySelectorAll('#alarm-rows tr.episode-member')].filter(r => !r.hidden).length";
+    let members = "document.querySelectorAll('#alarm-rows tr.episode-member').length";
+    assert_eq!(
+        b.js(&format!("return [{shown}, {members}];")).await,
+        json!([0, 3]),
+        "consequences folded under the trip"
+    );
+    let order = b.js("return [...document.querySelectorAll('#alarm-rows tr')].slice(0, 4).map(r => r.className.includes('episode-head') ? 'head' : r.className.includes('episode-member') ? 'member' : 'other');").await;
+    assert_eq!(order, json!(["head", "member", "member", "member"]), "the episode's rows together, the trip first");
+    b.click(&format!("#alarm-rows tr[data-alarm=\"{trip}\"] button.fold")).await;
+    b.until("the consequences unfolded", &format!("{shown} === 3")).await;
+    b.screenshot(&shots.join("episode-list.png")).await;
+
+    b.click(&format!("#alarm-rows tr[data-alarm=\"{trip}\"] a.episode-link")).await;
+    b.until(
+        "the episode view",
+        &format!(
+            "document.querySelector('#alarm-detail .episode-title')?.textContent.includes('Alarm episode {episode}')"
+        ),
+    )
+    .await;
+    let initiator =
+        b.js("return document.querySelector('#alarm-detail table.timeline tr.initiator').textContent;").await;
+    let initiator = initiator.as_str().unwrap();
+    assert!(
+        initiator.contains("PUMP-001") && initiator.contains("PUMP-TRIP") && initiator.contains("initiator"),
+        "{initiator}"
+    );
+    let follows = b.js("return [...document.querySelectorAll('#alarm-detail table.timeline td.role')].filter(td => td.textContent.includes('follows')).length;").await;
+    assert_eq!(follows, 3);
+    let note = b.js("return document.querySelector('#alarm-detail #note').textContent;").await;
+    let note = note.as_str().unwrap();
+    assert!(
+        note.contains(&format!("Alarm episode {episode}")) && note.contains("Likely initiator: PUMP-001 PUMP-TRIP"),
+        "{note}"
+    );
+    b.screenshot(&shots.join("episode.png")).await;
+    b.click(&format!("#alarm-detail ul.similar a[data-episode=\"{earlier}\"]")).await;
+    b.until(
+        "the earlier episode",
+        &format!(
+            "document.querySelector('#alarm-detail .episode-title')?.textContent.includes('Alarm episode {earlier}')"
+        ),
+    )
+    .await;
+
+    // From a member alarm, its episode is one click away.
+    let header = p.count("SELECT id FROM alarms WHERE event_id = 'flood-1-raised-1'");
+    b.click(&format!("#alarm-rows tr[data-alarm=\"{header}\"]")).await;
+    b.until("the member's episode link", "document.querySelector('#open-episode')").await;
+    b.click("#open-episode").await;
+    b.until(
+        "its episode",
+        &format!(
+            "document.querySelector('#alarm-detail .episode-title')?.textContent.includes('Alarm episode {episode}')"
+        ),
+    )
+    .await;
+
+    let _ = b.http.delete(&b.session).send().await;
+    let _ = chromedriver.kill();
+    let _ = chromedriver.wait();
+    daemon.shutdown().await;
 }

@@ -176,7 +176,7 @@ async fn flood_is_triaged_within_budget(broker_url: Option<String>) {
     let p = Plant::new();
     let run = format!("f{}", free_port());
     let server = ScriptedServer::cycling(vec![plain_note()]).await;
-    let extra = "[triage]\nworkers = 2\nllm_runs_per_minute = 6\nqueue_capacity = 8\n";
+    let extra = "[triage]\nworkers = 2\nllm_runs_per_minute = 6\nqueue_capacity = 8\nepisode_revise_secs = 2\n";
     let started = Instant::now();
     let daemon = daemon_with_model(&p, &run, broker_url.as_deref(), &server.openai_url(), extra).await;
 
@@ -203,8 +203,15 @@ async fn flood_is_triaged_within_budget(broker_url: Option<String>) {
     })
     .await;
     let elapsed = started.elapsed();
+    // Each episode's one note catches up with its episode once the flood stops growing.
+    let current =
+        "SELECT count(*) FROM episodes p JOIN notes n ON n.episode_id = p.id WHERE n.episode_points = p.points";
+    let revised =
+        eventually(Duration::from_secs(60), || p.count(current) == p.count("SELECT count(*) FROM episodes")).await;
     daemon.shutdown().await;
     assert!(all_noted, "{} of {occurrences} occurrences have a note", p.count(&noted));
+    assert!(revised, "{} of {} episode notes are current", p.count(current), p.count("SELECT count(*) FROM episodes"));
+    assert_one_note_per_episode(&p);
     assert!(max_queued <= 8, "the queue held {max_queued} jobs; capacity 8");
 
     let runs = p.count(&format!("SELECT count(DISTINCT run_id) FROM notes WHERE alarm_id IN (SELECT id {ours})"));
@@ -221,6 +228,28 @@ async fn flood_is_triaged_within_budget(broker_url: Option<String>) {
         "flood: {} events, {occurrences} occurrences, {runs} runs ({model_runs} with the model, {allowed} allowed), \
          at most {max_queued} jobs queued, {overflow} occurrences through the overflow job, {elapsed:?}",
         report.events
+    );
+}
+
+/// The flood's episodes as an operator meets them: each has one note, written within
+/// 10 s of twinops recognising it; each member alarm links to it (its record covered by
+/// it), unless it was triaged on its own before the episode was recognised.
+fn assert_one_note_per_episode(p: &Plant) {
+    let episodes = p.count("SELECT count(*) FROM episodes");
+    assert!(episodes >= 1, "a flood makes an episode");
+    assert_eq!(p.count("SELECT count(*) FROM notes WHERE episode_id IS NOT NULL"), episodes, "one note per episode");
+    let late =
+        p.count("SELECT max(n.created_at * 1000 - p.noticed_ms) FROM episodes p JOIN notes n ON n.episode_id = p.id");
+    assert!(late <= 10_000, "an episode's note came {late} ms after it was recognised");
+    let unlinked = p.count(
+        "SELECT count(*) FROM alarms a JOIN episodes p ON p.id = a.episode_id JOIN notes e ON e.episode_id = p.id
+         WHERE NOT EXISTS (SELECT 1 FROM notes n WHERE n.kind = 'triage' AND n.alarm_id = a.id
+                             AND (n.id = e.id OR n.covered_by = e.id OR n.created_at * 1000 <= p.noticed_ms + 1000))",
+    );
+    assert_eq!(unlinked, 0, "every member links to its episode's note");
+    assert!(
+        p.count("SELECT count(*) FROM notes WHERE episode_id IS NOT NULL AND revision > 1") >= 1,
+        "revised as it grew"
     );
 }
 

@@ -70,6 +70,8 @@ pub struct AlarmRow {
     pub reraise_count: i64,
     pub note_id: Option<i64>,
     pub triage: Option<String>,
+    /// The alarm episode it came in, if any (`GET /api/episodes/{id}`).
+    pub episode_id: Option<i64>,
 }
 
 impl AlarmFilter {
@@ -129,7 +131,7 @@ pub fn list(db: &Connection, q: &AlarmFilter, limit: i64, offset: i64) -> rusqli
         "SELECT a.id, a.asset_id, a.sensor_id, a.code, a.severity, a.state, a.message, a.value, a.threshold,
                 a.raised_at, a.acked_at, a.acked_by, a.cleared_at, a.shelved_until, a.reraise_count,
                 (SELECT n.id FROM notes n WHERE n.alarm_id = a.id AND n.kind = 'triage'),
-                (SELECT j.state FROM triage_jobs j WHERE j.id = a.triage_job)
+                (SELECT j.state FROM triage_jobs j WHERE j.id = a.triage_job), a.episode_id
          FROM alarms a{} ORDER BY {order} LIMIT ? OFFSET ?",
         f.where_clause()
     );
@@ -154,6 +156,7 @@ pub fn list(db: &Connection, q: &AlarmFilter, limit: i64, offset: i64) -> rusqli
             reraise_count: r.get(14)?,
             note_id: r.get(15)?,
             triage: r.get(16)?,
+            episode_id: r.get(17)?,
         })
     })?;
     rows.collect()
@@ -178,8 +181,13 @@ pub fn points(db: &Connection) -> rusqlite::Result<Vec<Value>> {
                     'occurrences', p.n, 'unacknowledged', p.unacked, 'returned_unacknowledged', p.returned,
                     'first_raised_at', rfc3339(p.first_raised),
                     'last_raised_at', rfc3339(p.last_raised), 'note_id', n.id,
-                    'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job))
+                    'triage', (SELECT state FROM triage_jobs j WHERE j.id = a.triage_job),
+                    'episode', CASE WHEN e.id IS NOT NULL THEN json_object('id', e.id, 'points', e.points,
+                        'note_id', (SELECT x.id FROM notes x WHERE x.episode_id = e.id),
+                        'initiator', json((SELECT json_object('alarm_id', i.id, 'asset_id', i.asset_id,
+                            'sensor_id', i.sensor_id, 'code', i.code) FROM alarms i WHERE i.id = e.initiator_alarm))) END)
          FROM points p JOIN alarms a ON a.id = p.latest
+         LEFT JOIN episodes e ON e.id = a.episode_id
          LEFT JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage'
          ORDER BY CASE WHEN a.state = 'unacknowledged' THEN 0 WHEN a.cleared_at IS NULL THEN 1 ELSE 2 END,
                   {}, a.raised_at DESC, a.id DESC
@@ -187,6 +195,23 @@ pub fn points(db: &Connection) -> rusqlite::Result<Vec<Value>> {
         Severity::sql_rank("a.severity")
     );
     crate::store::json_rows(&mut db.prepare_cached(&sql)?, [])
+}
+
+/// A triage note by its id, as the HMI shows it (marked as advice): its body, flags,
+/// run and revision, and the alarms it covers.
+pub fn note(db: &Connection, note_id: i64) -> rusqlite::Result<Option<Value>> {
+    let row: Option<String> = db
+        .prepare_cached(
+            "SELECT json_object('note_id', n.id, 'alarm_id', n.alarm_id, 'body', json(n.body), 'flags', json(n.flags),
+                    'run_id', n.run_id, 'created_at', rfc3339(n.created_at), 'revised_at', rfc3339(n.revised_at),
+                    'revision', n.revision, 'episode_id', n.episode_id,
+                    'covers', (SELECT count(*) FROM notes c WHERE c.covered_by = n.id),
+                    'advisory', 'AI advisory: check before acting')
+             FROM notes n WHERE n.id = ?1 AND n.kind = 'triage'",
+        )?
+        .query_row([note_id], |r| r.get(0))
+        .optional()?;
+    Ok(row.and_then(|r| serde_json::from_str(&r).ok()))
 }
 
 /// One occurrence as the HMI shows it: the alarm with its sensor's unit, its journal,

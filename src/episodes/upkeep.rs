@@ -173,9 +173,10 @@ pub fn upkeep(
         return Ok(None);
     };
     conn.prepare_cached(
-        "INSERT INTO episodes (opened_ms, last_ms, points, activations, ranking) VALUES (?1, ?1, 0, 0, '[]')",
+        "INSERT INTO episodes (opened_ms, last_ms, points, activations, ranking, noticed_ms)
+         VALUES (?1, ?1, 0, 0, '[]', ?2)",
     )?
-    .execute([found.start_ms()])?;
+    .execute([found.start_ms(), wall_clock_ms()])?;
     let episode = conn.last_insert_rowid();
     for m in &found.members {
         conn.prepare_cached("UPDATE alarms SET episode_id = ?2 WHERE id = ?1")?.execute([m.alarm_id, episode])?;
@@ -191,6 +192,12 @@ pub fn upkeep(
         .execute(params![episode, found.end_ms(), found.first_outs().len() as i64, found.members.len() as i64])?;
     rerank(conn, episode, &found, cx)?;
     Ok(Some(episode))
+}
+
+/// Now by the wall clock, in ms: when an episode was recognised, whatever time its
+/// activations carry.
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Ranks the episode's initiator again and stores the ranking with its evidence.
@@ -289,7 +296,8 @@ pub fn list(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<serde_json::V
     let mut stmt = conn.prepare_cached(
         "SELECT json_object('id', p.id, 'opened', rfc3339(p.opened_ms / 1000), 'last', rfc3339(p.last_ms / 1000),
              'closed', p.closed_at IS NOT NULL, 'points', p.points, 'activations', p.activations,
-             'initiator', json_object('alarm_id', a.id, 'asset_id', a.asset_id, 'code', a.code))
+             'initiator', json_object('alarm_id', a.id, 'asset_id', a.asset_id, 'code', a.code),
+             'note_id', (SELECT n.id FROM notes n WHERE n.episode_id = p.id))
          FROM episodes p LEFT JOIN alarms a ON a.id = p.initiator_alarm ORDER BY p.opened_ms DESC, p.id DESC LIMIT ?1",
     )?;
     let rows = stmt.query_map([limit], |r| r.get::<_, String>(0))?;

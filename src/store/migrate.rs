@@ -571,6 +571,8 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE notes ADD COLUMN revised_at INTEGER;
      ALTER TABLE notes ADD COLUMN episode_points INTEGER;
      CREATE UNIQUE INDEX notes_one_per_episode ON notes (episode_id) WHERE episode_id IS NOT NULL;
+     -- When twinops recognised the episode (wall clock, ms): how soon its note followed.
+     ALTER TABLE episodes ADD COLUMN noticed_ms INTEGER;
      -- A point's activations in its episode, for the timeline, counted as they join.
      ALTER TABLE episode_points ADD COLUMN activations INTEGER NOT NULL DEFAULT 1;
      UPDATE episode_points SET activations = (SELECT count(*) FROM alarms a WHERE a.episode_id = episode_points.episode_id

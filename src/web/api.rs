@@ -143,7 +143,30 @@ fn alarms() -> Vec<Endpoint> {
             get(alarm_kpis),
         )
         .query::<KpiQuery>(),
-        ep(M::GET, "/api/alarms/{id}", viewer, "One alarm with its journal and triage note", get(alarm)),
+        ep(
+            M::GET,
+            "/api/alarms/{id}",
+            viewer,
+            "One alarm with its journal, its triage note (an episode member's is its episode's) and its episode",
+            get(alarm),
+        ),
+        ep(
+            M::GET,
+            "/api/episodes",
+            viewer,
+            "Alarm episodes (floods, bursts on connected equipment), newest first (query: limit, 1-200): when, how \
+             many points and activations, the initiator, the note",
+            get(super::episodes::list),
+        )
+        .query::<super::episodes::EpisodesQuery>(),
+        ep(
+            M::GET,
+            "/api/episodes/{id}",
+            viewer,
+            "One alarm episode: its timeline (each point at its first activation), the initiator's candidates with \
+             their evidence, its one note as it stands, and the past episodes most like it",
+            get(super::episodes::one),
+        ),
         ep(M::POST, "/api/alarms/{id}/ack", operator, "Acknowledge an alarm", post(ack)),
         ep(
             M::POST,
@@ -318,7 +341,7 @@ async fn script() -> Response {
     asset_response("text/javascript; charset=utf-8", APP_JS)
 }
 
-/// The page's modules, one per tab and two shared (`web/js/`), and the chart library.
+/// The page's modules, one per tab or view and two shared (`web/js/`), and the chart library.
 const MODULES: &[(&str, &str)] = &[
     ("account.js", include_str!("../../web/js/account.js")),
     ("advisory.js", include_str!("../../web/js/advisory.js")),
@@ -327,6 +350,7 @@ const MODULES: &[(&str, &str)] = &[
     ("assets.js", include_str!("../../web/js/assets.js")),
     ("chat.js", include_str!("../../web/js/chat.js")),
     ("core.js", include_str!("../../web/js/core.js")),
+    ("episodes.js", include_str!("../../web/js/episodes.js")),
     ("handover.js", include_str!("../../web/js/handover.js")),
     ("performance.js", include_str!("../../web/js/performance.js")),
     // uPlot, the charts (MIT; vendored from npm by version, web/vendor/uplot/LICENSE).
@@ -431,4 +455,17 @@ async fn openapi() -> Json<Value> {
 
 async fn me(Extension(user): Extension<User>) -> Json<User> {
     Json(user)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every module in `web/js/` is served: one left out leaves the page blank.
+    #[test]
+    fn every_page_module_is_served() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web/js");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().to_string();
+            assert!(super::MODULES.iter().any(|(m, _)| *m == name), "web/js/{name} is not in MODULES");
+        }
+    }
 }

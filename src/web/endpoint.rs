@@ -42,8 +42,14 @@ pub(super) fn ep(
 
 /// Paths whose `{id}` is a whole number (a row id); other ids are the plant's own
 /// (`PUMP-007`, `PUMP-007.VIB-DE`).
-pub const INTEGER_IDS: &[&str] =
-    &["/api/alarms/{id}", "/api/runs/{id}", "/api/work_orders/{id}", "/api/tokens/{id}", "/api/alarm-changes/{id}"];
+pub const INTEGER_IDS: &[&str] = &[
+    "/api/alarms/{id}",
+    "/api/runs/{id}",
+    "/api/work_orders/{id}",
+    "/api/tokens/{id}",
+    "/api/alarm-changes/{id}",
+    "/api/episodes/{id}",
+];
 
 impl Endpoint {
     pub(super) fn body<T: JsonSchema>(mut self) -> Endpoint {

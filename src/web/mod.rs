@@ -13,6 +13,7 @@ mod api;
 mod chat;
 mod client;
 mod endpoint;
+mod episodes;
 mod events;
 mod openapi;
 mod status;

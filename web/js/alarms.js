@@ -2,6 +2,7 @@
 
 import { advisory, source } from './advisory.js';
 import { $, ago, api, can, h, inline, markdown, patchChildren, refuse, state, time, typing } from './core.js';
+import { episodeBadge, groupByEpisode, openEpisode } from './episodes.js';
 
 export async function loadAlarms() {
   const [{ points, active }, { alarms: suppressed }] = await Promise.all([
@@ -32,11 +33,12 @@ export async function loadAlarms() {
   state.points = new Map(points.map((a) => [pointKey(a), a]));
   $('#alarm-count').textContent = active ? `(${active})` : '';
   $('#no-alarms').hidden = points.length > 0;
+  // An episode's points together, its consequences folded under its initiator.
   keyedRows(
     $('#alarm-rows'),
-    points,
-    pointKey,
-    (a) => [
+    groupByEpisode(points),
+    (r) => pointKey(r.point),
+    ({ point: a, ...r }) => [
       h(
         'td',
         { class: `prio ${a.severity}` },
@@ -50,8 +52,8 @@ export async function loadAlarms() {
       ),
       h('td', { class: 'nowrap' }, a.asset_id),
       h('td', { class: 'nowrap' }, a.sensor_id || '-'),
-      h('td', { class: 'nowrap' }, a.code),
-      h('td', {}, a.message),
+      h('td', { class: 'nowrap' }, r.role === 'member' ? `↳ ${a.code}` : a.code),
+      h('td', {}, a.message, r.role === 'head' ? episodeBadge({ point: a, ...r }, loadAlarms) : ''),
       h('td', { class: `nowrap state-${a.state}` }, a.state.replaceAll('_', ' ')),
       h(
         'td',
@@ -64,19 +66,22 @@ export async function loadAlarms() {
         a.note_id ? 'note' : a.triage === 'queued' || a.triage === 'running' ? 'triaging…' : '',
       ),
     ],
-    (row, a) => {
+    (row, { point: a, role }) => {
       row.className = [
         a.active ? '' : 'rtn',
         a.unacknowledged > 0 ? 'unacked' : '',
         pointKey(a) === state.point ? 'selected' : '',
+        role ? `episode-${role}` : '',
       ]
         .join(' ')
         .trim();
       row.dataset.alarm = a.id;
+      row.hidden = role === 'member' && !state.openEpisodes.has(a.episode.id);
     },
     (k) => openPoint(k),
   );
   if (state.alarm) openAlarm(state.alarm, true);
+  else if (state.episode) openEpisode(state.episode, true);
 }
 
 export const pointKey = (a) => `${a.asset_id}|${a.sensor_id || '-'}|${a.code}`;
@@ -117,9 +122,10 @@ export function openPoint(key) {
 export async function openAlarm(id, quiet) {
   const again = quiet && state.alarm === id;
   state.alarm = id;
+  state.episode = null;
   for (const r of document.querySelectorAll('#alarm-rows tr'))
     r.classList.toggle('selected', Number(r.dataset.alarm) === id);
-  const { alarm: a, journal, note, rationalization } = await api(`/api/alarms/${id}`);
+  const { alarm: a, journal, note, rationalization, episode } = await api(`/api/alarms/${id}`);
   const point = state.points?.get(pointKey(a));
   const unit = a.unit ? ` ${a.unit}` : '';
   const returned = point?.returned_unacknowledged || 0;
@@ -178,6 +184,7 @@ export async function openAlarm(id, quiet) {
       h('dd', {}, a.state.replaceAll('_', ' ')),
     ),
     actions,
+    episode ? episodeLink(episode) : null,
     rationalizationView(rationalization),
     notePart,
     h('h3', {}, `Occurrences of this point (${occurrences.length}${occurrences.length === 50 ? '+' : ''})`),
@@ -211,6 +218,29 @@ export async function openAlarm(id, quiet) {
     ),
   ]);
   if (!quiet) panel.scrollTop = 0;
+}
+
+// The episode the alarm came in: its one note is the alarm's, the episode one click away.
+function episodeLink(e) {
+  return h(
+    'p',
+    { class: 'in-episode' },
+    `In alarm episode ${e.episode_id} (${e.points} points${e.closed ? ', ended' : ''}`,
+    e.initiator_alarm ? `, started by alarm ${e.initiator_alarm}` : '',
+    '): ',
+    h(
+      'a',
+      {
+        href: '#',
+        id: 'open-episode',
+        onclick: (ev) => {
+          ev.preventDefault();
+          openEpisode(e.episode_id);
+        },
+      },
+      'open the episode',
+    ),
+  );
 }
 
 // The point's entry in the master alarm database: what the alarm means and what the
@@ -429,7 +459,7 @@ export function noteView(note) {
   if (note.set_aside) content.unshift(h('p', { class: 'set-aside' }, `⚠ ${note.set_aside}.`));
   // A grouped alarm's note is its lead's: one click to that alarm.
   const lead = note.covered_by;
-  if (lead) {
+  if (lead && !(note.flags || []).includes('episode')) {
     content.unshift(
       h(
         'p',

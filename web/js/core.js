@@ -6,7 +6,18 @@ export const $ = (sel) => document.querySelector(sel);
 
 export const ROLES = ['viewer', 'operator', 'supervisor', 'admin'];
 
-export const state = { me: null, tab: 'alarms', alarm: null, alarms: [], asset: null, sensor: null, hours: 24 };
+export const state = {
+  me: null,
+  tab: 'alarms',
+  alarm: null,
+  // The open episode (shown instead of an alarm), and the episodes unfolded in the list.
+  episode: null,
+  openEpisodes: new Set(),
+  alarms: [],
+  asset: null,
+  sensor: null,
+  hours: 24,
+};
 
 // Builds an element: h('td', {class: 'x', onclick: f}, 'text', child, ...).
 export function h(tag, attrs, ...children) {
@@ -49,10 +60,11 @@ export const typing = (el) =>
     (i) => i === document.activeElement || ((i.type === 'text' || i.tagName === 'TEXTAREA') && i.value),
   );
 
-// Puts `children` into `parent` in that order, leaving those already there where they
+// Puts `parts` (nulls skipped) into `parent` in that order, leaving those already there where they
 // are: moving an element blurs it, so a kept part keeps its focus, text and caret.
 // Kept parts must stay in the same order among themselves.
-export function patchChildren(parent, children) {
+export function patchChildren(parent, parts) {
+  const children = parts.filter(Boolean);
   const keep = new Set(children);
   for (const old of [...parent.childNodes]) if (!keep.has(old)) old.remove();
   let at = parent.firstChild;
