@@ -1336,6 +1336,17 @@ fn an_upset_is_kept_as_one_episode_led_by_its_initiator() {
         listed.contains("4 points") && listed.contains(&format!("initiator: PUMP-001 PUMP-TRIP (alarm {trip})")),
         "{listed}"
     );
+    // The journal export says each member's episode, and no episode for the later alarm.
+    let (from, to) = (t0.plus_secs(-60).to_rfc3339(), t0.plus_secs(600).to_rfc3339());
+    let journal = out(&["alarms", "export", "--from", &from, "--to", &to, "-"]);
+    let episode_of = |alarm: i64| -> String {
+        let row = journal.lines().find(|l| l.contains(",raised,") && l.split(',').nth(7) == Some(&alarm.to_string()));
+        row.unwrap_or_else(|| panic!("no raise of alarm {alarm} in\n{journal}")).rsplit(',').next().unwrap().to_string()
+    };
+    assert_eq!(
+        [episode_of(trip), episode_of(south), episode_of(later)],
+        [episode.to_string(), episode.to_string(), String::new()]
+    );
     let shown: serde_json::Value = serde_json::from_str(&out(&["episodes", "show", &episode.to_string()])).unwrap();
     let timeline: Vec<(&str, f64, i64)> = shown["timeline"]
         .as_array()

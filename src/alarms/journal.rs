@@ -8,9 +8,21 @@ use rusqlite::{Connection, params};
 
 use crate::domain::Timestamp;
 
-/// The header, in the order of the columns.
-pub const COLUMNS: [&str; 10] =
-    ["time", "asset_id", "sensor_id", "code", "severity", "event", "actor", "alarm_id", "event_id", "detail"];
+/// The header, in the order of the columns. `episode_id`: the alarm episode the
+/// occurrence belongs to (empty when it came alone), so a flood's rows sort together.
+pub const COLUMNS: [&str; 11] = [
+    "time",
+    "asset_id",
+    "sensor_id",
+    "code",
+    "severity",
+    "event",
+    "actor",
+    "alarm_id",
+    "event_id",
+    "detail",
+    "episode_id",
+];
 
 /// The journal's kinds as the export names them (the words alarm-analysis tools use).
 fn event_name(kind: &str) -> &str {
@@ -34,7 +46,7 @@ pub fn export(conn: &Connection, from: Timestamp, to: Timestamp, out: impl Write
     let mut stmt = conn.prepare_cached(
         "SELECT strftime('%Y-%m-%dT%H:%M:%S', e.at, 'unixepoch') || printf('.%03dZ', e.millis),
                 a.asset_id, coalesce(a.sensor_id, ''), a.code, a.severity, e.kind, e.actor, e.alarm_id,
-                coalesce(e.event_id, ''), coalesce(e.detail, '')
+                coalesce(e.event_id, ''), coalesce(e.detail, ''), coalesce(CAST(a.episode_id AS TEXT), '')
          FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
          WHERE e.at >= ?1 AND e.at < ?2
          ORDER BY e.at, e.millis, e.id",
@@ -56,6 +68,7 @@ pub fn export(conn: &Connection, from: Timestamp, to: Timestamp, out: impl Write
             alarm_id.to_string(),
             defused(text(8)?),
             defused(text(9)?),
+            text(10)?,
         ])?;
         n += 1;
     }

@@ -2,7 +2,7 @@
 //! journal, and the agent's KPI tool over a week, each beside a plain SQL query over the
 //! same rows in the same run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -43,14 +43,14 @@ pub struct AlarmsBenchArgs {
 }
 
 /// The journal ends here (a fixed time, so runs compare).
-const END: i64 = 1_796_040_000;
+pub(super) const END: i64 = 1_796_040_000;
 
 pub fn alarms(args: &AlarmsBenchArgs) -> anyhow::Result<()> {
     let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
     let have: i64 = store.read()?.query_row("SELECT count(*) FROM alarm_events", [], |r| r.get(0))?;
     if have == 0 {
         let started = Instant::now();
-        generate(&store, args)?;
+        generate(&store, &args.from, args.scale, args.activations, args.days)?;
         println!("journal generated in {:.1} s", started.elapsed().as_secs_f64());
     }
     let (points, events): (i64, i64) = store.read()?.query_row(
@@ -227,22 +227,21 @@ fn plain_per_period(db: &rusqlite::Connection, from: Timestamp, to: Timestamp) -
 /// straight into the journal's tables (as ingest writes them, without triage jobs),
 /// 2,000 occurrences a job: the writer runs each job in a savepoint, whose statement
 /// journal SQLite walks at every statement's end, so a larger job grows quadratically.
-fn generate(store: &Store, args: &AlarmsBenchArgs) -> anyhow::Result<()> {
-    seed::seed(
-        store,
-        &SeedOptions { dir: args.from.clone(), scale: args.scale, end: Timestamp::from_unix(END), days: 0 },
-    )?;
+/// The `scale` plant and a journal of `activations` spread over `days` ending at [`END`]:
+/// bad actors, frequent points and the rest, as a large utility's year.
+pub(super) fn generate(store: &Store, from: &Path, scale: u32, activations: u64, days: u32) -> anyhow::Result<()> {
+    seed::seed(store, &SeedOptions { dir: from.to_path_buf(), scale, end: Timestamp::from_unix(END), days: 0 })?;
     let points: Vec<(String, String, String)> = store
         .read()?
         .prepare("SELECT asset_id, id, kind FROM sensors ORDER BY key")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
     anyhow::ensure!(!points.is_empty(), "the plant has no sensors");
-    let start = END - args.days as i64 * 86_400;
-    let step = (args.days as f64 * 86_400.0) / args.activations as f64;
+    let start = END - days as i64 * 86_400;
+    let step = (days as f64 * 86_400.0) / activations as f64;
     let mut done = 0u64;
-    while done < args.activations {
-        let batch = (args.activations - done).min(2_000);
+    while done < activations {
+        let batch = (activations - done).min(2_000);
         let points = points.clone();
         store.writer().call(move |c| -> Result<(), StoreError> {
             let mut rng = Rng::from_label(&format!("bench-alarms-{done}"));

@@ -341,6 +341,13 @@ enum BenchCommand {
     /// The alarm performance figures over a year of a large utility's journal, and the
     /// KPI tool over a week, beside plain SQL over the same rows.
     Alarms(bench::AlarmsBenchArgs),
+    /// Alarm episodes at a large utility's scale: mining the consequential pairs over a
+    /// year's journal, matching an episode against 1,000 past ones, the upkeep per
+    /// activation in a flood, each beside a plain baseline.
+    #[command(
+        after_help = "Examples:\n  twinops bench episodes\n  twinops bench episodes --scale 10 --activations 100000"
+    )]
+    Episodes(bench::EpisodesBenchArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -511,6 +518,7 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Opcua(args) => bench::opcua(&args),
         BenchCommand::Readings(args) => bench::readings(&args),
         BenchCommand::Alarms(args) => bench::alarms(&args),
+        BenchCommand::Episodes(args) => bench::episodes(&args),
         BenchCommand::Docs(args) => bench::docs(&args),
     }
 }

@@ -45,75 +45,186 @@ pub struct Pair {
 }
 
 /// The pairs among `activations` (in time order) that meet `rules`, strongest first
-/// (by lift, then support). One pass with a window of the lag's length: memory grows
-/// with the points and the pairs seen, not with the journal.
+/// (by lift, then support): [`Miner`]'s two passes over a slice.
 pub fn mine(activations: &[Activation], rules: PairRules) -> Vec<Pair> {
-    let mut index: HashMap<&Point, usize> = HashMap::new();
-    let mut counts: Vec<usize> = Vec::new();
+    let mut miner = Miner::new(rules);
     for a in activations {
-        let i = *index.entry(&a.point).or_insert_with(|| {
-            counts.push(0);
-            counts.len() - 1
-        });
-        counts[i] += 1;
+        miner.count(&a.point, a.at_ms);
     }
-    let ids: Vec<usize> = activations.iter().map(|a| index[&a.point]).collect();
-    let mut lags: HashMap<(usize, usize), Vec<i64>> = HashMap::new();
-    let mut end = 0;
-    let mut followed = Vec::new();
-    for (i, a) in activations.iter().enumerate() {
-        end = end.max(i + 1);
-        while end < activations.len() && activations[end].at_ms - a.at_ms <= rules.lag_ms {
-            end += 1;
-        }
-        followed.clear();
-        for j in i + 1..end {
-            let b = ids[j];
-            // Each of A's activations counts a B once, at its first.
-            if b != ids[i] && !followed.contains(&b) {
-                followed.push(b);
-                lags.entry((ids[i], b)).or_default().push(activations[j].at_ms - a.at_ms);
-            }
-        }
+    miner.choose();
+    for a in activations {
+        miner.tally(&a.point, a.at_ms);
     }
-    let span_ms = match (activations.first(), activations.last()) {
-        (Some(f), Some(l)) => (l.at_ms - f.at_ms).max(rules.lag_ms),
-        _ => return Vec::new(),
-    };
-    let points: Vec<&Point> = {
-        let mut p = vec![None; counts.len()];
-        for (point, &i) in &index {
-            p[i] = Some(*point);
-        }
-        p.into_iter().map(|p| p.expect("every index has its point")).collect()
-    };
-    let mut pairs: Vec<Pair> = lags
-        .into_iter()
-        .filter_map(|((a, b), mut lag)| {
-            let support = lag.len();
-            let confidence = support as f64 / counts[a] as f64;
-            let chance = (counts[b] as f64 * rules.lag_ms as f64 / span_ms as f64).min(1.0);
-            let lift = confidence / chance;
-            if support < rules.min_support || confidence < rules.min_confidence || lift < rules.min_lift {
-                return None;
-            }
-            lag.sort_unstable();
-            let at = |q: f64| lag[((lag.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
-            Some(Pair {
-                first: points[a].clone(),
-                then: points[b].clone(),
-                support,
-                first_activations: counts[a],
-                confidence,
-                lift,
-                lag_median_s: at(0.5),
-                lag_p90_s: at(0.9),
-            })
-        })
-        .collect();
-    pairs.sort_by(|x, y| y.lift.total_cmp(&x.lift).then(y.support.cmp(&x.support)).then(x.first.order(&y.first)));
-    pairs
+    miner.finish()
 }
+
+/// Followers a point's heavy-hitter summary keeps (Misra-Gries): a pair is surely kept
+/// when B is more than 1/65 of what follows A's activations (with 19 activations in a
+/// 5-minute window, a large utility's year, that is a confidence of 0.3).
+const HEAVY: usize = 64;
+
+/// The consequential pairs of a journal read twice in time order, in memory that grows
+/// with the points and the pairs worth a second look, never with the journal:
+/// [`Miner::count`] every activation (each point's count and a bounded summary of what
+/// follows it), [`Miner::choose`] the candidates, [`Miner::tally`] every activation
+/// again (their exact support and a lag histogram of 1 s bins), [`Miner::finish`].
+pub struct Miner {
+    rules: PairRules,
+    index: HashMap<Point, u32>,
+    points: Vec<Point>,
+    counts: Vec<u32>,
+    /// Per point: what followed it (the whole pass's count) and its heavy followers.
+    followed: Vec<(u64, Vec<(u32, u32)>)>,
+    /// The activations within the lag of the newest, each with the points that followed it.
+    window: Window,
+    span: Option<(i64, i64)>,
+    /// The chosen pairs: support and lags, by whole second.
+    candidates: HashMap<(u32, u32), (u32, Vec<u32>)>,
+    second_pass: bool,
+}
+
+impl Miner {
+    pub fn new(rules: PairRules) -> Miner {
+        Miner {
+            rules,
+            index: HashMap::new(),
+            points: Vec::new(),
+            counts: Vec::new(),
+            followed: Vec::new(),
+            window: Default::default(),
+            span: None,
+            candidates: HashMap::new(),
+            second_pass: false,
+        }
+    }
+
+    fn id(&mut self, point: &Point) -> u32 {
+        if let Some(&i) = self.index.get(point) {
+            return i;
+        }
+        let i = self.points.len() as u32;
+        self.index.insert(point.clone(), i);
+        self.points.push(point.clone());
+        self.counts.push(0);
+        self.followed.push((0, Vec::new()));
+        i
+    }
+
+    /// First pass: one activation.
+    pub fn count(&mut self, point: &Point, at_ms: i64) {
+        let b = self.id(point);
+        self.counts[b as usize] += 1;
+        self.span = Some(self.span.map_or((at_ms, at_ms), |(f, _)| (f, at_ms)));
+        let mut seen = Vec::new();
+        follows(&mut self.window, self.rules.lag_ms, b, at_ms, |a, _| seen.push(a));
+        for a in seen {
+            let (total, heavy) = &mut self.followed[a as usize];
+            *total += 1;
+            if let Some(h) = heavy.iter_mut().find(|h| h.0 == b) {
+                h.1 += 1;
+            } else if heavy.len() < HEAVY {
+                heavy.push((b, 1));
+            } else {
+                heavy.iter_mut().for_each(|h| h.1 -= 1);
+                heavy.retain(|h| h.1 > 0);
+            }
+        }
+    }
+
+    /// Between the passes: the pairs that may meet the rules, allowing for what the
+    /// summary undercounts (at most a point's followers over `HEAVY + 1`).
+    pub fn choose(&mut self) {
+        let r = self.rules;
+        for (a, (total, heavy)) in self.followed.iter().enumerate() {
+            let slack = (*total / (HEAVY as u64 + 1)) as u32;
+            for &(b, n) in heavy {
+                let most = n + slack;
+                if most as usize >= r.min_support && f64::from(most) >= r.min_confidence * f64::from(self.counts[a]) {
+                    self.candidates.insert((a as u32, b), (0, vec![0; (r.lag_ms / 1000) as usize + 1]));
+                }
+            }
+        }
+        self.followed = Vec::new();
+        self.window.clear();
+        self.second_pass = true;
+    }
+
+    /// Second pass: one activation, in the same order as the first.
+    pub fn tally(&mut self, point: &Point, at_ms: i64) {
+        debug_assert!(self.second_pass, "choose() comes between the passes");
+        let Some(&b) = self.index.get(point) else { return };
+        let candidates = &mut self.candidates;
+        follows(&mut self.window, self.rules.lag_ms, b, at_ms, |a, lag_ms| {
+            if let Some((support, lags)) = candidates.get_mut(&(a, b)) {
+                *support += 1;
+                lags[(lag_ms / 1000) as usize] += 1;
+            }
+        });
+    }
+
+    /// The pairs that meet the rules, strongest first (by lift, then support).
+    pub fn finish(self) -> Vec<Pair> {
+        let rules = self.rules;
+        let Some((first, last)) = self.span else { return Vec::new() };
+        let span_ms = (last - first).max(rules.lag_ms);
+        let mut pairs: Vec<Pair> = self
+            .candidates
+            .into_iter()
+            .filter_map(|((a, b), (support, lags))| {
+                let (a, b) = (a as usize, b as usize);
+                let confidence = f64::from(support) / f64::from(self.counts[a]);
+                let chance = (f64::from(self.counts[b]) * rules.lag_ms as f64 / span_ms as f64).min(1.0);
+                let lift = confidence / chance;
+                if (support as usize) < rules.min_support || confidence < rules.min_confidence || lift < rules.min_lift
+                {
+                    return None;
+                }
+                // The lag's quantile, as the whole second its bin starts at.
+                let at = |q: f64| {
+                    let rank = ((support - 1) as f64 * q).round() as u32;
+                    let mut seen = 0;
+                    lags.iter()
+                        .position(|&n| {
+                            seen += n;
+                            seen > rank
+                        })
+                        .unwrap_or(0) as f64
+                };
+                Some(Pair {
+                    first: self.points[a].clone(),
+                    then: self.points[b].clone(),
+                    support: support as usize,
+                    first_activations: self.counts[a] as usize,
+                    confidence,
+                    lift,
+                    lag_median_s: at(0.5),
+                    lag_p90_s: at(0.9),
+                })
+            })
+            .collect();
+        pairs.sort_by(|x, y| y.lift.total_cmp(&x.lift).then(y.support.cmp(&x.support)).then(x.first.order(&y.first)));
+        pairs
+    }
+}
+
+/// The activations in `window` that `b`, at `at_ms`, follows for the first time (each
+/// of A's activations counts a B once, at its first), each with the lag; then `b` joins
+/// the window, which keeps what lies within `lag_ms` of the newest.
+fn follows(window: &mut Window, lag_ms: i64, b: u32, at_ms: i64, mut seen: impl FnMut(u32, i64)) {
+    while window.front().is_some_and(|(_, t, _)| at_ms - t > lag_ms) {
+        window.pop_front();
+    }
+    for (a, t, after) in window.iter_mut() {
+        if *a != b && !after.contains(&b) {
+            after.push(b);
+            seen(*a, at_ms - *t);
+        }
+    }
+    window.push_back((b, at_ms, Vec::new()));
+}
+
+/// Recent activations (point, ms) with the points that followed each.
+type Window = std::collections::VecDeque<(u32, i64, Vec<u32>)>;
 
 /// The learned pairs as a lookup: does `first` lead to `then`?
 #[derive(Debug, Default, Clone)]

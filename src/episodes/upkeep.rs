@@ -9,7 +9,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::graph::PlantGraph;
-use super::pairs::{Learned, Pair, PairRules};
+use super::pairs::{Learned, Miner, Pair, PairRules};
 use super::{Activation, Context, Episode, EpisodeRules, group, rank};
 use crate::alarms::definitions::Point;
 
@@ -211,25 +211,30 @@ fn rerank(conn: &Connection, episode: i64, found: &Episode, cx: &Context) -> rus
     Ok(())
 }
 
-/// Mines the consequential pairs from the last `days` of the journal's annunciated
-/// activations and stores them in place of the last ones; returns how many.
+/// Mines the consequential pairs from the `days` of the journal's annunciated
+/// activations up to `now_ms` and stores them in place of the last ones; returns how many. The journal
+/// is read twice, a row at a time ([`Miner`]): memory does not grow with it.
 pub fn refresh_pairs(conn: &Connection, now_ms: i64, days: i64, rules: PairRules) -> rusqlite::Result<usize> {
     let mut stmt = conn.prepare_cached(
-        "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
+        "SELECT a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
          FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
-         WHERE e.kind = 'raised' AND e.at >= ?1 AND a.state != 'out_of_service'
+         WHERE e.kind = 'raised' AND e.at >= ?1 AND e.at <= ?2 AND a.state != 'out_of_service'
          ORDER BY e.at, e.millis, a.id",
     )?;
-    let activations: Vec<Activation> = stmt
-        .query_map([now_ms / 1000 - days * 86_400], |r| {
-            Ok(Activation {
-                alarm_id: r.get(0)?,
-                point: Point { asset_id: r.get(1)?, sensor_id: r.get(2)?, code: r.get(3)? },
-                at_ms: r.get(4)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    let pairs = super::pairs::mine(&activations, rules);
+    let since = now_ms / 1000 - days * 86_400;
+    let mut miner = Miner::new(rules);
+    let mut pass = |miner: &mut Miner, first: bool| -> rusqlite::Result<()> {
+        let mut rows = stmt.query([since, now_ms / 1000])?;
+        while let Some(r) = rows.next()? {
+            let point = Point { asset_id: r.get(0)?, sensor_id: r.get(1)?, code: r.get(2)? };
+            if first { miner.count(&point, r.get(3)?) } else { miner.tally(&point, r.get(3)?) }
+        }
+        Ok(())
+    };
+    pass(&mut miner, true)?;
+    miner.choose();
+    pass(&mut miner, false)?;
+    let pairs = miner.finish();
     conn.prepare_cached("DELETE FROM alarm_pairs")?.execute([])?;
     for p in &pairs {
         conn.prepare_cached(
