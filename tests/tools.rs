@@ -626,6 +626,22 @@ fn the_episode_tools_name_the_initiator_and_the_floods_like_it() {
         learned["follows_it"].as_array().unwrap().iter().map(|x| x["then"]["asset_id"].as_str().unwrap()).collect();
     assert!(follows.contains(&"VLV-001") && follows.contains(&"PUMP-004"), "{learned}");
     assert_eq!(learned["follows_it"][0]["support"], 3);
+    // Alarm performance shows them as candidates for designed suppression, defined.
+    let (from, to) = (common::end(), common::end().plus_secs(4 * 3_600));
+    let figures = twinops::alarms::kpi::report(&p.store.read().unwrap(), from, to, Default::default()).unwrap();
+    let pairs = figures["consequential_pairs"].as_array().unwrap();
+    assert!(
+        pairs
+            .iter()
+            .any(|x| x["first"]["asset_id"] == "PUMP-001" && x["then"]["asset_id"] == "VLV-001" && x["support"] == 3),
+        "{pairs:?}"
+    );
+    assert!(figures["definitions"]["consequential_pairs"].as_str().unwrap().contains("designed suppression"));
+    let text = twinops::alarms::kpi_report::render(&figures, twinops::alarms::kpi_report::Format::Text);
+    assert!(
+        text.contains("Consequential pairs (candidates for designed suppression)") && text.contains("3 of 3"),
+        "{text}"
+    );
 
     assert!(p.err("get_episode", json!({})).contains("give episode_id or alarm_id"));
     assert!(p.err("get_episode", json!({"episode_id": 999_999})).contains("No episode 999999"));

@@ -54,6 +54,22 @@ fn tables(k: &Value) -> Vec<Table> {
         },
     ];
     tables.extend(point_tables(k));
+    tables.push(Table {
+        title: "Consequential pairs (candidates for designed suppression)".into(),
+        header: vec!["first", "then", "support", "confidence %", "lift", "lag median / p90 s"],
+        rows: rows(k, "consequential_pairs", &|p| {
+            let point = |x: &Value| format!("{} {}", s(&x["asset_id"]), s(&x["code"]));
+            let pct = p["confidence"].as_f64().map_or(String::new(), |c| format!("{:.0}", c * 100.0));
+            vec![
+                point(&p["first"]),
+                point(&p["then"]),
+                format!("{} of {}", s(&p["support"]), s(&p["first_activations"])),
+                pct,
+                p["lift"].as_f64().map_or(String::new(), |l| format!("{l:.1}")),
+                format!("{} / {}", s(&p["lag_median_s"]), s(&p["lag_p90_s"])),
+            ]
+        }),
+    });
     tables
 }
 

@@ -67,9 +67,7 @@ pub(super) fn run(global: &Global, cmd: EpisodesCommand) -> anyhow::Result<ExitC
                 println!("{n} pairs learned from the last 90 days of the journal");
             }
             let learned = upkeep::learned(&*store.read()?)?;
-            let mut pairs: Vec<_> = learned.iter().collect();
-            pairs.sort_by(|a, b| b.lift.total_cmp(&a.lift).then(b.support.cmp(&a.support)));
-            for p in pairs.into_iter().take(limit) {
+            for p in learned.strongest(limit) {
                 println!(
                     "{} {} -> {} {}: {} of {} ({:.0}%), lift {:.1}, lag median {:.0} s, p90 {:.0} s",
                     p.first.asset_id,

@@ -247,6 +247,14 @@ impl Learned {
         self.0.values()
     }
 
+    /// The `n` strongest: by lift, then support.
+    pub fn strongest(&self, n: usize) -> Vec<&Pair> {
+        let mut pairs: Vec<&Pair> = self.0.values().collect();
+        pairs.sort_by(|a, b| b.lift.total_cmp(&a.lift).then(b.support.cmp(&a.support)).then(a.first.order(&b.first)));
+        pairs.truncate(n);
+        pairs
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

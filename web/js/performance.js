@@ -209,5 +209,14 @@ function tables(k) {
       ['minutes', (s) => s.out_of_service_minutes],
       ['still out of service', (s) => (s.out_of_service_at_end ? 'yes' : 'no')],
     ]),
+    // What the journal teaches: candidates for designed suppression, for rationalization.
+    table('Consequential pairs (candidates for designed suppression)', k.consequential_pairs || [], [
+      ['first', (p) => point(p.first)],
+      ['then', (p) => point(p.then)],
+      ['support', (p) => `${p.support} of ${p.first_activations}`],
+      ['confidence', (p) => `${Math.round(p.confidence * 100)}%`],
+      ['lift', (p) => p.lift.toFixed(1)],
+      ['lag median / p90', (p) => `${p.lag_median_s} / ${p.lag_p90_s} s`],
+    ]),
   ];
 }
