@@ -628,7 +628,8 @@ fn the_episode_tools_name_the_initiator_and_the_floods_like_it() {
     assert_eq!(learned["follows_it"][0]["support"], 3);
     // Alarm performance shows them as candidates for designed suppression, defined.
     let (from, to) = (common::end(), common::end().plus_secs(4 * 3_600));
-    let figures = twinops::alarms::kpi::report(&p.store.read().unwrap(), from, to, Default::default()).unwrap();
+    let figures =
+        twinops::episodes::upkeep::alarm_performance(&p.store.read().unwrap(), from, to, Default::default()).unwrap();
     let pairs = figures["consequential_pairs"].as_array().unwrap();
     assert!(
         pairs

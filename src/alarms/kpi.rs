@@ -96,22 +96,6 @@ pub struct Kpis {
 
 /// Computes the figures for [from, to), the chattering and fleeting points' lists cut to
 /// `rows` if given (each cut list's length in `*_total`).
-/// The figures as the HMI, the API and `alarms kpi` show them: [`compute`]'s, with the
-/// consequential pairs housekeeping last learned from the journal (the 10 strongest),
-/// which ISA-18.2 rationalization weighs for designed suppression.
-pub fn report(conn: &Connection, from: Timestamp, to: Timestamp, settings: KpiSettings) -> rusqlite::Result<Value> {
-    let mut figures = compute(conn, from, to, settings, None)?.to_json();
-    let learned = crate::episodes::upkeep::learned(conn)?;
-    figures["consequential_pairs"] = json!(learned.strongest(10));
-    figures["definitions"]["consequential_pairs"] = json!(
-        "B follows A within 5 minutes in at least half of A's activations (confidence = support / A's activations), \
-         at least 3 times, and at least twice as often as B's own rate would give (lift), over the last 90 days of \
-         the journal as housekeeping last mined it; lag median and p90 in seconds. Candidates for designed \
-         suppression (B suppressed while A is active), to be weighed in rationalization, not applied blindly"
-    );
-    Ok(figures)
-}
-
 pub fn compute(
     conn: &Connection,
     from: Timestamp,

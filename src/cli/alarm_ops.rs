@@ -204,7 +204,7 @@ fn kpi_figures(
     if crate::alarms::kpi_cache::cacheable(&settings) {
         crate::alarms::kpi_cache::refresh(store.writer(), Timestamp::now())?;
     }
-    let figures = kpi::report(&*store.read()?, from, to, settings)?;
+    let figures = crate::episodes::upkeep::alarm_performance(&*store.read()?, from, to, settings)?;
     println!("{}", crate::alarms::kpi_report::render(&figures, format));
     Ok(())
 }

@@ -261,6 +261,27 @@ pub fn refresh_pairs(conn: &Connection, now_ms: i64, days: i64, rules: PairRules
     Ok(pairs.len())
 }
 
+/// The alarm figures as the HMI, the API and `alarms kpi` show them: `kpi::compute`'s, with the
+/// consequential pairs housekeeping last learned from the journal (the 10 strongest),
+/// which ISA-18.2 rationalization weighs for designed suppression.
+pub fn alarm_performance(
+    conn: &Connection,
+    from: crate::domain::Timestamp,
+    to: crate::domain::Timestamp,
+    settings: crate::alarms::kpi::KpiSettings,
+) -> rusqlite::Result<serde_json::Value> {
+    let mut figures = crate::alarms::kpi::compute(conn, from, to, settings, None)?.to_json();
+    let learned = learned(conn)?;
+    figures["consequential_pairs"] = serde_json::json!(learned.strongest(10));
+    figures["definitions"]["consequential_pairs"] = serde_json::json!(
+        "B follows A within 5 minutes in at least half of A's activations (confidence = support / A's activations), \
+         at least 3 times, and at least twice as often as B's own rate would give (lift), over the last 90 days of \
+         the journal as housekeeping last mined it; lag median and p90 in seconds. Candidates for designed \
+         suppression (B suppressed while A is active), to be weighed in rationalization, not applied blindly"
+    );
+    Ok(figures)
+}
+
 /// An episode as the CLI and the API show it: its shape, the initiator's ranking, its
 /// note, and its timeline: each point at its first activation (seconds after the
 /// episode opened) with how many activations it had, the first `TIMELINE` points.

@@ -264,7 +264,7 @@ const EPISODE_TOOLS: [&str; 3] = ["get_episode", "find_similar_episodes", "get_a
 pub const NOT_FOR_EPISODES: [&str; 4] = ["system_summary", "list_assets", "shift_handover", "get_alarm_kpis"];
 
 /// The tools the agent's runs are offered (an episode's note run: see
-/// [`crate::agent::Profile::episode`]).
+/// the agent's episode profile).
 pub fn offered() -> Vec<&'static ToolDef> {
     all().iter().filter(|t| !EPISODE_TOOLS.contains(&t.name)).collect()
 }

@@ -92,7 +92,7 @@ pub(super) async fn alarm_kpis(State(s): State<S>, Query(q): Query<KpiQuery>) ->
     settings.validate().map_err(ApiError::bad_request)?;
     let store = s.store.clone();
     let figures = tokio::task::spawn_blocking(move || -> Result<Value, ApiError> {
-        Ok(alarms::kpi::report(&*store.read()?, from, to, settings)?)
+        Ok(crate::episodes::upkeep::alarm_performance(&*store.read()?, from, to, settings)?)
     })
     .await??;
     Ok(Json(figures))

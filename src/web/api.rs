@@ -26,7 +26,7 @@ type S = Arc<WebState>;
 
 /// Every endpoint, in the order openapi.json lists them.
 pub fn endpoints() -> Vec<Endpoint> {
-    [pages(), accounts(), alarms(), twin(), decisions()].into_iter().flatten().collect()
+    [pages(), accounts(), alarms(), episodes(), twin(), decisions()].into_iter().flatten().collect()
 }
 
 /// The page, its assets, login and logout, probes, the event stream, this description and metrics.
@@ -150,23 +150,6 @@ fn alarms() -> Vec<Endpoint> {
             "One alarm with its journal, its triage note (an episode member's is its episode's) and its episode",
             get(alarm),
         ),
-        ep(
-            M::GET,
-            "/api/episodes",
-            viewer,
-            "Alarm episodes (floods, bursts on connected equipment), newest first (query: limit, 1-200): when, how \
-             many points and activations, the initiator, the note",
-            get(super::episodes::list),
-        )
-        .query::<super::episodes::EpisodesQuery>(),
-        ep(
-            M::GET,
-            "/api/episodes/{id}",
-            viewer,
-            "One alarm episode: its timeline (each point at its first activation), the initiator's candidates with \
-             their evidence, its one note as it stands, and the past episodes most like it",
-            get(super::episodes::one),
-        ),
         ep(M::POST, "/api/alarms/{id}/ack", operator, "Acknowledge an alarm", post(ack)),
         ep(
             M::POST,
@@ -198,6 +181,31 @@ fn alarms() -> Vec<Endpoint> {
             supervisor,
             "Return an alarm's point to service; an active alarm annunciates again",
             post(in_service),
+        ),
+    ]
+}
+
+/// Alarm episodes: floods as one, their initiator, the floods like them.
+fn episodes() -> Vec<Endpoint> {
+    use Method as M;
+    let viewer = Some(Role::Viewer);
+    vec![
+        ep(
+            M::GET,
+            "/api/episodes",
+            viewer,
+            "Alarm episodes (floods, bursts on connected equipment), newest first (query: limit, 1-200): when, how \
+             many points and activations, the initiator, the note",
+            get(super::episodes::list),
+        )
+        .query::<super::episodes::EpisodesQuery>(),
+        ep(
+            M::GET,
+            "/api/episodes/{id}",
+            viewer,
+            "One alarm episode: its timeline (each point at its first activation), the initiator's candidates with \
+             their evidence, its one note as it stands, and the past episodes most like it",
+            get(super::episodes::one),
         ),
     ]
 }

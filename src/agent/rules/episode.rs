@@ -23,30 +23,33 @@ fn point(p: &Value) -> String {
     format!("{} {}", p["asset_id"].as_str().unwrap_or("?"), p["code"].as_str().unwrap_or("?"))
 }
 
-/// Turns the initiator's note into the episode's: the episode first, then the
-/// initiator's own triage, then the flood like it; the consequences folded under it.
-pub(super) fn episode_note(mut note: TriageNote, episode: &Value, similar: &Value) -> TriageNote {
-    let ranking = episode["ranking"].as_array().cloned().unwrap_or_default();
-    let Some(best) = ranking.first() else { return note };
-    let mut consequences: Vec<String> = Vec::new();
+/// The points the initiator explains (downstream of it, or learned to follow it), once each.
+fn consequences(best: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     for p in best["downstream"].as_array().into_iter().chain(best["followed_by"].as_array()).flatten() {
         let named = point(p);
-        if !consequences.contains(&named) {
-            consequences.push(named);
+        if !out.contains(&named) {
+            out.push(named);
         }
     }
-    let initiator = point(&best["point"]);
+    out
+}
+
+/// The episode's sentences: its shape, the initiator with its evidence (and a close
+/// second), what follows from it.
+fn episode_head(episode: &Value, ranking: &[Value], consequences: &[String]) -> String {
+    let best = &ranking[0];
+    let evidence =
+        best["evidence"].as_array().map(|e| e.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("; "));
     let mut head = format!(
-        "Alarm episode {}: {} alarm points, {} activations since {}. Likely initiator: {initiator} (alarm {}): {}.",
+        "Alarm episode {}: {} alarm points, {} activations since {}. Likely initiator: {} (alarm {}): {}.",
         episode["id"],
         episode["points"],
         episode["activations"],
         episode["opened"].as_str().unwrap_or("?"),
+        point(&best["point"]),
         best["alarm_id"],
-        best["evidence"]
-            .as_array()
-            .map(|e| e.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("; "))
-            .unwrap_or_default()
+        evidence.unwrap_or_default()
     );
     // A close second is said: the operator then checks both.
     if let (Some(second), Some(s1)) = (ranking.get(1), best["score"].as_f64())
@@ -60,33 +63,43 @@ pub(super) fn episode_note(mut note: TriageNote, episode: &Value, similar: &Valu
         let more = if consequences.len() > NAMED { ", and others the episode lists" } else { "" };
         head.push_str(&format!(
             " Following from it: {}{more}.",
-            consequences.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ")
+            consequences[..consequences.len().min(NAMED)].join(", ")
         ));
     }
+    head
+}
+
+/// The most similar past episode, when it is the same kind of upset, in a sentence.
+fn resembles(like: Option<&Value>) -> String {
+    let Some(s) = like else { return " No past episode resembles it.".to_string() };
+    let mut said = format!(
+        " It resembles episode {} of {} (similarity {}), started by {} (alarm {})",
+        s["episode_id"],
+        s["opened"].as_str().unwrap_or("?"),
+        s["similarity"],
+        point(&s["initiator"]),
+        s["initiator"]["alarm_id"]
+    );
+    if let Some(note) = s["note_id"].as_i64() {
+        said.push_str(&format!("; read its note (note {note}) for what was found then"));
+    }
+    said.push('.');
+    said
+}
+
+/// Turns the initiator's note into the episode's: the episode first, then the
+/// initiator's own triage, then the flood like it; the consequences folded under it.
+pub(super) fn episode_note(mut note: TriageNote, episode: &Value, similar: &Value) -> TriageNote {
+    let ranking = episode["ranking"].as_array().cloned().unwrap_or_default();
+    let Some(best) = ranking.first() else { return note };
+    let consequences = consequences(best);
+    let initiator = point(&best["point"]);
     let like = similar["similar"].as_array().and_then(|s| s.first()).filter(|s| s["similarity"].as_f64() >= Some(0.6));
-    let tail = match like {
-        Some(s) => {
-            let mut said = format!(
-                " It resembles episode {} of {} (similarity {}), started by {} (alarm {})",
-                s["episode_id"],
-                s["opened"].as_str().unwrap_or("?"),
-                s["similarity"],
-                point(&s["initiator"]),
-                s["initiator"]["alarm_id"]
-            );
-            if let Some(note) = s["note_id"].as_i64() {
-                said.push_str(&format!("; read its note (note {note}) for what was found then"));
-            }
-            said.push('.');
-            said
-        }
-        None => " No past episode resembles it.".to_string(),
-    };
-    note.summary = format!("{head} {}{tail}", note.summary);
+    note.summary = format!("{} {}{}", episode_head(episode, &ranking, &consequences), note.summary, resembles(like));
     if !consequences.is_empty() {
         note.recommended_actions.push(format!(
             "Deal with {initiator} first: {} follow from it and are expected to clear once it is restored; one that stays is a fault of its own.",
-            consequences.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ")
+            consequences[..consequences.len().min(NAMED)].join(", ")
         ));
     }
     if let Some(orders) = like.and_then(|s| s["work_orders"].as_array()).filter(|w| !w.is_empty()) {
