@@ -233,7 +233,9 @@ async fn flood_is_triaged_within_budget(broker_url: Option<String>) {
 
 /// The flood's episodes as an operator meets them: each has one note, written within
 /// 10 s of twinops recognising it; each member alarm links to it (its record covered by
-/// it), unless it was triaged on its own before the episode was recognised.
+/// it), unless it was triaged on its own before the episode was recognised. (Whether a
+/// note is revised depends on whether the burst outran its first run; the caller waits
+/// for every note to be current, and the daemon tests revise one by construction.)
 fn assert_one_note_per_episode(p: &Plant) {
     let episodes = p.count("SELECT count(*) FROM episodes");
     assert!(episodes >= 1, "a flood makes an episode");
@@ -247,10 +249,6 @@ fn assert_one_note_per_episode(p: &Plant) {
                              AND (n.id = e.id OR n.covered_by = e.id OR n.created_at * 1000 <= p.noticed_ms + 1000))",
     );
     assert_eq!(unlinked, 0, "every member links to its episode's note");
-    assert!(
-        p.count("SELECT count(*) FROM notes WHERE episode_id IS NOT NULL AND revision > 1") >= 1,
-        "revised as it grew"
-    );
 }
 
 on_both_brokers!(

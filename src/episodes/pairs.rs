@@ -135,11 +135,17 @@ impl Miner {
     /// summary undercounts (at most a point's followers over `HEAVY + 1`).
     pub fn choose(&mut self) {
         let r = self.rules;
+        let span_ms = self.span.map_or(r.lag_ms, |(first, last)| (last - first).max(r.lag_ms));
         for (a, (total, heavy)) in self.followed.iter().enumerate() {
             let slack = (*total / (HEAVY as u64 + 1)) as u32;
             for &(b, n) in heavy {
                 let most = n + slack;
-                if most as usize >= r.min_support && f64::from(most) >= r.min_confidence * f64::from(self.counts[a]) {
+                let confidence = f64::from(most) / f64::from(self.counts[a]);
+                // A point that comes in every window (a bad actor) follows everything
+                // by chance: its lift, at most this, rules it out here.
+                let chance = (f64::from(self.counts[b as usize]) * r.lag_ms as f64 / span_ms as f64).min(1.0);
+                if most as usize >= r.min_support && confidence >= r.min_confidence && confidence / chance >= r.min_lift
+                {
                     self.candidates.insert((a as u32, b), (0, vec![0; (r.lag_ms / 1000) as usize + 1]));
                 }
             }
