@@ -42,12 +42,28 @@ impl NoteConsole {
 
     /// The line to print for a note now, if any.
     pub fn note(&mut self, n: &PublishedNote) -> Option<String> {
+        // A flood's note covers hundreds: the first few are named, the rest counted.
+        const NAMED: usize = 5;
         let covers = match n.covers.as_slice() {
             [] => String::new(),
-            ids => format!(" covering alarm(s) {}", ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")),
+            ids => {
+                let named: Vec<String> = ids.iter().take(NAMED).map(i64::to_string).collect();
+                let more = if ids.len() > NAMED { format!(" and {} more", ids.len() - NAMED) } else { String::new() };
+                format!(" covering alarm(s) {}{more}", named.join(", "))
+            }
         };
-        let head =
-            format!("note {} for alarm {}{covers} on {} ({})", n.note_id, n.alarm_id, n.asset_id, n.outcome.as_str());
+        let of = match n.episode_id {
+            Some(e) if n.revision > 1 => format!(" (episode {e}, revision {})", n.revision),
+            Some(e) => format!(" (episode {e})"),
+            None => String::new(),
+        };
+        let head = format!(
+            "note {}{of} for alarm {}{covers} on {} ({})",
+            n.note_id,
+            n.alarm_id,
+            n.asset_id,
+            n.outcome.as_str()
+        );
         if self.full {
             let summary = n.body["summary"].as_str().or(n.body["text"].as_str()).unwrap_or("");
             return Some(format!("{head}: {summary}"));
@@ -115,5 +131,20 @@ mod tests {
             Some("note 7 for alarm 107 on PUMP-007 (final): summary 7")
         );
         assert_eq!(full.tick(), None);
+    }
+
+    /// An episode's note says its episode and revision, and names the first five of the
+    /// hundreds of alarms it covers.
+    #[test]
+    fn an_episode_note_is_one_line_however_many_it_covers() {
+        let mut full = NoteConsole::new(NotesOutput::Full);
+        let flood =
+            PublishedNote { covers: (1..=137).collect(), episode_id: Some(4), revision: 3, ..note(7, Outcome::Final) };
+        assert_eq!(
+            full.note(&flood).as_deref(),
+            Some(
+                "note 7 (episode 4, revision 3) for alarm 107 covering alarm(s) 1, 2, 3, 4, 5 and 132 more on PUMP-007 (final): summary 7"
+            )
+        );
     }
 }

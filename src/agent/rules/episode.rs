@@ -18,9 +18,11 @@ pub(super) fn episode_plan(t: &TaskFacts) -> Vec<(&'static str, Value)> {
 /// At most this many consequences are named; the episode view lists them all.
 const NAMED: usize = 6;
 
-/// `PUMP-004 SUCTION-LO`.
+/// `PUMP-004 SUCTION-LO`, or `PUMP-002.VIB-NDE VIB-HI` when the point has a sensor
+/// (an asset's two bearings may raise the same code).
 fn point(p: &Value) -> String {
-    format!("{} {}", p["asset_id"].as_str().unwrap_or("?"), p["code"].as_str().unwrap_or("?"))
+    let at = p["sensor_id"].as_str().or(p["asset_id"].as_str()).unwrap_or("?");
+    format!("{at} {}", p["code"].as_str().unwrap_or("?"))
 }
 
 /// The points the initiator explains (downstream of it, or learned to follow it), once each.
