@@ -702,6 +702,8 @@ async fn a_flood_in_the_hmi_is_one_episode_under_its_initiator() {
     assert_eq!(order, json!(["head", "member", "member", "member"]), "the episode's rows together, the trip first");
     b.click(&format!("#alarm-rows tr[data-alarm=\"{trip}\"] button.fold")).await;
     b.until("the consequences unfolded", &format!("{shown} === 3")).await;
+    let fold = b.js(&format!("return {head}.querySelector('button.fold').textContent;")).await;
+    assert_eq!(fold, "▾ 3 more", "the fold says it is open");
     b.screenshot(&shots.join("episode-list.png")).await;
 
     b.click(&format!("#alarm-rows tr[data-alarm=\"{trip}\"] a.episode-link")).await;

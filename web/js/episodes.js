@@ -27,7 +27,8 @@ export function groupByEpisode(points) {
       continue;
     }
     const head = group.find((m) => samePoint(m, p.episode.initiator)) || group[0];
-    rows.push({ point: head, role: 'head', folded: group.length - 1 });
+    // Whether it is unfolded is part of the row, so that its fold is drawn again.
+    rows.push({ point: head, role: 'head', folded: group.length - 1, open: state.openEpisodes.has(p.episode.id) });
     placed.add(head);
     for (const m of group.filter((m) => m !== head)) {
       rows.push({ point: m, role: 'member' });
@@ -40,7 +41,7 @@ export function groupByEpisode(points) {
 // What a head row carries: the fold and the way to the episode.
 export function episodeBadge(row, reload) {
   const id = row.point.episode.id;
-  const open = state.openEpisodes.has(id);
+  const open = row.open;
   return h(
     'span',
     { class: 'episode-badge' },
