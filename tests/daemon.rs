@@ -1333,7 +1333,8 @@ fn an_upset_is_kept_as_one_episode_led_by_its_initiator() {
     };
     let listed = out(&["episodes", "list"]);
     assert!(
-        listed.contains("4 points") && listed.contains(&format!("initiator: PUMP-001 PUMP-TRIP (alarm {trip})")),
+        listed.contains("4 points")
+            && listed.contains(&format!("initiator: PUMP-001 PUMP-TRIP (alarm {trip})  no note yet")),
         "{listed}"
     );
     // The journal export says each member's episode, and no episode for the later alarm.

@@ -41,8 +41,9 @@ pub(super) fn run(global: &Global, cmd: EpisodesCommand) -> anyhow::Result<ExitC
             }
             for e in episodes {
                 let initiator = &e["initiator"];
+                let note = e["note_id"].as_i64().map_or("no note yet".to_string(), |n| format!("note {n}"));
                 println!(
-                    "{:>5}  {}  {:>3} points {:>4} activations{}  initiator: {} {} (alarm {})",
+                    "{:>5}  {}  {:>3} points {:>4} activations{}  initiator: {} {} (alarm {})  {note}",
                     e["id"],
                     e["opened"].as_str().unwrap_or(""),
                     e["points"],
