@@ -2,7 +2,7 @@
 //! journal, and the agent's KPI tool over a week, each beside a plain SQL query over the
 //! same rows in the same run.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -22,18 +22,8 @@ pub struct AlarmsBenchArgs {
     /// Database to use; a plant and its journal are generated if it holds none.
     #[arg(long, default_value = "data/bench-alarms.db")]
     bench_db: PathBuf,
-    /// Folder holding plant.toml and docs/.
-    #[arg(long, default_value = "seed")]
-    from: PathBuf,
-    /// Copies of the demo plant (1000 = a large utility: 18,000 assets, 60,000 sensors).
-    #[arg(long, default_value_t = 1000)]
-    scale: u32,
-    /// Annunciated activations in the journal.
-    #[arg(long, default_value_t = 2_000_000)]
-    activations: u64,
-    /// Days the journal spans, ending at a fixed time.
-    #[arg(long, default_value_t = 365)]
-    days: u32,
+    #[command(flatten)]
+    journal: Journal,
     /// Calls of the KPI tool over the journal's last 7 days.
     #[arg(long, default_value_t = 200)]
     iterations: usize,
@@ -42,27 +32,39 @@ pub struct AlarmsBenchArgs {
     replay_days: u32,
 }
 
+/// The plant and the year of its alarm journal the alarm benchmarks generate.
+#[derive(clap::Args)]
+pub struct Journal {
+    /// Folder holding plant.toml and docs/.
+    #[arg(long, default_value = "seed")]
+    from: PathBuf,
+    /// Copies of the demo plant (1000 = a large utility: 18,000 assets, 60,000 sensors).
+    #[arg(long, default_value_t = 1000)]
+    pub scale: u32,
+    /// Annunciated activations in the journal.
+    #[arg(long, default_value_t = 2_000_000)]
+    activations: u64,
+    /// Days the journal spans, ending at a fixed time.
+    #[arg(long, default_value_t = 365)]
+    pub days: u32,
+}
+
 /// The journal ends here (a fixed time, so runs compare).
 pub(super) const END: i64 = 1_796_040_000;
 
 pub fn alarms(args: &AlarmsBenchArgs) -> anyhow::Result<()> {
-    let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
-    let have: i64 = store.read()?.query_row("SELECT count(*) FROM alarm_events", [], |r| r.get(0))?;
-    if have == 0 {
-        let started = Instant::now();
-        generate(&store, &args.from, args.scale, args.activations, args.days)?;
-        println!("journal generated in {:.1} s", started.elapsed().as_secs_f64());
-    }
+    let store = with_journal(&args.bench_db, &args.journal)?;
     let (points, events): (i64, i64) = store.read()?.query_row(
         "SELECT (SELECT count(*) FROM sensors), (SELECT count(*) FROM alarm_events)",
         [],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     let to = Timestamp::from_unix(END);
-    let from = to.plus_secs(-(args.days as i64) * 86_400);
-    println!("twinops bench alarms: {points} sensors, {events} journal events over {} days", args.days);
+    let days = args.journal.days;
+    let from = to.plus_secs(-(days as i64) * 86_400);
+    println!("twinops bench alarms: {points} sensors, {events} journal events over {days} days");
 
-    year(&store, from, to, args.days)?;
+    year(&store, from, to, days)?;
     week(&store, to, args.iterations)?;
     replay(&store, args.replay_days)
 }
@@ -227,10 +229,24 @@ fn plain_per_period(db: &rusqlite::Connection, from: Timestamp, to: Timestamp) -
 /// straight into the journal's tables (as ingest writes them, without triage jobs),
 /// 2,000 occurrences a job: the writer runs each job in a savepoint, whose statement
 /// journal SQLite walks at every statement's end, so a larger job grows quadratically.
+/// The benchmark's database, with its plant and journal generated the first time.
+pub(super) fn with_journal(path: &std::path::Path, journal: &Journal) -> anyhow::Result<Store> {
+    let store = Store::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let have: i64 = store.read()?.query_row("SELECT count(*) FROM alarm_events", [], |r| r.get(0))?;
+    if have == 0 {
+        let started = Instant::now();
+        generate(&store, journal)?;
+        println!("journal generated in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    Ok(store)
+}
+
 /// The `scale` plant and a journal of `activations` spread over `days` ending at [`END`]:
 /// bad actors, frequent points and the rest, as a large utility's year.
-pub(super) fn generate(store: &Store, from: &Path, scale: u32, activations: u64, days: u32) -> anyhow::Result<()> {
-    seed::seed(store, &SeedOptions { dir: from.to_path_buf(), scale, end: Timestamp::from_unix(END), days: 0 })?;
+fn generate(store: &Store, journal: &Journal) -> anyhow::Result<()> {
+    let Journal { from, scale, activations, days } = journal;
+    let (scale, activations, days) = (*scale, *activations, *days);
+    seed::seed(store, &SeedOptions { dir: from.clone(), scale, end: Timestamp::from_unix(END), days: 0 })?;
     let points: Vec<(String, String, String)> = store
         .read()?
         .prepare("SELECT asset_id, id, kind FROM sensors ORDER BY key")?

@@ -8,10 +8,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use rusqlite::{Connection, params};
 
-use super::alarms::{END, generate};
+use super::alarms::{END, Journal, with_journal};
 use super::{Percentiles, ms};
 use crate::episodes::pairs::PairRules;
 use crate::episodes::{Context, EpisodeRules, upkeep};
@@ -24,18 +23,8 @@ pub struct EpisodesBenchArgs {
     /// Database to use; a plant and its journal are generated if it holds none.
     #[arg(long, default_value = "data/bench-episodes.db")]
     bench_db: PathBuf,
-    /// Folder holding plant.toml and docs/.
-    #[arg(long, default_value = "seed")]
-    from: PathBuf,
-    /// Copies of the demo plant (1000 = a large utility: 18,000 assets, 60,000 sensors).
-    #[arg(long, default_value_t = 1000)]
-    scale: u32,
-    /// Annunciated activations in the journal.
-    #[arg(long, default_value_t = 2_000_000)]
-    activations: u64,
-    /// Days the journal spans.
-    #[arg(long, default_value_t = 365)]
-    days: u32,
+    #[command(flatten)]
+    journal: Journal,
     /// Past episodes each query is matched against.
     #[arg(long, default_value_t = 1_000)]
     past: usize,
@@ -58,13 +47,7 @@ const CHAIN: [(&str, &str, i64); 4] = [
 ];
 
 pub fn episodes(args: &EpisodesBenchArgs) -> anyhow::Result<()> {
-    let store = Store::open(&args.bench_db).with_context(|| format!("opening {}", args.bench_db.display()))?;
-    let have: i64 = store.read()?.query_row("SELECT count(*) FROM alarm_events", [], |r| r.get(0))?;
-    if have == 0 {
-        let started = Instant::now();
-        generate(&store, &args.from, args.scale, args.activations, args.days)?;
-        println!("journal generated in {:.1} s", started.elapsed().as_secs_f64());
-    }
+    let store = with_journal(&args.bench_db, &args.journal)?;
     // An earlier run's episodes go (its activations stay: the journal is append-only),
     // so each run keeps and matches the same number; this run's upsets come after them.
     let after = store.writer().call(|c| -> Result<i64, StoreError> {
@@ -79,20 +62,16 @@ pub fn episodes(args: &EpisodesBenchArgs) -> anyhow::Result<()> {
         [],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    println!("twinops bench episodes: {assets} assets, {events} annunciated activations over {} days", args.days);
-    mining(&store, args.days)?;
+    let days = args.journal.days;
+    println!("twinops bench episodes: {assets} assets, {events} annunciated activations over {days} days");
+    mining(&store, days)?;
     matching(&store, args, after)?;
     flood(&store, args, after)
 }
 
 /// The journal's rows as the miner reads them, once, doing nothing with them.
 fn plain_read(c: &Connection, days: i64) -> rusqlite::Result<usize> {
-    let mut stmt = c.prepare(
-        "SELECT a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
-         FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
-         WHERE e.kind = 'raised' AND e.at >= ?1 AND e.at <= ?2 AND a.state != 'out_of_service'
-         ORDER BY e.at, e.millis, a.id",
-    )?;
+    let mut stmt = c.prepare(upkeep::MINED)?;
     let mut rows = stmt.query([END - days * 86_400, END])?;
     let mut n = 0;
     while let Some(r) = rows.next()? {
@@ -158,7 +137,7 @@ fn raise(c: &Connection, tag: &str, asset: &str, code: &str, at_ms: i64) -> rusq
 /// kept as episodes as they come; then each of the last `queries` matched against the
 /// 1,000 before it, beside a plain read of those episodes' members.
 fn matching(store: &Store, args: &EpisodesBenchArgs, after: i64) -> anyhow::Result<()> {
-    let (total, scale) = (args.past + args.queries, args.scale);
+    let (total, scale) = (args.past + args.queries, args.journal.scale);
     let made = store.writer().call(move |c| -> Result<usize, StoreError> {
         let (plant, learned) = upkeep::context(c)?;
         let cx = Context { plant: &plant, learned: &learned };
@@ -215,9 +194,9 @@ fn matching(store: &Store, args: &EpisodesBenchArgs, after: i64) -> anyhow::Resu
     }
     let (m, r) = (Percentiles::of(matched), Percentiles::of(read));
     println!(
-        "matching an episode against the {} before it ({made} episodes kept): p50 {} ms, p99 {} ms ({found_same} of {} \
-         found one of the same upset above 0.6); plain read of their members: p50 {} ms, p99 {} ms; p99 ratio {:.1}x",
-        args.past,
+        "matching an episode against the (up to 1,000) before it ({made} episodes kept): p50 {} ms, p99 {} ms \
+         ({found_same} of {} found one of the same upset above 0.6); plain read of their members: p50 {} ms, p99 {} ms; \
+         p99 ratio {:.1}x",
         ms(m.p50),
         ms(m.p99),
         m.n,
@@ -232,7 +211,7 @@ fn matching(store: &Store, args: &EpisodesBenchArgs, after: i64) -> anyhow::Resu
 /// the plant at once (a district-wide power dip), each point's alarm raised several
 /// times. Each activation's insert and its episode upkeep, timed apart.
 fn flood(store: &Store, args: &EpisodesBenchArgs, after: i64) -> anyhow::Result<()> {
-    let (n, scale) = (args.flood, args.scale);
+    let (n, scale) = (args.flood, args.journal.scale);
     let (insert, upkept, episodes) = store.writer().call(move |c| -> Result<_, StoreError> {
         let (plant, learned) = upkeep::context(c)?;
         let cx = Context { plant: &plant, learned: &learned };

@@ -211,16 +211,18 @@ fn rerank(conn: &Connection, episode: i64, found: &Episode, cx: &Context) -> rus
     Ok(())
 }
 
+/// What pair mining reads: the annunciated activations (point, ms) between ?1 and ?2
+/// (seconds), in time order.
+pub const MINED: &str = "SELECT a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
+     FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
+     WHERE e.kind = 'raised' AND e.at >= ?1 AND e.at <= ?2 AND a.state != 'out_of_service'
+     ORDER BY e.at, e.millis, a.id";
+
 /// Mines the consequential pairs from the `days` of the journal's annunciated
 /// activations up to `now_ms` and stores them in place of the last ones; returns how many. The journal
 /// is read twice, a row at a time ([`Miner`]): memory does not grow with it.
 pub fn refresh_pairs(conn: &Connection, now_ms: i64, days: i64, rules: PairRules) -> rusqlite::Result<usize> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
-         FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
-         WHERE e.kind = 'raised' AND e.at >= ?1 AND e.at <= ?2 AND a.state != 'out_of_service'
-         ORDER BY e.at, e.millis, a.id",
-    )?;
+    let mut stmt = conn.prepare_cached(MINED)?;
     let since = now_ms / 1000 - days * 86_400;
     let mut miner = Miner::new(rules);
     let mut pass = |miner: &mut Miner, first: bool| -> rusqlite::Result<()> {

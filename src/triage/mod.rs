@@ -262,18 +262,9 @@ impl Triage {
             stored = self.summarize_backfill(&job).await?;
         }
         for group in job.groups.iter().filter(|_| !job.backfill) {
-            let use_model = job.mode == TriageMode::Agent && self.budget.lock().expect("budget lock").take();
-            let agent = if use_model { &self.agent } else { &self.rules };
-            let started = Instant::now();
-            let result = agent.triage_group(group).await;
-            crate::metrics::time("twinops_triage_run_seconds", &[], started.elapsed());
-            let outcome = result.as_ref().map_or("error", |r| r.outcome.as_str());
-            let mode = if use_model { TriageMode::Agent } else { TriageMode::Rules };
-            crate::metrics::count("twinops_triage_runs_total", &[("mode", mode.as_str()), ("outcome", outcome)], 1.0);
-            let report = match result {
-                Ok(r) if r.outcome != Outcome::Failed => r,
-                Ok(r) => return self.fail(&job, format!("run {} failed", r.run_id)).await.map(|_| Some(stored)),
-                Err(e) => return self.fail(&job, format!("{e:#}")).await.map(|_| Some(stored)),
+            let report = match self.run_with(job.mode, |agent| agent.triage_group(group)).await {
+                Ok(report) => report,
+                Err(e) => return self.fail(&job, e).await.map(|_| Some(stored)),
             };
             tracing::info!(
                 stage = "triage",
@@ -394,6 +385,29 @@ impl Triage {
         while workers.join_next().await.is_some() {}
     }
 
+    /// One run, with the configured models when the job's mode and the per-minute
+    /// budget allow, else with the rules model; timed and counted. A failed run is the
+    /// error the job is queued again with.
+    async fn run_with<'a, F, Fut>(&'a self, mode: TriageMode, run: F) -> Result<RunReport, String>
+    where
+        F: FnOnce(&'a Agent) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<RunReport>> + 'a,
+    {
+        let use_model = mode == TriageMode::Agent && self.budget.lock().expect("budget lock").take();
+        let agent = if use_model { &self.agent } else { &self.rules };
+        let started = Instant::now();
+        let result = run(agent).await;
+        crate::metrics::time("twinops_triage_run_seconds", &[], started.elapsed());
+        let outcome = result.as_ref().map_or("error", |r| r.outcome.as_str());
+        let mode = if use_model { TriageMode::Agent } else { TriageMode::Rules };
+        crate::metrics::count("twinops_triage_runs_total", &[("mode", mode.as_str()), ("outcome", outcome)], 1.0);
+        match result {
+            Ok(r) if r.outcome != Outcome::Failed => Ok(r),
+            Ok(r) => Err(format!("run {} failed", r.run_id)),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    }
+
     /// The episode's one note: written with its first members' triage, revised when
     /// the episode has grown by a point and the last revision is [`REVISE_AFTER_SECS`]
     /// old (`triage.episode_revise_secs`), and in every case every member still without a
@@ -434,18 +448,9 @@ impl Triage {
             self.link_members(episode, note_id).await?;
             return Ok(Ok(Vec::new()));
         }
-        let use_model = mode == TriageMode::Agent && self.budget.lock().expect("budget lock").take();
-        let agent = if use_model { &self.agent } else { &self.rules };
-        let started = Instant::now();
-        let result = agent.triage_episode(episode).await;
-        crate::metrics::time("twinops_triage_run_seconds", &[], started.elapsed());
-        let outcome = result.as_ref().map_or("error", |r| r.outcome.as_str());
-        let mode = if use_model { TriageMode::Agent } else { TriageMode::Rules };
-        crate::metrics::count("twinops_triage_runs_total", &[("mode", mode.as_str()), ("outcome", outcome)], 1.0);
-        let report = match result {
-            Ok(r) if r.outcome != Outcome::Failed => r,
-            Ok(r) => return Ok(Err(format!("episode {episode}: run {} failed", r.run_id))),
-            Err(e) => return Ok(Err(format!("episode {episode}: {e:#}"))),
+        let report = match self.run_with(mode, |agent| agent.triage_episode(episode)).await {
+            Ok(report) => report,
+            Err(e) => return Ok(Err(format!("episode {episode}: {e}"))),
         };
         tracing::info!(
             stage = "triage",
