@@ -148,6 +148,14 @@ impl Browser {
     }
 }
 
+/// ChromeDriver's path (skipped without it, failed under CI) and the screenshots' folder.
+fn browser_test() -> Option<(String, PathBuf)> {
+    let driver = common::external("TWINOPS_TEST_CHROMEDRIVER", "ChromeDriver (e.g. /usr/bin/chromedriver)")?;
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/hmi-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    Some((driver, shots))
+}
+
 fn base64(text: &str) -> Vec<u8> {
     let value = |c: u8| match c {
         b'A'..=b'Z' => c - b'A',
@@ -172,12 +180,7 @@ fn base64(text: &str) -> Vec<u8> {
 /// browser requests nothing from another origin.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_hmi_in_a_real_browser() {
-    let Some(driver) = common::external("TWINOPS_TEST_CHROMEDRIVER", "ChromeDriver (e.g. /usr/bin/chromedriver)")
-    else {
-        return;
-    };
-    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/hmi-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let Some((driver, shots)) = browser_test() else { return };
 
     let p = Plant::new();
     accounts::add_user(&p.store, "supervisor.ruiz", Role::Supervisor, PASSWORD, "test").unwrap();
@@ -625,12 +628,7 @@ async fn the_hmi_in_a_real_browser() {
 /// note naming it, and an earlier flood like it one click away.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_in_the_hmi_is_one_episode_under_its_initiator() {
-    let Some(driver) = common::external("TWINOPS_TEST_CHROMEDRIVER", "ChromeDriver (e.g. /usr/bin/chromedriver)")
-    else {
-        return;
-    };
-    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/hmi-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let Some((driver, shots)) = browser_test() else { return };
     let p = Plant::new();
     accounts::add_user(&p.store, "operator.diaz", Role::Operator, PASSWORD, "test").unwrap();
     let opts = ServeOptions {

@@ -311,14 +311,6 @@ pub fn one(conn: &Connection, id: i64) -> rusqlite::Result<Option<serde_json::Va
 /// hundreds; the first ones hold its initiator).
 pub const TIMELINE: i64 = 100;
 
-/// An episode's member occurrences, in the order they were raised, a page at a time:
-/// the alarm list's rows for it.
-pub fn member_ids(conn: &Connection, episode: i64, limit: i64, offset: i64) -> rusqlite::Result<Vec<i64>> {
-    conn.prepare_cached("SELECT id FROM alarms WHERE episode_id = ?1 ORDER BY raised_at, id LIMIT ?2 OFFSET ?3")?
-        .query_map(params![episode, limit, offset], |r| r.get(0))?
-        .collect()
-}
-
 /// The latest episodes, newest first: id, when, size, initiator.
 pub fn list(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<serde_json::Value>> {
     let mut stmt = conn.prepare_cached(

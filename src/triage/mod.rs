@@ -485,7 +485,7 @@ impl Triage {
         flags.push("episode".to_string());
         let (body_text, flags_text) = (body.to_string(), serde_json::to_string(&flags).unwrap_or_default());
         let (now, run_id, w) = (Timestamp::now(), report.run_id, self.writer.clone());
-        let (note_id, alarm_id, asset_id, revision, created) = w
+        let ((note_id, alarm_id, asset_id, revision, created), covers) = w
             .call_async(move |c| {
                                 let note_id = match existing {
                     Some(id) => {
@@ -522,16 +522,14 @@ impl Triage {
                          WHERE n.id = ?1",
                     )?
                     .query_row([note_id], |r| Ok((note_id, r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))?;
-                Ok::<_, StoreError>(row)
+                // What it covers, read in the transaction that linked them.
+                let covers = c
+                    .prepare_cached("SELECT alarm_id FROM notes WHERE covered_by = ?1 ORDER BY alarm_id")?
+                    .query_map([note_id], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<i64>>>()?;
+                Ok::<_, StoreError>((row, covers))
             })
             .await?;
-        let covers = self
-            .agent
-            .store()
-            .read()?
-            .prepare_cached("SELECT alarm_id FROM notes WHERE covered_by = ?1 ORDER BY alarm_id")?
-            .query_map([note_id], |r| r.get(0))?
-            .collect::<rusqlite::Result<Vec<i64>>>()?;
         Ok(PublishedNote {
             note_id,
             alarm_id,
