@@ -113,33 +113,33 @@ impl Browser {
         }
     }
 
-    /// Clicks the element; live updates may re-render it between finding and
-    /// clicking, so a stale element is found again.
-    async fn click(&self, css: &str) {
+    /// Does `action` (`click`, `clear`, `value`) on the element; live updates may
+    /// re-render it between finding and acting, so a stale element is found again.
+    async fn on(&self, css: &str, action: &str, body: Value) {
         for _ in 0..20 {
             let el = self.post("/element", json!({"using": "css selector", "value": css})).await;
             let id = el.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
-            let url = format!("{}/element/{id}/click", self.session);
-            let v: Value = self.http.post(&url).json(&json!({})).send().await.unwrap().json().await.unwrap();
+            let url = format!("{}/element/{id}/{action}", self.session);
+            let v: Value = self.http.post(&url).json(&body).send().await.unwrap().json().await.unwrap();
             match v["value"]["error"].as_str() {
                 None => return,
                 Some("stale element reference") => tokio::time::sleep(Duration::from_millis(100)).await,
-                Some(_) => panic!("click {css}: {}", v["value"]),
+                Some(_) => panic!("{action} {css}: {}", v["value"]),
             }
         }
         panic!("{css} kept going stale");
     }
 
+    async fn click(&self, css: &str) {
+        self.on(css, "click", json!({})).await;
+    }
+
     async fn type_into(&self, css: &str, text: &str) {
-        let el = self.post("/element", json!({"using": "css selector", "value": css})).await;
-        let id = el.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
-        self.post(&format!("/element/{id}/value"), json!({"text": text})).await;
+        self.on(css, "value", json!({"text": text})).await;
     }
 
     async fn clear(&self, css: &str) {
-        let el = self.post("/element", json!({"using": "css selector", "value": css})).await;
-        let id = el.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
-        self.post(&format!("/element/{id}/clear"), json!({})).await;
+        self.on(css, "clear", json!({})).await;
     }
 
     async fn screenshot(&self, path: &Path) {
