@@ -92,10 +92,12 @@ fn twinops(p: &Plant, config: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// The guide's `plant import --partial` of the three files `opcua browse` wrote in `out`.
+/// The guide's `plant import --partial` of the files `opcua browse` wrote in `out`.
 fn import_browsed(p: &Plant, config: &Path, out: &Path) {
-    let files: Vec<String> =
-        ["plant.toml", "assets.csv", "tags.csv"].iter().map(|f| out.join(f).display().to_string()).collect();
+    let files: Vec<String> = ["plant.toml", "assets.csv", "tags.csv", "connections.csv"]
+        .iter()
+        .map(|f| out.join(f).display().to_string())
+        .collect();
     let mut args = vec!["plant", "import", "--partial"];
     args.extend(files.iter().map(String::as_str));
     let import = twinops(p, config, &args);
@@ -109,7 +111,9 @@ fn text(o: &std::process::Output) -> String {
 /// `opcua browse` writes files a site can review that `plant import` takes: objects as
 /// assets (nested ones with their parent), variables as sensors with their node by
 /// namespace URI, unit, EURange, and the limits of the conditions they are the source
-/// of; a string variable is said to be skipped.
+/// of; references between objects whose type names a connection (Part 23's Controls,
+/// the site's own Feeds) as the plant's connections; a string variable is said to be
+/// skipped.
 #[tokio::test(flavor = "multi_thread")]
 async fn browse_writes_the_plant_files_the_import_takes() {
     common::logs();
@@ -139,6 +143,12 @@ async fn browse_writes_the_plant_files_the_import_takes() {
         "the exclusive level alarm's limits are the sensor's"
     );
     assert_eq!(p.count("SELECT count(*) FROM sensors WHERE opcua_node IS NOT NULL"), 5);
+    let connections = std::fs::read_to_string(out.join("connections.csv")).unwrap();
+    assert_eq!(connections, "from,kind,to\nPLC-1,controls,P-101\nWW-1,feeds,P-101\n");
+    assert_eq!(
+        p.text("SELECT group_concat(from_asset || ' ' || kind || ' ' || to_asset, ' | ') FROM (SELECT * FROM asset_connections WHERE to_asset = 'P-101' ORDER BY 1)"),
+        "PLC-1 controls P-101 | WW-1 feeds P-101"
+    );
 
     // Bad input: a node id by index, a root the server does not have, nobody listening.
     let by_index = twinops(&p, &config, &["opcua", "browse", "--root", "ns=2;s=PS1"]);
@@ -535,7 +545,9 @@ fn config_with_password(p: &Plant, port: u16, password: &str) -> PathBuf {
 /// the server, each object's node on its asset); values arrive; asyncua's alarm, whose
 /// SourceNode is the pump object and InputNode its pressure variable, lands on the pump
 /// and its sensor (not on the server's asset), is triaged, and clears. Before, asyncua
-/// sent no events at all: it could not read the filter's null browse path.
+/// sent no events at all: it could not read the filter's null browse path. The
+/// station's references become its connections: Controls, the site's FlowsTo, and its
+/// PoweredBy the other way round; IsPhysicallyConnectedTo (no direction) is skipped.
 #[tokio::test(flavor = "multi_thread")]
 async fn values_and_an_alarm_from_asyncua_land_on_the_equipment() {
     common::logs();
@@ -558,8 +570,16 @@ async fn values_and_an_alarm_from_asyncua_land_on_the_equipment() {
         assets.contains("Pump01,OPCUA,equipment,Pump01,,,,,,,,LS3,,nsu=urn:twinops-test:asyncua;s=LS3.Pump01\n"),
         "{assets}"
     );
+    let connections = std::fs::read_to_string(out.join("connections.csv")).unwrap();
+    assert_eq!(connections, "from,kind,to\nMCC1,powers,Pump01\nRTU1,controls,Pump01\nWetWell,feeds,Pump01\n");
+    assert!(
+        text(&browse).contains("skipped RTU1 IsPhysicallyConnectedTo MCC1: not a connection twinops knows"),
+        "{}",
+        text(&browse)
+    );
     // The guide's command, as written, on the empty twin.
     import_browsed(&p, &config, &out);
+    assert_eq!(p.count("SELECT count(*) FROM asset_connections WHERE to_asset = 'Pump01'"), 3);
     assert_eq!(p.count("SELECT count(*) FROM assets WHERE id = 'Pump01' AND opcua_node LIKE 'nsu=%LS3.Pump01'"), 1);
     // plant export keeps the asset's node.
     let exported = p.dir.path().join("exported");

@@ -12,7 +12,7 @@ use crate::opcua::{self, NodeRef};
 #[derive(Subcommand)]
 pub(super) enum OpcuaCommand {
     /// Walk the server's address space from a node and write the plant files
-    /// (`plant.toml`, `assets.csv`, `tags.csv`) for review, then `twinops plant import`.
+    /// (`plant.toml`, `assets.csv`, `tags.csv`, `connections.csv`) for review, then `twinops plant import`.
     #[command(after_help = "Example:\n  twinops opcua browse --root 'nsu=urn:site:plc;s=PS1' --out plant-opcua\n  \
         twinops plant import --partial plant-opcua/*")]
     Browse {
@@ -96,7 +96,12 @@ pub(super) fn run(global: &Global, cmd: OpcuaCommand) -> anyhow::Result<ExitCode
             for path in found.write(cfg, &out, !has_site)? {
                 println!("wrote {}", path.display());
             }
-            println!("{} assets, {} sensors", found.assets.len(), found.sensors.len());
+            println!(
+                "{} assets, {} sensors, {} connections",
+                found.assets.len(),
+                found.sensors.len(),
+                found.connections.len()
+            );
             for s in &found.skipped {
                 println!("skipped {s}");
             }

@@ -2,11 +2,14 @@
 //! references. Objects become assets (nested objects name their parent), variables of
 //! a type the twin stores become sensors with their node, EngineeringUnits, EURange
 //! as the measuring range, and the limits of the alarm conditions they are the source
-//! of (HighHighLimit, HighLimit, LowLimit, LowLowLimit). The result is the rows
-//! `plant import` reads: written to files for review (`twinops opcua browse`), or
-//! imported at connect (`auto_register`).
+//! of (HighHighLimit, HighLimit, LowLimit, LowLowLimit); the references between
+//! those objects whose type names a connection (Part 23's
+//! `Controls`, or a site's own `FlowsTo`, `Feeds`, `PoweredBy`, `SuppliesAir`...)
+//! become the plant's connections. The result is the rows `plant import` reads:
+//! written to files for review (`twinops opcua browse`), or imported at connect
+//! (`auto_register`).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use async_opcua::client::Session;
@@ -18,7 +21,7 @@ use async_opcua::types::{
 use super::OpcuaConfig;
 use super::node::node_ref;
 use crate::domain::as_id;
-use crate::plant::{ASSET_FIELDS, Origin, PlantModel, Problem, SENSOR_FIELDS};
+use crate::plant::{ASSET_FIELDS, CONNECTION_FIELDS, Origin, PlantModel, Problem, SENSOR_FIELDS, connection_word};
 
 /// A row of the plant import, by its canonical field names.
 pub type Fields = Vec<(&'static str, String)>;
@@ -30,6 +33,8 @@ pub struct Found {
     pub server_name: String,
     pub assets: Vec<Fields>,
     pub sensors: Vec<Fields>,
+    /// How the assets act on each other (from, kind, to), from the references between them.
+    pub connections: Vec<Fields>,
     /// Variables not taken, each with why (a string variable, one outside any object).
     pub skipped: Vec<String>,
 }
@@ -68,11 +73,14 @@ pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow
     let mut candidates = Vec::new();
     let mut seen: HashSet<NodeId> = HashSet::new();
     let mut asset_ids: HashSet<String> = HashSet::new();
+    // Each object taken as an asset, by its node: what the connections join.
+    let mut asset_nodes: HashMap<NodeId, String> = HashMap::new();
     // A site's own object as the root (not a folder, not the standard's) is an asset too.
     let root_asset = match root_object(session, root).await? {
         Some(r) => {
             let id = unique(as_id(r.browse_name.name.as_ref()), &mut asset_ids);
             found.assets.push(asset_fields(cfg, &id, &r, None, &uris));
+            asset_nodes.insert(root.clone(), id.clone());
             Some(id)
         }
         None => None,
@@ -98,6 +106,7 @@ pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow
                     } else {
                         let id = unique(as_id(&name), &mut asset_ids);
                         found.assets.push(asset_fields(cfg, &id, &r, parent.as_deref(), &uris));
+                        asset_nodes.insert(child.clone(), id.clone());
                         Some(id)
                     };
                     queue.push_back((child, asset, depth + 1));
@@ -115,7 +124,83 @@ pub async fn walk(session: &Session, cfg: &OpcuaConfig, root: &NodeId) -> anyhow
     for chunk in candidates.chunks(200) {
         sensors(session, chunk, &uris, &mut found).await?;
     }
+    connections(session, &asset_nodes, &mut found).await?;
     Ok(found)
+}
+
+/// The references from one asset's object to another's, as the plant's connections: a
+/// reference type whose browse name, in words (`FlowsTo` is "flows to", `PoweredBy`
+/// "powered by"), is a connection as plant files write it. Other relations between two
+/// assets are said to be skipped.
+async fn connections(session: &Session, assets: &HashMap<NodeId, String>, found: &mut Found) -> anyhow::Result<()> {
+    let mut links: Vec<(String, NodeId, String)> = Vec::new();
+    let mut objects: Vec<(&NodeId, &String)> = assets.iter().collect();
+    objects.sort_by(|a, b| a.1.cmp(b.1));
+    for (node, from) in objects {
+        // All references, not only non-hierarchical ones: Part 23's Controls is a
+        // hierarchical reference (so the walk may have come down it too).
+        for r in references(session, node, ReferenceTypeId::References, 0b1).await? {
+            if let Some(to) = assets.get(&r.node_id.node_id).filter(|to| *to != from) {
+                links.push((from.clone(), r.reference_type_id.clone(), to.clone()));
+            }
+        }
+    }
+    let mut types: Vec<NodeId> = links.iter().map(|l| l.1.clone()).collect();
+    types.sort_by_key(|t| t.to_string());
+    types.dedup();
+    let names = read(session, &types.iter().map(|t| (t.clone(), AttributeId::BrowseName)).collect::<Vec<_>>()).await?;
+    let named: HashMap<&NodeId, String> = types
+        .iter()
+        .zip(names)
+        .map(|(t, v)| match v.value {
+            Some(Variant::QualifiedName(q)) => (t, q.name.as_ref().to_string()),
+            _ => (t, t.to_string()),
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    for (from, kind, to) in links {
+        let name = &named[&kind];
+        match connection_word(&words(name)) {
+            Some((kind, reversed)) => {
+                let (from, to) = if reversed { (to, from) } else { (from, to) };
+                if seen.insert((from.clone(), kind, to.clone())) {
+                    found.connections.push(vec![("from", from), ("kind", kind.as_str().to_string()), ("to", to)]);
+                }
+            }
+            // The standard's structure (Organizes, HasComponent...) is the hierarchy,
+            // already taken; a relation of the standard or the site's is said.
+            None if !worth_naming(&kind) => {}
+            None => found.skipped.push(format!(
+                "{from} {name} {to}: not a connection twinops knows (feeds, powers, supplies_air, controls); \
+                 add it to connections.csv by hand if it is one"
+            )),
+        }
+    }
+    found.connections.sort();
+    Ok(())
+}
+
+/// Whether a reference type that is not a connection is worth saying it was skipped: a
+/// site's own, or a relation of the standard between equipment (IsPhysicallyConnectedTo,
+/// HasCause, HasEffect, Utilizes, Requires); not the standard's hierarchy.
+fn worth_naming(kind: &NodeId) -> bool {
+    kind.namespace != 0 || kind.as_u32().is_some_and(|id| matches!(id, 53 | 54 | 25255 | 25256 | 25257))
+}
+
+/// A reference type's browse name in words: `FlowsTo` is "flows to", `Is_Fed_By` "is fed by".
+fn words(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c == '_' || c == '-' || c == ' ' {
+            out.push(' ');
+        } else {
+            if i > 0 && c.is_uppercase() && !out.ends_with(' ') {
+                out.push(' ');
+            }
+            out.extend(c.to_lowercase());
+        }
+    }
+    out
 }
 
 /// The root as a reference, when it is an object of the site's that is an asset: its
@@ -322,10 +407,13 @@ impl Found {
         for s in &self.sensors {
             problems.extend(model.push_sensor(at.clone(), s).err().into_iter().flatten());
         }
+        for c in &self.connections {
+            problems.extend(model.push_connection(at.clone(), c).err().into_iter().flatten());
+        }
         if problems.is_empty() { Ok(model) } else { Err(problems) }
     }
 
-    /// Writes `assets.csv`, `tags.csv` and `plant.toml` (the station, and the site when
+    /// Writes `assets.csv`, `tags.csv`, `connections.csv` and `plant.toml` (the station, and the site when
     /// `with_site`: a twin with none yet takes the server's name for it) into `dir` for
     /// `plant import`; returns the files written.
     pub fn write(&self, cfg: &OpcuaConfig, dir: &Path, with_site: bool) -> anyhow::Result<Vec<PathBuf>> {
@@ -362,6 +450,7 @@ impl Found {
             ("plant.toml", plant),
             ("assets.csv", csv_of(&ASSET_FIELDS, &self.assets)?),
             ("tags.csv", csv_of(&SENSOR_FIELDS, &self.sensors)?),
+            ("connections.csv", csv_of(&CONNECTION_FIELDS, &self.connections)?),
         ];
         let mut written = Vec::new();
         for (name, text) in files {

@@ -20,7 +20,10 @@ use std::path::{Path, PathBuf};
 
 pub use apply::{Change, ChangeSet, Mode, diff, import, import_within};
 pub use export::export;
-pub use model::{ASSET_FIELDS, AssetRow, Origin, PlantModel, SENSOR_FIELDS, SensorRow, Site, StationRow};
+pub use model::{
+    ASSET_FIELDS, AssetRow, CONNECTION_FIELDS, Origin, PlantModel, SENSOR_FIELDS, SensorRow, Site, StationRow,
+    connection_word,
+};
 
 /// What is wrong with the files, each problem at its place. Displayed as one line per
 /// problem, then what to do.

@@ -248,7 +248,7 @@ impl ConnectionRow {
 
 /// A connection's kind as plant files write it, and whether the row names the effect
 /// first (`VLV-001 fed by PUMP-001`).
-fn connection_word(s: &str) -> Option<(ConnectionKind, bool)> {
+pub fn connection_word(s: &str) -> Option<(ConnectionKind, bool)> {
     let folded: String = s.trim().to_lowercase().replace(['_', '-'], " ");
     Some(match folded.as_str() {
         "feeds" | "feeds into" | "flows to" | "discharges to" | "supplies" | "process" | "flow" => {

@@ -1,7 +1,11 @@
 # A second OPC UA server twinops did not write: asyncua (Python, pinned in .ci/run), the
 # stack many gateways and edge boxes are built on. Its alarm is reported as Kepware,
 # Ignition and asyncua itself report limit alarms: the equipment object (Pump01) is the
-# SourceNode, and the watched variable only the InputNode.
+# SourceNode, and the watched variable only the InputNode. How the station's equipment
+# acts on each other is in references, as an address space models it: Part 23's
+# Controls (the RTU controls the pump), and reference types of the site's own: the wet
+# well FlowsTo the pump, the pump is PoweredBy its MCC (the other way round), and the
+# RTU IsPhysicallyConnectedTo the MCC (no direction: not a connection twinops takes).
 #
 #   python3 asyncua_server.py PORT
 #
@@ -33,6 +37,22 @@ async def main(port: int) -> None:
         ua.NodeId("LS3.Pump01.DischargePressure", idx),
         ua.QualifiedName("DischargePressure", idx),
         ua.Variant(4.2, ua.VariantType.Double),
+    )
+    wet_well = await station.add_object(ua.NodeId("LS3.WetWell", idx), ua.QualifiedName("WetWell", idx))
+    mcc = await station.add_object(ua.NodeId("LS3.MCC1", idx), ua.QualifiedName("MCC1", idx))
+    rtu = await station.add_object(ua.NodeId("LS3.RTU1", idx), ua.QualifiedName("RTU1", idx))
+    references = server.get_node(ua.ObjectIds.NonHierarchicalReferences)
+    flows_to = await references.add_reference_type(
+        ua.NodeId("FlowsTo", idx), ua.QualifiedName("FlowsTo", idx), symmetric=False, inversename="FlowsFrom"
+    )
+    powered_by = await references.add_reference_type(
+        ua.NodeId("PoweredBy", idx), ua.QualifiedName("PoweredBy", idx), symmetric=False, inversename="Powers"
+    )
+    await wet_well.add_reference(pump.nodeid, flows_to.nodeid, forward=True, bidirectional=True)
+    await pump.add_reference(mcc.nodeid, powered_by.nodeid, forward=True, bidirectional=True)
+    await rtu.add_reference(pump.nodeid, ua.NodeId(ua.ObjectIds.Controls), forward=True, bidirectional=True)
+    await rtu.add_reference(
+        mcc.nodeid, ua.NodeId(ua.ObjectIds.IsPhysicallyConnectedTo), forward=True, bidirectional=True
     )
     # The condition's own node, as servers model it (its type says it is an alarm).
     condition = await pump.add_object(

@@ -76,6 +76,14 @@ construct_demo_alarm_in_address_space(demo, addressSpace);
 
 const station = plant.addObject({ browseName: "PS1", nodeId: "s=PS1", organizedBy: addressSpace.rootFolder.objects });
 const pump = plant.addObject({ browseName: "P-101", nodeId: "s=PS1.P-101", componentOf: station, description: "Raw water pump 1" });
+// How the station's equipment acts on the pump, as an address space models it: Part 23's
+// Controls (the PLC controls it) and a reference type of the site's own (the wet well
+// Feeds it).
+const wetWell = plant.addObject({ browseName: "WW-1", nodeId: "s=PS1.WW-1", componentOf: station });
+const plc = plant.addObject({ browseName: "PLC-1", nodeId: "s=PS1.PLC-1", componentOf: station });
+const feeds = plant.addReferenceType({ browseName: "Feeds", inverseName: "FedBy", subtypeOf: "NonHierarchicalReferences" });
+wetWell.addReference({ referenceType: feeds.nodeId, nodeId: pump.nodeId, isForward: true });
+plc.addReference({ referenceType: "Controls", nodeId: pump.nodeId, isForward: true });
 const variables = {
     Pressure: plant.addAnalogDataItem({
         browseName: "DischargePressure",
