@@ -6,6 +6,8 @@
 
 use std::path::Path;
 
+mod common;
+
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -38,18 +40,14 @@ impl Journal {
     fn event(&mut self, point: (&str, &str, &str), severity: &str, state: &str, time: Timestamp) {
         self.n += 1;
         let (asset, sensor, code) = point;
-        let ev = json!({"type": "alarm", "event_id": format!("kpi-{}", self.n), "asset_id": asset,
-                        "sensor_id": sensor, "code": code, "severity": severity, "state": state,
-                        "time": time.to_rfc3339(), "message": "test"});
-        let effect = twinops::ingest::apply(
-            self.store.writer(),
-            "scada/alarms",
-            ev.to_string().as_bytes(),
-            Timestamp::now(),
-            Default::default(),
-        )
-        .unwrap();
-        assert_eq!(effect.dead_letters, 0, "{ev}");
+        common::scada_event(
+            &self.store,
+            &format!("kpi-{}", self.n),
+            (asset, Some(sensor), code),
+            severity,
+            state,
+            time,
+        );
     }
 
     fn pulse(&mut self, point: (&str, &str, &str), severity: &str, raised: Timestamp, secs: i64) {

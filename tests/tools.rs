@@ -538,7 +538,12 @@ fn alarm_kpis_answer_for_the_week() {
     assert_eq!(week["window"]["from"], "2026-11-23T12:00:00Z");
     let top = &week["bad_actors"][0];
     assert!(top["asset_id"].is_string() && top["activations"].as_i64().unwrap() >= 1, "{top}");
-    assert!(week["definitions"]["annunciated"].as_str().unwrap().contains("not shelved and not out of service"));
+    assert!(
+        week["definitions"]["annunciated"]
+            .as_str()
+            .unwrap()
+            .contains("not shelved, not out of service and not suppressed by design")
+    );
     assert!(week.get("per_10min").is_none(), "the chart's series is not for the model");
     let err = p.err("get_alarm_kpis", json!({"from": "2026-11-30", "to": "2026-11-01"}));
     assert!(err.contains("from (2026-11-30T00:00:00Z) must be before to"), "{err}");

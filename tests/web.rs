@@ -1275,4 +1275,14 @@ async fn alarm_changes_are_decided_by_supervisors() {
         hmi.post("/api/alarm-changes/999/approve", &supervisor, json!({"reason": "x"})).await.status(),
         StatusCode::NOT_FOUND
     );
+    // Lifting is for a designed suppression in force (tests/suppression.rs), by a supervisor.
+    let lift = format!("/api/alarm-changes/{id}/lift");
+    assert_eq!(hmi.post(&lift, &operator, json!({"reason": "ok"})).await.status(), StatusCode::FORBIDDEN);
+    let r = hmi.post(&lift, &supervisor, json!({"reason": "not a suppression"})).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert!(r.text().await.unwrap().contains("only a suppression in force (approved) can be lifted"));
+    assert_eq!(
+        hmi.post("/api/alarm-changes/999/lift", &supervisor, json!({"reason": "x"})).await.status(),
+        StatusCode::NOT_FOUND
+    );
 }

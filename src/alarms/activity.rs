@@ -258,10 +258,12 @@ pub fn span(
     // A return to normal needs only its occurrence (the pass knows its point from the
     // raise): the join, and the point's strings, are for the other kinds.
     let mut stmt = conn.prepare_cached(
-        "SELECT e.alarm_id, e.kind, e.at * 1000 + e.millis, a.asset_id, coalesce(a.sensor_id, ''), a.code, a.severity
+        "SELECT e.alarm_id, e.kind, e.at * 1000 + e.millis, a.asset_id, coalesce(a.sensor_id, ''), a.code, a.severity,
+                a.suppressed_by IS NOT NULL
          FROM alarm_events e LEFT JOIN alarms a ON a.id = e.alarm_id AND e.kind <> 'cleared'
          WHERE e.at >= ?1 AND e.at < ?2
-           AND e.kind IN ('raised', 'cleared', 'shelved', 'unshelved', 'out_of_service', 'returned_to_service')
+           AND e.kind IN ('raised', 'cleared', 'shelved', 'unshelved', 'out_of_service', 'returned_to_service',
+                          'unsuppressed')
          ORDER BY e.at, e.millis, e.id",
     )?;
     let last_secs = (end_ms + fleeting_ms).div_euclid(1000) + 1;
@@ -278,9 +280,12 @@ pub fn span(
         }
         let point = pass.point(r.get_ref(3)?.as_str()?, r.get_ref(4)?.as_str()?, r.get_ref(5)?.as_str()?);
         match kind {
-            "raised" => {
+            // Raised suppressed by design, an occurrence is annunciated (and counted) when
+            // it is released, if it is still active then.
+            "raised" | "unsuppressed" => {
                 let severity = Severity::parse(r.get_ref(6)?.as_str()?).unwrap_or(Severity::Low);
-                pass.raised(alarm, at, point, severity, at >= start_ms);
+                let suppressed = kind == "raised" && r.get::<_, bool>(7)?;
+                pass.raised(alarm, at, point, severity, at >= start_ms, suppressed);
             }
             "shelved" => pass.shelve(alarm, point),
             "unshelved" => pass.unshelve(alarm),
@@ -381,10 +386,10 @@ impl Pass<'_> {
 
     /// A new occurrence. Before the span (`counted` false) it only feeds the chatter
     /// state of the activations after it.
-    fn raised(&mut self, alarm: i64, at: i64, point: usize, severity: Severity, counted: bool) {
+    fn raised(&mut self, alarm: i64, at: i64, point: usize, severity: Severity, counted: bool, suppressed: bool) {
         let period = at.div_euclid(PERIOD_MS);
         let state = &mut self.state[point];
-        if state.out_of_service || state.shelved > 0 {
+        if suppressed || state.out_of_service || state.shelved > 0 {
             if counted {
                 self.activity.periods.entry(period).or_default()[SUPPRESSED] += 1;
             }

@@ -233,8 +233,8 @@ fn floods(
     Ok(floods)
 }
 
-/// Occurrences active continuously for `hours` or more at `to`, not shelved or out of
-/// service, oldest first.
+/// Occurrences active continuously for `hours` or more at `to`, not shelved, out of
+/// service or suppressed by design, oldest first.
 fn stale(conn: &Connection, to: Timestamp, hours: i64) -> rusqlite::Result<Vec<Value>> {
     let mut stmt = conn.prepare_cached(
         "SELECT json_object('alarm_id', id, 'asset_id', asset_id, 'sensor_id', sensor_id, 'code', code,
@@ -243,7 +243,7 @@ fn stale(conn: &Connection, to: Timestamp, hours: i64) -> rusqlite::Result<Vec<V
          FROM (SELECT * FROM alarms WHERE cleared_at IS NULL AND raised_at <= ?2
                UNION ALL
                SELECT * FROM alarms WHERE cleared_at > ?1 AND raised_at <= ?2)
-         WHERE state NOT IN ('shelved', 'out_of_service')
+         WHERE state NOT IN ('shelved', 'out_of_service', 'suppressed')
          ORDER BY raised_at, id",
     )?;
     crate::store::json_rows(&mut stmt, params![to.unix(), to.unix() - hours * 3600])
@@ -421,15 +421,15 @@ impl Kpis {
     pub fn definitions(&self) -> Value {
         let s = &self.settings;
         json!({
-            "annunciated": "activations shown to the operator: new occurrences of a point not shelved and not out of service; acknowledgements, returns to normal, shelving and repeats while active are not counted",
-            "suppressed": "occurrences raised while their point was out of service or shelved (not annunciated, not in any other figure)",
+            "annunciated": "activations shown to the operator: new occurrences of a point not shelved, not out of service and not suppressed by design (one released by its suppression while still active counts when released); acknowledgements, returns to normal, shelving and repeats while active are not counted",
+            "suppressed": "occurrences raised while their point was out of service or shelved, or suppressed by design while their cause was active (not annunciated, not in any other figure)",
             "periods": "10-minute periods aligned in UTC (hh:00, hh:10, ...); a period the window covers in part counts whole",
             "rate": "annunciated activations divided by the window's length",
             "flood": format!("starts with a 10-minute period of more than {} activations and ends with the first period of fewer than {}; its periods are time in flood", s.flood_start, s.flood_end),
             "top10_share_pct": "the 10 points with most activations, as a share of all activations",
             "chattering": format!("a point with {} or more activations within {} s; an episode begins with an activation that makes the count after one that did not", s.chatter_activations, s.chatter_window_secs),
             "fleeting": format!("an activation that returned to normal within {} s", s.fleeting_secs),
-            "stale": format!("an occurrence active continuously for {} h or more at the end of the window, not shelved or out of service", s.stale_hours),
+            "stale": format!("an occurrence active continuously for {} h or more at the end of the window, not shelved, out of service or suppressed by design", s.stale_hours),
             "priority": "share of annunciated activations by priority (severity); the target is ISA-18.2's 80/15/5 for low/medium/high, critical shown apart",
         })
     }

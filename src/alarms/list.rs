@@ -100,7 +100,7 @@ impl AlarmFilter {
             Scope::Any => &mut f,
             Scope::Active => f.and("a.cleared_at IS NULL", []),
             Scope::Attention => f.and("a.state IN ('unacknowledged', 'acknowledged', 'rtn_unacknowledged')", []),
-            Scope::Suppressed => f.and("a.state IN ('shelved', 'out_of_service')", []),
+            Scope::Suppressed => f.and("a.state IN ('shelved', 'out_of_service', 'suppressed')", []),
             Scope::State(s) => f.and("a.state = ?", [Sql::from(s.as_str().to_string())]),
         };
         if let Some(since) = self.since {
@@ -223,7 +223,7 @@ pub fn one(db: &Connection, id: i64) -> rusqlite::Result<Option<Value>> {
                     'state', state, 'message', message, 'value', shown(value), 'threshold', shown(threshold),
                     'unit', (SELECT unit FROM sensors s WHERE s.id = alarms.sensor_id), 'raised_at', rfc3339(raised_at),
                     'cleared_at', rfc3339(cleared_at), 'acked_at', rfc3339(acked_at), 'acked_by', acked_by, 'shelved_until', rfc3339(shelved_until),
-                    'reraise_count', reraise_count)
+                    'reraise_count', reraise_count, 'suppressed_by', suppressed_by)
              FROM alarms WHERE id = ?1",
             [id],
             |r| r.get(0),

@@ -16,6 +16,7 @@ pub mod list;
 pub mod points;
 pub mod replay;
 pub mod standing;
+pub mod suppression;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -87,6 +88,12 @@ pub enum Applied {
     /// annunciated, not triaged (see [`remove_from_service`]).
     OutOfService {
         alarm_id: i64,
+    },
+    /// A new occurrence of a point suppressed by design while its leader is active:
+    /// recorded and journalled, not annunciated, not triaged (see [`suppression`]).
+    Suppressed {
+        alarm_id: i64,
+        alarm_change_id: i64,
     },
     /// This event id was seen before; nothing changed.
     Duplicate,
@@ -204,6 +211,10 @@ pub fn apply(
                 .execute(params![alarm_id, t, next])?;
             scada_journal(conn, alarm_id, ev, "cleared", raw)?;
             kpi_cache::invalidate(conn, raised, ev.at_ms())?;
+            // What this occurrence kept suppressed, and is still active, is annunciated now.
+            let why = format!("{} {} returned to normal (alarm {alarm_id})", ev.asset_id, ev.code);
+            let how = suppression::Release { at: ev.time, received, actor: "twinops", why, policy };
+            suppression::release_led_by(conn, ev, &how)?;
             Applied::Cleared { alarm_id }
         }
         (Transition::Cleared, None) => {
@@ -232,11 +243,16 @@ fn raise(
         .query_row(params![ev.asset_id, ev.sensor_id, ev.code], |r| r.get(0))
         .optional()?
         .unwrap_or(false);
-    let state = if out_of_service { AlarmState::OutOfService } else { AlarmState::Unacknowledged };
+    let suppressor = if out_of_service { None } else { suppression::holding(conn, ev)? };
+    let state = match (out_of_service, &suppressor) {
+        (true, _) => AlarmState::OutOfService,
+        (false, Some(_)) => AlarmState::Suppressed,
+        (false, None) => AlarmState::Unacknowledged,
+    };
     conn.prepare_cached(
         "INSERT INTO alarms (event_id, asset_id, sensor_id, code, severity, state, message, value, threshold,
-                             raised_at, last_raised_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+                             raised_at, last_raised_at, suppressed_by)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
     )?
     .execute(params![
         ev.event_id,
@@ -248,7 +264,8 @@ fn raise(
         ev.message,
         ev.value,
         ev.threshold,
-        ev.time.unix()
+        ev.time.unix(),
+        suppressor.as_ref().map(|s| s.change_id)
     ])?;
     let alarm_id = conn.last_insert_rowid();
     scada_journal(conn, alarm_id, ev, "raised", raw)?;
@@ -256,6 +273,11 @@ fn raise(
     if out_of_service {
         crate::metrics::count("twinops_alarms_suppressed_total", &[], 1.0);
         return Ok(Applied::OutOfService { alarm_id });
+    }
+    if let Some(s) = suppressor {
+        crate::metrics::count("twinops_alarms_suppressed_total", &[], 1.0);
+        journal(conn, alarm_id, None, "suppressed", ev.time.unix(), "twinops", &s.detail())?;
+        return Ok(Applied::Suppressed { alarm_id, alarm_change_id: s.change_id });
     }
     crate::metrics::count("twinops_alarms_raised_total", &[("severity", ev.severity.as_str())], 1.0);
     let code = crate::metrics::bounded("twinops_alarms_raised_by_code_total", "code", &ev.code, 500);
@@ -691,10 +713,6 @@ pub struct FloodState {
     pub flood: bool,
 }
 
-/// Whether the plant is in an alarm flood, given whether it was in one before
-/// (hysteresis: start above 10, end below 5). Occurrences of points out of service do
-/// not count: taking a faulty instrument out of service is how a flood of its nuisance
-/// alarms is ended.
 /// Occurrences not cleared, by state and severity: the alarm gauges.
 pub fn counts(conn: &Connection) -> rusqlite::Result<Vec<(String, String, i64)>> {
     let mut stmt =
@@ -703,9 +721,15 @@ pub fn counts(conn: &Connection) -> rusqlite::Result<Vec<(String, String, i64)>>
     rows.collect()
 }
 
+/// Whether the plant is in an alarm flood, given whether it was in one before
+/// (hysteresis: start above 10, end below 5). Occurrences not annunciated (out of
+/// service, suppressed by design) do not count: taking a faulty instrument out of
+/// service is how a flood of its nuisance alarms is ended.
 pub fn flood_state(conn: &Connection, now: Timestamp, was_flood: bool) -> rusqlite::Result<FloodState> {
     let n: i64 = conn
-        .prepare_cached("SELECT count(*) FROM alarms WHERE raised_at > ?1 AND state != 'out_of_service'")?
+        .prepare_cached(
+            "SELECT count(*) FROM alarms WHERE raised_at > ?1 AND state NOT IN ('out_of_service', 'suppressed')",
+        )?
         .query_row([now.unix() - FLOOD_WINDOW_SECS], |r| r.get(0))?;
     let flood = if was_flood { n >= FLOOD_END } else { n > FLOOD_START };
     Ok(FloodState { alarms_last_10_min: n, flood })

@@ -1,6 +1,9 @@
-//! Alarm changes proposed and decided as work orders are: a new set point, deadband,
-//! on- or off-delay for one alarm point, with the replay of the point's last 30 days as
-//! its evidence, parked as `pending_approval` until a supervisor decides.
+//! Alarm changes proposed and decided as work orders are, parked as `pending_approval`
+//! until a supervisor decides: a new set point, deadband, on- or off-delay for one
+//! alarm point, with the replay of the point's last 30 days as its evidence; or a
+//! designed suppression of one point while another is active, with the learned pair
+//! and the 90 days of occurrences it would have held as its evidence, in force until a
+//! supervisor lifts it (`alarms::suppression` enforces it).
 //!
 //! An approved change to a point twinops evaluates from readings (`alarm_source =
 //! limits`) is applied to the sensor and to the point's entry in the master alarm
@@ -13,7 +16,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::{DEFAULT_TTL_SECS, DecisionError, Proposer};
+use crate::alarms::QueuePolicy;
+use crate::alarms::definitions::Point;
 use crate::alarms::replay::{Comparison, Settings, Target};
+use crate::alarms::suppression;
 use crate::domain::{AlarmChangeStatus, Timestamp};
 use crate::store::{StoreError, Writer};
 
@@ -51,10 +57,7 @@ pub fn propose(
     );
     writer.call(move |c| {
         let applies = applies(c, &t.sensor_id)?;
-        let run_id = match &by {
-            Proposer::Run(id) => Some(*id),
-            Proposer::User(_) => None,
-        };
+        let run_id = by.run_id();
         let inserted = c
             .prepare_cached(
                 "INSERT INTO alarm_changes (sensor_id, asset_id, code, level, current, proposed, reason, evidence, applies,
@@ -92,8 +95,77 @@ fn applies(c: &Connection, sensor: &str) -> rusqlite::Result<&'static str> {
     Ok(if source == "limits" { "twin" } else { "scada" })
 }
 
+/// Parks a proposed designed suppression (`follower` suppressed while `leader` is
+/// active) with its evidence; or returns the suppression of the same pair already
+/// pending or in force. It is enforced by twinops's own lifecycle (`applies` is
+/// `twin`); a SCADA's own alarm display is not changed by it.
+pub fn propose_suppression(
+    writer: &Writer,
+    leader: &Point,
+    follower: &Point,
+    reason: &str,
+    evidence: &impl Serialize,
+    by: &Proposer,
+    now: Timestamp,
+) -> Result<ChangeProposal, StoreError> {
+    let (leader, follower, reason, by) = (leader.clone(), follower.clone(), reason.trim().to_string(), by.clone());
+    let evidence = serde_json::to_string(evidence).expect("evidence serializes");
+    writer.call(move |c| {
+        let existing: Option<(i64, AlarmChangeStatus)> = c
+            .prepare_cached(
+                "SELECT id, status FROM alarm_changes WHERE kind = 'suppression' AND status IN ('pending_approval', 'approved')
+                   AND asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
+                   AND while_asset_id = ?4 AND coalesce(while_sensor_id, '') = coalesce(?5, '') AND while_code = ?6",
+            )?
+            .query_row(
+                params![
+                    follower.asset_id,
+                    follower.sensor_id,
+                    follower.code,
+                    leader.asset_id,
+                    leader.sensor_id,
+                    leader.code
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some((id, status)) = existing {
+            return Ok(ChangeProposal { alarm_change_id: id, status, created: false, applies: "twin" });
+        }
+        let run_id = by.run_id();
+        let proposed = serde_json::json!({"suppress_while_active": &leader}).to_string();
+        c.prepare_cached(
+            "INSERT INTO alarm_changes (kind, sensor_id, asset_id, code, while_asset_id, while_sensor_id, while_code,
+                 current, proposed, reason, evidence, applies, status, proposed_by, run_id, proposed_at, expires_at)
+             VALUES ('suppression', ?1, ?2, ?3, ?4, ?5, ?6, '{}', ?7, ?8, ?9, 'twin', 'pending_approval', ?10, ?11, ?12, ?13)",
+        )?
+        .execute(params![
+            follower.sensor_id,
+            follower.asset_id,
+            follower.code,
+            leader.asset_id,
+            leader.sensor_id,
+            leader.code,
+            proposed,
+            reason,
+            evidence,
+            by.label(),
+            run_id,
+            now.unix(),
+            now.unix() + DEFAULT_TTL_SECS
+        ])?;
+        Ok(ChangeProposal {
+            alarm_change_id: c.last_insert_rowid(),
+            status: AlarmChangeStatus::PendingApproval,
+            created: true,
+            applies: "twin",
+        })
+    })
+}
+
 /// A supervisor approves or rejects a pending change (the caller has checked the role).
-/// Approving a `twin` change applies it to the sensor and the master alarm database.
+/// Approving a `twin` change applies it to the sensor and the master alarm database;
+/// approving a suppression puts it in force for the occurrences raised from then on.
 pub fn decide(
     writer: &Writer,
     id: i64,
@@ -105,20 +177,20 @@ pub fn decide(
     let reason = super::decision_reason(reason)?;
     let supervisor = supervisor.to_string();
     writer.call(move |c| {
-        type Row = (AlarmChangeStatus, String, String, String, String, String, String);
-        let row: Row = c
-            .prepare_cached(
-                "SELECT status, sensor_id, asset_id, code, level, proposed, applies FROM alarm_changes WHERE id = ?1",
-            )?
-            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))
-            .optional()?
-            .ok_or(DecisionError::NotFound { what: "alarm change", id, list: "GET /api/alarm-changes" })?;
-        let (status, sensor, asset, code, level, proposed, applies) = row;
+        let ChangeRow { status, kind, sensor, asset, code, level, proposed, applies, leader } = row(c, id)?;
         if status != AlarmChangeStatus::PendingApproval {
             return Err(DecisionError::NotPending { what: "alarm change", id, status: status.to_string() });
         }
         let next = if approve { AlarmChangeStatus::Approved } else { AlarmChangeStatus::Rejected };
-        if approve && applies == "twin" {
+        let what = if kind == "suppression" {
+            format!("suppression {id} of {asset} {code} while {leader} is active")
+        } else {
+            let sensor = sensor.as_deref().unwrap_or_default();
+            let scada = if applies == "twin" || !approve { "" } else { " (for the SCADA engineer to make in the SCADA)" };
+            format!("alarm change {id} of {sensor} {code}{scada}")
+        };
+        if approve && applies == "twin" && kind == "settings" {
+            let (sensor, level) = (sensor.unwrap_or_default(), level.unwrap_or_default());
             let s: Settings = serde_json::from_str(&proposed)
                 .map_err(|e| DecisionError::Conflict(format!("the proposal's settings are unreadable: {e}")))?;
             apply(c, &sensor, &asset, &code, &level, s, &supervisor, &reason, now)?;
@@ -127,16 +199,88 @@ pub fn decide(
             "UPDATE alarm_changes SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5 WHERE id = ?1",
         )?
         .execute(params![id, next, supervisor, now.unix(), reason])?;
-        let what = if applies == "twin" || !approve { "" } else { " (for the SCADA engineer to make in the SCADA)" };
+        c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(
+            params![now.unix(), supervisor, format!("alarm_change_{next}"), format!("{what}: {reason}")],
+        )?;
+        Ok(next)
+    })
+}
+
+/// An alarm change as deciding and lifting read it.
+struct ChangeRow {
+    status: AlarmChangeStatus,
+    kind: String,
+    sensor: Option<String>,
+    asset: String,
+    code: String,
+    level: Option<String>,
+    proposed: String,
+    applies: String,
+    /// A suppression's leader, as `ASSET CODE`.
+    leader: String,
+}
+
+fn row(c: &Connection, id: i64) -> Result<ChangeRow, DecisionError> {
+    c.prepare_cached(
+        "SELECT status, kind, sensor_id, asset_id, code, level, proposed, applies,
+                coalesce(while_asset_id || ' ' || while_code, '') FROM alarm_changes WHERE id = ?1",
+    )?
+    .query_row([id], |r| {
+        Ok(ChangeRow {
+            status: r.get(0)?,
+            kind: r.get(1)?,
+            sensor: r.get(2)?,
+            asset: r.get(3)?,
+            code: r.get(4)?,
+            level: r.get(5)?,
+            proposed: r.get(6)?,
+            applies: r.get(7)?,
+            leader: r.get(8)?,
+        })
+    })
+    .optional()?
+    .ok_or(DecisionError::NotFound { what: "alarm change", id, list: "GET /api/alarm-changes" })
+}
+
+/// A supervisor lifts a designed suppression in force (the caller has checked the
+/// role): from now on its point's occurrences are annunciated, and those it holds now
+/// that are still active are annunciated and triaged at once. Audited.
+pub fn lift(
+    writer: &Writer,
+    id: i64,
+    supervisor: &str,
+    reason: &str,
+    now: Timestamp,
+    policy: QueuePolicy,
+) -> Result<Vec<i64>, DecisionError> {
+    let reason = super::decision_reason(reason)?;
+    let supervisor = supervisor.to_string();
+    writer.call(move |c| {
+        let ChangeRow { status, kind, asset, code, leader, .. } = row(c, id)?;
+        if kind != "suppression" || status != AlarmChangeStatus::Approved {
+            return Err(DecisionError::Conflict(format!(
+                "alarm change {id} is a {kind} change, {status}: only a suppression in force (approved) can be lifted"
+            )));
+        }
+        c.prepare_cached(
+            "UPDATE alarm_changes SET status = 'lifted', lifted_by = ?2, lifted_at = ?3, lift_reason = ?4 WHERE id = ?1",
+        )?
+        .execute(params![id, supervisor, now.unix(), reason])?;
+        let why = format!("suppression {id} lifted by {supervisor}: {reason}");
+        let how = suppression::Release { at: now, received: now, actor: &supervisor, why, policy };
+        let released = suppression::release_lifted(c, id, &how)?;
         c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(
             params![
                 now.unix(),
                 supervisor,
-                format!("alarm_change_{next}"),
-                format!("alarm change {id} of {sensor} {code}{what}: {reason}")
+                "alarm_change_lifted",
+                format!(
+                    "suppression {id} of {asset} {code} while {leader} is active, lifted ({} occurrence(s) annunciated): {reason}",
+                    released.len()
+                )
             ],
         )?;
-        Ok(next)
+        Ok(released)
     })
 }
 
@@ -226,11 +370,16 @@ pub fn expire_due(c: &Connection, now: Timestamp) -> rusqlite::Result<Vec<i64>> 
 /// The latest 200 changes, newest first, in `status` when given, as the HMI lists them.
 pub fn list(db: &Connection, status: Option<AlarmChangeStatus>) -> rusqlite::Result<Vec<serde_json::Value>> {
     let mut stmt = db.prepare_cached(
-        "SELECT json_object('id', id, 'sensor_id', sensor_id, 'asset_id', asset_id, 'code', code, 'level', level,
+        "SELECT json_object('id', id, 'kind', kind, 'sensor_id', sensor_id, 'asset_id', asset_id, 'code', code,
+                'level', level, 'while_active', CASE WHEN kind = 'suppression' THEN json_object('asset_id', while_asset_id,
+                    'sensor_id', while_sensor_id, 'code', while_code) END,
                 'current', json(current), 'proposed', json(proposed), 'reason', reason, 'evidence', json(evidence),
                 'applies', applies, 'status', status, 'proposed_by', proposed_by, 'run_id', run_id,
                 'proposed_at', rfc3339(proposed_at), 'expires_at', rfc3339(expires_at), 'decided_by', decided_by,
-                'decided_at', rfc3339(decided_at), 'decision_reason', decision_reason)
+                'decided_at', rfc3339(decided_at), 'decision_reason', decision_reason, 'lifted_by', lifted_by,
+                'lifted_at', rfc3339(lifted_at), 'lift_reason', lift_reason,
+                'suppressed_occurrences', CASE WHEN kind = 'suppression'
+                    THEN (SELECT count(*) FROM alarms a WHERE a.suppressed_by = alarm_changes.id) END)
          FROM alarm_changes WHERE ?1 IS NULL OR status = ?1 ORDER BY proposed_at DESC, id DESC LIMIT 200",
     )?;
     crate::store::json_rows(&mut stmt, [status])

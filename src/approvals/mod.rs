@@ -1,7 +1,8 @@
 //! The only code that writes `work_orders`.
 //!
-//! Architecture Invariant: the agent can reach [`Approvals::propose`] and
-//! [`Approvals::propose_alarm_change`] and nothing else here. Moving a work order or
+//! Architecture Invariant: the agent can reach [`Approvals::propose`],
+//! [`Approvals::propose_alarm_change`] and [`Approvals::propose_suppression`] and
+//! nothing else here. Moving a work order or
 //! an alarm change out of `pending_approval` takes an authenticated human, or the
 //! expiry schedule ([`Approvals::expire_due`], [`alarm_changes::expire_due`]) when
 //! nobody decided in time; no tool, model reply or agent code path calls those functions.
@@ -25,6 +26,14 @@ pub enum Proposer {
 }
 
 impl Proposer {
+    /// The proposing run, when an agent proposed.
+    fn run_id(&self) -> Option<i64> {
+        match self {
+            Proposer::Run(id) => Some(*id),
+            Proposer::User(_) => None,
+        }
+    }
+
     fn label(&self) -> String {
         match self {
             Proposer::Run(id) => format!("agent:run/{id}"),
@@ -73,6 +82,19 @@ impl Approvals {
         now: Timestamp,
     ) -> Result<alarm_changes::ChangeProposal, StoreError> {
         alarm_changes::propose(&self.writer, target, proposed, reason, evidence, &by, now)
+    }
+
+    /// Parks a proposed designed suppression with its evidence ([`alarm_changes::propose_suppression`]).
+    pub fn propose_suppression(
+        &self,
+        leader: &crate::alarms::definitions::Point,
+        follower: &crate::alarms::definitions::Point,
+        reason: &str,
+        evidence: &impl Serialize,
+        by: Proposer,
+        now: Timestamp,
+    ) -> Result<alarm_changes::ChangeProposal, StoreError> {
+        alarm_changes::propose_suppression(&self.writer, leader, follower, reason, evidence, &by, now)
     }
 }
 
@@ -165,10 +187,7 @@ fn propose_in(
 ) -> Result<Proposal, StoreError> {
     let key = draft.intent_key(&now.date());
     let evidence = serde_json::to_string(&draft.evidence()).expect("citations serialize");
-    let run_id = match by {
-        Proposer::Run(id) => Some(*id),
-        Proposer::User(_) => None,
-    };
+    let run_id = by.run_id();
     let inserted = conn
         .prepare_cached(
             "INSERT INTO work_orders (idempotency_key, asset_id, alarm_id, action, priority, title,

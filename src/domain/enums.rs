@@ -104,6 +104,9 @@ text_enum! {
         Cleared => "cleared",
         Shelved => "shelved",
         OutOfService => "out_of_service",
+        /// Suppressed by design: raised while an approved suppression's leader was
+        /// active; recorded, not annunciated, not triaged.
+        Suppressed => "suppressed",
     }
 }
 
@@ -178,6 +181,8 @@ text_enum! {
         Approved => "approved",
         Rejected => "rejected",
         Expired => "expired",
+        /// An approved suppression a supervisor has since removed.
+        Lifted => "lifted",
     }
 }
 

@@ -5,10 +5,12 @@
 
 use std::collections::HashMap;
 
+use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use super::Activation;
 use crate::alarms::definitions::Point;
+use crate::domain::Timestamp;
 
 /// What makes a pair worth naming.
 #[derive(Debug, Clone, Copy)]
@@ -264,6 +266,78 @@ impl Learned {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// What a proposed suppression rests on: the learned pair, and what it would have done
+/// to the follower's occurrences over the last `days`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuppressionEvidence {
+    pub days: i64,
+    /// The pair as housekeeping learned it from the journal.
+    pub pair: Pair,
+    pub leader_activations: i64,
+    pub follower_activations: i64,
+    /// Of the follower's, raised while the leader had an occurrence active: what the
+    /// suppression would have kept from the operator.
+    pub while_leader_active: i64,
+    /// ... and of those, critical ones: a suppression that hides a critical alarm needs
+    /// the engineer's hardest look.
+    pub critical_while_leader_active: i64,
+    /// The follower's raised with the leader normal: still annunciated.
+    pub otherwise: i64,
+}
+
+/// Days of the journal a suppression's evidence reads: the pairs' own window.
+pub const SUPPRESSION_EVIDENCE_DAYS: i64 = 90;
+
+/// The evidence for suppressing `follower` while `leader` is active, from the journal's
+/// occurrences since `from` (up to `now`, an occurrence still active counts to it).
+pub fn suppression_evidence(
+    conn: &Connection,
+    leader: &Point,
+    follower: &Point,
+    pair: Pair,
+    from: Timestamp,
+    now: Timestamp,
+) -> rusqlite::Result<SuppressionEvidence> {
+    let activations = |p: &Point| -> rusqlite::Result<i64> {
+        conn.prepare_cached(
+            "SELECT count(*) FROM alarms INDEXED BY alarms_asset WHERE asset_id = ?1 AND raised_at >= ?4
+               AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3",
+        )?
+        .query_row(params![p.asset_id, p.sensor_id, p.code, from.unix()], |r| r.get(0))
+    };
+    let (while_active, critical): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT count(*), coalesce(sum(b.severity = 'critical'), 0) FROM alarms b INDEXED BY alarms_asset
+             WHERE b.asset_id = ?1 AND b.raised_at >= ?7 AND coalesce(b.sensor_id, '') = coalesce(?2, '') AND b.code = ?3
+               AND EXISTS (SELECT 1 FROM alarms l INDEXED BY alarms_asset
+                           WHERE l.asset_id = ?4 AND l.raised_at <= b.raised_at AND coalesce(l.cleared_at, ?8) >= b.raised_at
+                             AND coalesce(l.sensor_id, '') = coalesce(?5, '') AND l.code = ?6)",
+        )?
+        .query_row(
+            params![
+                follower.asset_id,
+                follower.sensor_id,
+                follower.code,
+                leader.asset_id,
+                leader.sensor_id,
+                leader.code,
+                from.unix(),
+                now.unix()
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+    let follower_activations = activations(follower)?;
+    Ok(SuppressionEvidence {
+        days: (now.unix() - from.unix()) / 86_400,
+        pair,
+        leader_activations: activations(leader)?,
+        follower_activations,
+        while_leader_active: while_active,
+        critical_while_leader_active: critical,
+        otherwise: follower_activations - while_active,
+    })
 }
 
 #[cfg(test)]

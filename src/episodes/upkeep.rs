@@ -20,7 +20,7 @@ fn unassigned(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<Activati
         "SELECT a.id, a.asset_id, a.sensor_id, a.code, e.at * 1000 + e.millis
          FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id
          WHERE e.kind = 'raised' AND e.at >= ?1 / 1000 AND e.at * 1000 + e.millis >= ?1
-           AND a.state != 'out_of_service' AND a.episode_id IS NULL
+           AND a.state NOT IN ('out_of_service', 'suppressed') AND a.episode_id IS NULL
          ORDER BY 5 DESC, 1 DESC LIMIT ?2",
     )?;
     let mut pool: Vec<Activation> =

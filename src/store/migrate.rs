@@ -577,6 +577,154 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE episode_points ADD COLUMN activations INTEGER NOT NULL DEFAULT 1;
      UPDATE episode_points SET activations = (SELECT count(*) FROM alarms a WHERE a.episode_id = episode_points.episode_id
          AND a.asset_id = episode_points.asset_id AND a.sensor_id IS episode_points.sensor_id AND a.code = episode_points.code);",
+    // 34: designed suppression (ISA-18.2, state-based): an alarm change may suppress one
+    // point while another is active, proposed from a learned pair and approved like any
+    // change (`approvals::alarm_changes`), until a supervisor lifts it. An occurrence
+    // raised while one holds is `suppressed` (recorded, not annunciated, not triaged)
+    // and carries the change that suppressed it; if still active when its leader
+    // returns to normal it is annunciated (`unsuppressed`). Three rebuilds for their
+    // CHECKs, run with foreign keys off as 8's was.
+    "CREATE TABLE alarm_changes_v34 (
+         id              INTEGER PRIMARY KEY,
+         kind            TEXT NOT NULL DEFAULT 'settings' CHECK (kind IN ('settings', 'suppression')),
+         sensor_id       TEXT REFERENCES sensors(id),
+         asset_id        TEXT NOT NULL REFERENCES assets(id),
+         code            TEXT NOT NULL,
+         level           TEXT CHECK (level IN ('ll', 'l', 'h', 'hh')),
+         -- A suppression's leader: the point whose activity suppresses this one.
+         while_asset_id  TEXT REFERENCES assets(id),
+         while_sensor_id TEXT REFERENCES sensors(id),
+         while_code      TEXT,
+         current         TEXT NOT NULL,                  -- JSON settings in force when proposed
+         proposed        TEXT NOT NULL,                  -- JSON settings (or suppression) proposed
+         reason          TEXT NOT NULL,
+         evidence        TEXT NOT NULL,                  -- JSON: the replay's comparison, or the pair's figures
+         applies         TEXT NOT NULL CHECK (applies IN ('twin', 'scada')),
+         status          TEXT NOT NULL CHECK (status IN ('pending_approval', 'approved', 'rejected', 'expired', 'lifted')),
+         proposed_by     TEXT NOT NULL,
+         run_id          INTEGER,
+         proposed_at     INTEGER NOT NULL,
+         expires_at      INTEGER NOT NULL,
+         decided_by      TEXT,
+         decided_at      INTEGER,
+         decision_reason TEXT,
+         lifted_by       TEXT,
+         lifted_at       INTEGER,
+         lift_reason     TEXT,
+         CHECK (CASE kind WHEN 'settings' THEN sensor_id IS NOT NULL AND level IS NOT NULL AND while_code IS NULL
+                          ELSE level IS NULL AND while_asset_id IS NOT NULL AND while_code IS NOT NULL END),
+         CHECK ((status = 'lifted') = (lifted_at IS NOT NULL))
+     ) STRICT;
+     INSERT INTO alarm_changes_v34 (id, sensor_id, asset_id, code, level, current, proposed, reason, evidence, applies,
+                                    status, proposed_by, run_id, proposed_at, expires_at, decided_by, decided_at,
+                                    decision_reason)
+         SELECT id, sensor_id, asset_id, code, level, current, proposed, reason, evidence, applies, status, proposed_by,
+                run_id, proposed_at, expires_at, decided_by, decided_at, decision_reason FROM alarm_changes;
+     DROP TABLE alarm_changes;
+     ALTER TABLE alarm_changes_v34 RENAME TO alarm_changes;
+     CREATE UNIQUE INDEX alarm_changes_pending ON alarm_changes(sensor_id, level) WHERE status = 'pending_approval';
+     CREATE INDEX alarm_changes_status ON alarm_changes(status, proposed_at);
+     -- Read on every new occurrence: is its point suppressed by design, and by which leader?
+     CREATE INDEX alarm_changes_suppressing ON alarm_changes(asset_id, code)
+         WHERE kind = 'suppression' AND status = 'approved';
+     -- Read when an occurrence returns to normal: does it lead a suppression?
+     CREATE INDEX alarm_changes_leading ON alarm_changes(while_asset_id, while_code)
+         WHERE kind = 'suppression' AND status = 'approved';
+     CREATE TABLE alarms_v34 (
+         id              INTEGER PRIMARY KEY,
+         event_id        TEXT NOT NULL UNIQUE,
+         asset_id        TEXT NOT NULL REFERENCES assets(id),
+         sensor_id       TEXT REFERENCES sensors(id),
+         code            TEXT NOT NULL,
+         severity        TEXT NOT NULL CHECK (severity IN ('low', 'medium', 'high', 'critical')),
+         state           TEXT NOT NULL CHECK (state IN
+                           ('unacknowledged', 'acknowledged', 'rtn_unacknowledged', 'cleared',
+                            'shelved', 'out_of_service', 'suppressed')),
+         message         TEXT NOT NULL,
+         value           REAL,
+         threshold       REAL,
+         raised_at       INTEGER NOT NULL,
+         last_raised_at  INTEGER NOT NULL,
+         reraise_count   INTEGER NOT NULL DEFAULT 0,
+         acked_at        INTEGER,
+         acked_by        TEXT,
+         cleared_at      INTEGER,
+         shelved_until   INTEGER,
+         triage_job      INTEGER REFERENCES triage_jobs(id),
+         episode_id      INTEGER REFERENCES episodes(id),
+         -- The designed suppression it was raised under (kept once it is annunciated).
+         suppressed_by   INTEGER REFERENCES alarm_changes(id)
+     ) STRICT;
+     INSERT INTO alarms_v34 (id, event_id, asset_id, sensor_id, code, severity, state, message, value, threshold,
+                             raised_at, last_raised_at, reraise_count, acked_at, acked_by, cleared_at, shelved_until,
+                             triage_job, episode_id)
+         SELECT id, event_id, asset_id, sensor_id, code, severity, state, message, value, threshold, raised_at,
+                last_raised_at, reraise_count, acked_at, acked_by, cleared_at, shelved_until, triage_job, episode_id
+         FROM alarms;
+     DROP TABLE alarms;
+     ALTER TABLE alarms_v34 RENAME TO alarms;
+     CREATE INDEX alarms_asset ON alarms(asset_id, raised_at);
+     CREATE INDEX alarms_raised ON alarms(raised_at);
+     CREATE INDEX alarms_state ON alarms(state);
+     CREATE INDEX alarms_active ON alarms(raised_at) WHERE cleared_at IS NULL;
+     CREATE UNIQUE INDEX alarms_open_point ON alarms(asset_id, coalesce(sensor_id, ''), code) WHERE cleared_at IS NULL;
+     CREATE INDEX alarms_triage_job ON alarms(triage_job) WHERE triage_job IS NOT NULL;
+     CREATE INDEX alarms_active_asset ON alarms(asset_id, severity, state) WHERE cleared_at IS NULL;
+     CREATE INDEX alarms_cleared ON alarms(cleared_at) WHERE cleared_at IS NOT NULL;
+     CREATE INDEX alarms_episode ON alarms (episode_id) WHERE episode_id IS NOT NULL;
+     CREATE INDEX alarms_suppressed_by ON alarms (suppressed_by) WHERE suppressed_by IS NOT NULL;
+     CREATE TRIGGER alarms_stats_insert AFTER INSERT ON alarms WHEN NEW.cleared_at IS NULL BEGIN
+         INSERT INTO active_alarm_stats (asset_id, n, weight, unacked)
+         VALUES (NEW.asset_id, 1, CASE NEW.severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END,
+                 NEW.state = 'unacknowledged')
+         ON CONFLICT (asset_id) DO UPDATE SET n = n + excluded.n, weight = weight + excluded.weight,
+             unacked = unacked + excluded.unacked;
+     END;
+     CREATE TRIGGER alarms_stats_update AFTER UPDATE OF asset_id, severity, state, cleared_at ON alarms BEGIN
+         UPDATE active_alarm_stats SET n = n - 1,
+             weight = weight - CASE OLD.severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END,
+             unacked = unacked - (OLD.state = 'unacknowledged')
+         WHERE asset_id = OLD.asset_id AND OLD.cleared_at IS NULL;
+         INSERT INTO active_alarm_stats (asset_id, n, weight, unacked)
+         SELECT NEW.asset_id, 1, CASE NEW.severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END,
+                NEW.state = 'unacknowledged'
+         WHERE NEW.cleared_at IS NULL
+         ON CONFLICT (asset_id) DO UPDATE SET n = n + excluded.n, weight = weight + excluded.weight,
+             unacked = unacked + excluded.unacked;
+         DELETE FROM active_alarm_stats WHERE asset_id = OLD.asset_id AND n = 0;
+     END;
+     CREATE TRIGGER alarms_stats_delete AFTER DELETE ON alarms WHEN OLD.cleared_at IS NULL BEGIN
+         UPDATE active_alarm_stats SET n = n - 1,
+             weight = weight - CASE OLD.severity WHEN 'critical' THEN 27 WHEN 'high' THEN 9 WHEN 'medium' THEN 3 ELSE 1 END,
+             unacked = unacked - (OLD.state = 'unacknowledged')
+         WHERE asset_id = OLD.asset_id;
+         DELETE FROM active_alarm_stats WHERE asset_id = OLD.asset_id AND n = 0;
+     END;
+     CREATE TABLE alarm_events_v34 (
+         id          INTEGER PRIMARY KEY,
+         alarm_id    INTEGER NOT NULL REFERENCES alarms(id),
+         event_id    TEXT UNIQUE,
+         kind        TEXT NOT NULL CHECK (kind IN
+                       ('raised', 'reraised', 'cleared', 'acknowledged', 'shelved', 'unshelved',
+                        'out_of_service', 'returned_to_service', 'suppressed', 'unsuppressed')),
+         at          INTEGER NOT NULL,
+         actor       TEXT NOT NULL,
+         detail      TEXT,
+         raw         BLOB,
+         millis      INTEGER NOT NULL DEFAULT 0
+     ) STRICT;
+     INSERT INTO alarm_events_v34 (id, alarm_id, event_id, kind, at, actor, detail, raw, millis)
+         SELECT id, alarm_id, event_id, kind, at, actor, detail, raw, millis FROM alarm_events;
+     DROP TABLE alarm_events;
+     ALTER TABLE alarm_events_v34 RENAME TO alarm_events;
+     CREATE INDEX alarm_events_alarm ON alarm_events(alarm_id, at);
+     CREATE INDEX alarm_events_at ON alarm_events(at, millis);
+     CREATE INDEX alarm_events_service ON alarm_events(at)
+         WHERE kind IN ('shelved', 'unshelved', 'out_of_service', 'returned_to_service');
+     CREATE TRIGGER alarm_events_append_only_update BEFORE UPDATE ON alarm_events
+     BEGIN SELECT RAISE(ABORT, 'alarm_events is an append-only journal'); END;
+     CREATE TRIGGER alarm_events_append_only_delete BEFORE DELETE ON alarm_events
+     BEGIN SELECT RAISE(ABORT, 'alarm_events is an append-only journal'); END;",
 ];
 
 /// The schema version this build writes.

@@ -10,14 +10,15 @@ use crate::domain::{Access, AssetId};
 use crate::episodes::upkeep;
 
 const NAME: &str = "get_alarm_correlations";
-const DESCRIPTION: &str = "What the alarm journal has learned about an asset's alarms (asset_id, e.g. PUMP-004; \
+const DESCRIPTION: &str = "What the alarm journal has learned about an asset's alarms (asset_id, e.g. PUMP-007; \
 code to narrow to one alarm, e.g. PRESS-SUC-LO): pairs where one alarm follows another within 5 minutes in most of \
 the first's activations, more often than chance, from the last 90 days. follows_it: alarms that come after this \
 asset's; it_follows: alarms this asset's come after. Each with support (times seen), first_activations, confidence \
 (share of the first's activations followed), lift (how many times chance), lag_median_s and lag_p90_s. Use it to say \
 which alarms are likely consequences of which, and quote the figures; a strong, steady pair is a candidate for \
-designed suppression (propose_alarm_change cannot propose that yet: say it for an engineer). An empty result means \
-nothing has been learned, not that the alarms are unrelated.";
+designed suppression: propose_alarm_change with while_active set to the pair's first and suppress to its then proposes \
+it for a supervisor, with the evidence. An empty result means nothing has been learned, not that the alarms are \
+unrelated.";
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

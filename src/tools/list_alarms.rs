@@ -36,6 +36,9 @@ pub enum StateFilter {
     /// are recorded but not shown to the operators or triaged until a supervisor
     /// returns it. Its readings may be unreliable.
     OutOfService,
+    /// Suppressed by design: raised while an approved suppression's leading alarm was
+    /// active (a consequence of it), recorded but not shown to the operators or triaged.
+    Suppressed,
     Any,
 }
 
@@ -94,6 +97,7 @@ fn run(ctx: &ToolContext, args: Args) -> Result<Value, ToolError> {
             StateFilter::Cleared => Scope::State(AlarmState::Cleared),
             StateFilter::Shelved => Scope::State(AlarmState::Shelved),
             StateFilter::OutOfService => Scope::State(AlarmState::OutOfService),
+            StateFilter::Suppressed => Scope::State(AlarmState::Suppressed),
         },
         ..window(ctx, &args)?
     };

@@ -263,7 +263,7 @@ fn decisions() -> Vec<Endpoint> {
             M::GET,
             "/api/alarm-changes",
             viewer,
-            "Proposed alarm changes (set point, deadband, delays) with their replay evidence (query: status)",
+            "Proposed alarm changes with their evidence (query: status): settings (set point, deadband, delays) with their replay, or designed suppressions (kind suppression: this point suppressed while_active another) with the learned pair and what they would have held back",
             get(alarm_changes),
         )
         .query::<ChangeStatusQuery>(),
@@ -273,6 +273,14 @@ fn decisions() -> Vec<Endpoint> {
             supervisor,
             "Approve a pending alarm change, with a reason: applied to the twin for points twinops evaluates, recorded for the SCADA engineer otherwise",
             post(approve_change),
+        )
+        .body::<ReasonRequest>(),
+        ep(
+            M::POST,
+            "/api/alarm-changes/{id}/lift",
+            supervisor,
+            "Lift an approved designed suppression, with a reason: its point is annunciated again, and its occurrences held now and still active are annunciated and triaged",
+            post(lift_change),
         )
         .body::<ReasonRequest>(),
         ep(

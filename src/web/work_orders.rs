@@ -97,8 +97,8 @@ pub(super) async fn reject(
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct ChangeStatusQuery {
-    /// Only alarm changes in this status: pending_approval, approved, rejected, expired.
-    #[schemars(extend("enum" = ["pending_approval", "approved", "rejected", "expired"]))]
+    /// Only alarm changes in this status: pending_approval, approved, rejected, expired, lifted.
+    #[schemars(extend("enum" = ["pending_approval", "approved", "rejected", "expired", "lifted"]))]
     status: Option<String>,
 }
 
@@ -129,6 +129,23 @@ pub(super) async fn approve_change(
     Json(req): Json<ReasonRequest>,
 ) -> Result<Json<Value>, ApiError> {
     decide_change(s, user, id, true, req.reason).await
+}
+
+/// Lifts a designed suppression in force: its point annunciates again; what it holds
+/// now and is still active is annunciated and triaged.
+pub(super) async fn lift_change(
+    State(s): State<S>,
+    Extension(user): Extension<User>,
+    Path(id): Path<i64>,
+    Json(req): Json<ReasonRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let (w, queue) = (s.store.writer().clone(), s.queue);
+    let released = tokio::task::spawn_blocking(move || {
+        approvals::alarm_changes::lift(&w, id, &user.name, &req.reason, Timestamp::now(), queue)
+    })
+    .await?
+    .map_err(decision_error)?;
+    Ok(Json(json!({"id": id, "status": "lifted", "annunciated": released})))
 }
 
 pub(super) async fn reject_change(

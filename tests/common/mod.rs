@@ -120,6 +120,30 @@ pub async fn open_session(url: &str, client_id: &str, filters: &[String]) {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), eventloop.poll()).await;
 }
 
+/// One SCADA alarm event (asset, sensor, code) through ingest, received now; a refused
+/// event fails the test.
+pub fn scada_event(
+    store: &twinops::store::Store,
+    event_id: &str,
+    (asset, sensor, code): (&str, Option<&str>, &str),
+    severity: &str,
+    state: &str,
+    time: Timestamp,
+) {
+    let ev = serde_json::json!({"type": "alarm", "event_id": event_id, "asset_id": asset, "sensor_id": sensor,
+                                "code": code, "severity": severity, "state": state, "time": time.to_rfc3339(),
+                                "message": "test"});
+    let effect = twinops::ingest::apply(
+        store.writer(),
+        "scada/alarms",
+        ev.to_string().as_bytes(),
+        Timestamp::now(),
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(effect.dead_letters, 0, "{ev}");
+}
+
 /// The seeded week ends here; tools run "now" at this instant.
 pub const END: &str = "2026-11-30T12:00:00Z";
 

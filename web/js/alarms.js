@@ -24,7 +24,13 @@ export async function loadAlarms() {
         h(
           'td',
           { class: 'quiet' },
-          a.shelved_until ? time(a.shelved_until) : a.state === 'out_of_service' ? 'returned to service' : '',
+          a.shelved_until
+            ? time(a.shelved_until)
+            : a.state === 'out_of_service'
+              ? 'returned to service'
+              : a.state === 'suppressed'
+                ? 'by design, while its cause is active'
+                : '',
         ),
       ),
     ),
