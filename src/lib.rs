@@ -10,7 +10,8 @@
 //! - [`ingest`]: MQTT (rumqttc, manual acks after commit), payloads, dead letters;
 //!   [`broker`] is the embedded rumqttd; [`sparkplug`]: Sparkplug B as a host application,
 //!   on the same connection and transaction; [`opcua`]: an OPC UA client (values,
-//!   Alarms & Conditions) into the same transaction.
+//!   Alarms & Conditions) into the same transaction; [`cluster`]: a redundant pair, which
+//!   node acts, decided by a lease on the broker.
 //! - [`plant`]: a site's plant from its own files (TOML, CSV, the rationalization
 //!   sheet), and back.
 //! - [`store`]: the SQLite twin. `schema.sql` via `user_version` migrations, one writer
@@ -42,6 +43,7 @@ pub mod bench;
 pub mod broker;
 pub mod check;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod console;
 pub mod domain;

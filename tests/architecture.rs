@@ -216,7 +216,19 @@ fn only_the_assembly_uses_config() {
 /// dependency goes down, or is one of the stated uses within a layer.
 const LAYERS: &[&[&str]] = &[
     &["support", "metrics", "domain", "store"],
-    &["plant", "rag", "alarms", "episodes", "approvals", "handover", "accounts", "sparkplug", "ingest", "opcua"],
+    &[
+        "plant",
+        "rag",
+        "alarms",
+        "episodes",
+        "approvals",
+        "handover",
+        "accounts",
+        "sparkplug",
+        "ingest",
+        "opcua",
+        "cluster",
+    ],
     &["tools", "agent", "triage", "notify", "schedule"],
     &["web", "mcp", "console", "publish", "sim", "seed", "scripted", "eval", "bench", "broker", "sdnotify"],
     &["config", "app", "check", "cli"],
@@ -237,6 +249,7 @@ const WITHIN_A_LAYER: &[(&str, &str)] = &[
     ("opcua", "ingest"),
     ("opcua", "plant"),
     ("opcua", "alarms"),
+    ("cluster", "ingest"),
     ("approvals", "alarms"),
     ("agent", "tools"),
     ("triage", "agent"),
