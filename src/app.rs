@@ -11,6 +11,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::accounts::{self, directory::Directory};
 use crate::agent::{self, Agent};
+use crate::cluster::{self, Standing};
 use crate::config::Config;
 use crate::console::{NoteConsole, NotesOutput};
 use crate::domain::{Role, Timestamp};
@@ -96,21 +97,55 @@ fn broker(cfg: &crate::config::MqttConfig) -> anyhow::Result<crate::config::Mqtt
 
 /// The tasks that take notes and decisions out: MQTT, the webhook if one is set, and
 /// the outbox that retries both.
+/// Of a redundant pair, also the task that keeps the other node's notes.
 fn notifiers(
     store: &Store,
     mqtt: &crate::config::MqttConfig,
     config: &crate::config::Config,
-    triage: &Triage,
+    triage: &Arc<Triage>,
+    acting: &watch::Receiver<bool>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks =
-        vec![tokio::spawn(crate::notify::mqtt_loop(store.clone(), mqtt.clone(), triage.subscribe(), stop.clone()))];
+    let node = config.cluster.as_ref().map(|c| c.node.clone());
+    let notes = crate::notify::mqtt_loop(store.clone(), mqtt.clone(), node.clone(), triage.subscribe(), stop.clone());
+    let mut tasks = vec![tokio::spawn(notes)];
     if let Some(url) = config.notify.webhook_url.clone() {
         tasks.push(tokio::spawn(crate::notify::webhook_loop(store.clone(), url, triage.subscribe(), stop.clone())));
     }
     let webhook = config.notify.webhook_url.clone();
-    tasks.push(tokio::spawn(crate::notify::outbox_loop(store.clone(), mqtt.clone(), webhook, stop.clone())));
+    let outbox = crate::notify::outbox_loop(store.clone(), mqtt.clone(), webhook, acting.clone(), stop.clone());
+    tasks.push(tokio::spawn(outbox));
+    if let Some(me) = node {
+        let peer = crate::notify::peer_notes_loop(mqtt.clone(), me, Arc::clone(triage), stop.clone());
+        tasks.push(tokio::spawn(peer));
+    }
     tasks
+}
+
+/// Where this node stands: of a redundant pair, as its lease says (the lease's task
+/// joins `tasks`); alone, always acting. Also the same as a plain flag, for the parts
+/// that only ask whether to act.
+fn standing(
+    config: &Config,
+    mqtt: &crate::config::MqttConfig,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    stop: &watch::Receiver<bool>,
+) -> anyhow::Result<(watch::Receiver<Standing>, watch::Receiver<bool>)> {
+    let Some(cfg) = config.cluster.clone() else { return Ok((cluster::alone(), watch::channel(true).1)) };
+    let running = cluster::start(cfg, mqtt, stop.clone())?;
+    tasks.push(running.task);
+    let standing = running.standing;
+    // The lease's task gone (stopping), the node no longer acts.
+    let (tx, acting) = watch::channel(standing.borrow().acting);
+    let mut watched = standing.clone();
+    tasks.push(tokio::spawn(async move {
+        while watched.changed().await.is_ok() {
+            let now = watched.borrow_and_update().acting;
+            tx.send_if_modified(|was| std::mem::replace(was, now) != now);
+        }
+        tx.send_replace(false);
+    }));
+    Ok((standing, acting))
 }
 
 /// The plant simulator against the daemon's broker, for `serve --demo`.
@@ -183,6 +218,38 @@ fn opcua_link(
     })
 }
 
+/// Triage on `agent` (`rules` its floor), acting while `acting` says so; the jobs the
+/// last stop interrupted are queued again.
+async fn triage(
+    config: &Config,
+    agent: &Arc<Agent>,
+    rules: Arc<Agent>,
+    acting: &watch::Receiver<bool>,
+) -> anyhow::Result<Arc<Triage>> {
+    let triage = Triage::new(Arc::clone(agent), rules, config.triage.llm_runs_per_minute)
+        .with_episode_revisions_every(config.triage.episode_revise_secs)
+        .with_acting(acting.clone());
+    let requeued = triage.requeue_interrupted().await?;
+    if requeued > 0 {
+        tracing::warn!(stage = "app", jobs = requeued, "triage jobs interrupted by the last stop are queued again");
+    }
+    Ok(Arc::new(triage))
+}
+
+/// The timed jobs; for `--demo`, the housekeeping indexes the demo's documents.
+async fn scheduler(
+    opts: &ServeOptions,
+    store: &Store,
+    agent: Arc<Agent>,
+    acting: watch::Receiver<bool>,
+) -> anyhow::Result<tokio_cron_scheduler::JobScheduler> {
+    let mut schedule = opts.config.schedule.clone();
+    if opts.demo && schedule.docs_dir.is_none() {
+        schedule.docs_dir = Some(opts.seed_dir.join("docs"));
+    }
+    crate::schedule::start(&schedule, store.clone(), agent, acting).await
+}
+
 /// The demo's login, made on first start: a supervisor with a random password.
 fn demo_supervisor(store: &Store) -> anyhow::Result<Option<(String, String)>> {
     if crate::accounts::user_count(store)? > 0 {
@@ -214,19 +281,18 @@ impl Daemon {
         }
         // Before anything starts: a configuration it refuses leaves nothing running.
         let directory = directory(&store, &opts.config).await?;
-        let mqtt = broker(&opts.config.mqtt)?;
+        let mut mqtt = broker(&opts.config.mqtt)?;
+        if let Some(c) = &opts.config.cluster {
+            // Each node keeps its own sessions on the broker.
+            mqtt.client_id = format!("{}-{}", mqtt.client_id, c.node);
+        }
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let (standing, acting) = standing(&opts.config, &mqtt, &mut tasks, &stop_rx)?;
 
         let (agent, rules) = agents(&store, &opts.config);
-        let triage = Arc::new(
-            Triage::new(Arc::clone(&agent), rules, opts.config.triage.llm_runs_per_minute)
-                .with_episode_revisions_every(opts.config.triage.episode_revise_secs),
-        );
-        let requeued = triage.requeue_interrupted().await?;
-        if requeued > 0 {
-            tracing::warn!(stage = "app", jobs = requeued, "triage jobs interrupted by the last stop are queued again");
-        }
+        let triage = triage(&opts.config, &agent, rules, &acting).await?;
 
-        let (stop, stop_rx) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let policy = opts.config.ingest_policy();
         let ingest = ingest::mqtt::start(
@@ -237,13 +303,13 @@ impl Daemon {
             stop_rx.clone(),
         )?;
         let broker_up = ingest.broker_up.clone();
-        let mut tasks = vec![ingest.task];
+        tasks.push(ingest.task);
         let opcua = opcua_link(&store, &opts, &policy, &wake, &stop_rx).map(|link| {
             tasks.push(link.task);
             link.up
         });
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
-        tasks.extend(notifiers(&store, &mqtt, &opts.config, &triage, &stop_rx));
+        tasks.extend(notifiers(&store, &mqtt, &opts.config, &triage, &acting, &stop_rx));
         let demo_login = if opts.demo { demo_supervisor(&store)? } else { None };
         tasks.extend(directory.clone().map(|d| tokio::spawn(recheck_directory(store.clone(), d, stop_rx.clone()))));
         let mut web_addr = None;
@@ -265,14 +331,11 @@ impl Daemon {
                 mcp: opts.config.mcp.clone(),
                 queue: policy.queue,
                 directory: directory.clone(),
+                cluster: opts.config.cluster.clone().map(|cfg| crate::web::Pair { cfg, standing: standing.clone() }),
             };
             tasks.push(tokio::spawn(crate::web::serve(listener, Arc::new(state), stop_rx.clone())));
         }
-        let mut schedule = opts.config.schedule.clone();
-        if opts.demo && schedule.docs_dir.is_none() {
-            schedule.docs_dir = Some(opts.seed_dir.join("docs"));
-        }
-        let scheduler = crate::schedule::start(&schedule, store.clone(), agent).await?;
+        let scheduler = scheduler(&opts, &store, agent, acting).await?;
         let simulator = opts.demo.then(|| demo_simulator(&opts, &mqtt.url));
         Ok(Daemon {
             stop,

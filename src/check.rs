@@ -80,7 +80,30 @@ pub async fn run(config: &Config, config_path: &Path, db: &Path) -> Vec<Line> {
     lines.push(webhook(config));
     lines.push(directory(config).await);
     lines.push(opcua(config, db).await);
+    lines.push(cluster(config).await);
     lines
+}
+
+/// The redundant pair: which node holds the lease, and which nodes the broker has.
+async fn cluster(config: &Config) -> Line {
+    let Some(cfg) = &config.cluster else { return Line::new("cluster", Verdict::Off, "not configured: one node") };
+    match crate::cluster::observe(cfg, &config.mqtt, Duration::from_secs(2)).await {
+        Ok(seen) => {
+            let nodes: Vec<String> =
+                seen.nodes.iter().map(|(n, up)| format!("{n} {}", if *up { "online" } else { "offline" })).collect();
+            let nodes = if nodes.is_empty() { "no node has joined yet".to_string() } else { nodes.join(", ") };
+            let (verdict, acts) = match &seen.holder {
+                Some((node, term)) => (Verdict::Ok, format!("node {node} acts (term {term})")),
+                None => (Verdict::Warn, "no node holds the lease yet".to_string()),
+            };
+            Line::new("cluster", verdict, format!("pair {}, this node {}: {acts}; {nodes}", cfg.name, cfg.node))
+        }
+        Err(e) => Line::fail(
+            "cluster",
+            format!("pair {}: {e:#}", cfg.name),
+            "the pair decides through the broker: the [mqtt] line says what is wrong with it",
+        ),
+    }
 }
 
 /// The OPC UA server: a session opens with the configured security and login. Like the

@@ -59,6 +59,9 @@ pub struct Config {
     /// Directory login, off unless set: `src/accounts/directory.rs`.
     #[serde(default)]
     pub directory: Option<crate::accounts::directory::DirectoryConfig>,
+    /// A redundant pair, off unless set: `src/cluster/mod.rs`.
+    #[serde(default)]
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 impl Config {
@@ -218,6 +221,14 @@ impl Config {
         if let Some(d) = &self.directory {
             d.validate()?;
         }
+        if let Some(c) = &self.cluster {
+            c.validate()?;
+            anyhow::ensure!(
+                !self.mqtt.url.is_empty(),
+                "[cluster] needs mqtt.url: the pair's two nodes share the site's broker (an embedded broker would \
+                 stop with its node)"
+            );
+        }
         Ok(())
     }
 }
@@ -256,6 +267,9 @@ mod tests {
         let directory = all.directory.expect("[directory] uncommented");
         assert_eq!(directory.roles.len(), 2);
         directory.validate().unwrap();
+        let cluster = all.cluster.expect("[cluster] uncommented");
+        assert_eq!((cluster.node.as_str(), cluster.lease_ms), ("a", 3000));
+        cluster.validate().unwrap();
     }
 
     #[test]

@@ -64,6 +64,16 @@ pub const DEFINED: &[Def] = &[
     def("twinops_opcua_republished_total", Counter, "OPC UA notifications recovered by Republish, by subscription."),
     def("twinops_opcua_reconnects_total", Counter, "OPC UA sessions connected again after a loss."),
     def("twinops_opcua_up", Gauge, "1 while the OPC UA session is up and subscribed (when [opcua] is on)."),
+    def(
+        "twinops_cluster_acting",
+        Gauge,
+        "1 while this node is the acting one of its redundant pair (when [cluster] is on).",
+    ),
+    def(
+        "twinops_cluster_term",
+        Gauge,
+        "The lease term this node last heard of its redundant pair (when [cluster] is on).",
+    ),
     def("twinops_opcua_connect_failures_total", Counter, "OPC UA connects that failed (each retried with backoff)."),
     def(
         "twinops_opcua_bad_values_total",

@@ -16,7 +16,8 @@ use crate::ingest::mqtt::MqttConfig;
 use crate::store::{Store, StoreError};
 use crate::support::Rng;
 use crate::support::Secret;
-use crate::triage::{PublishedNote, notes_after};
+use crate::triage::{PublishedNote, Triage, notes_after};
+use std::sync::Arc;
 
 /// The `[notify]` part.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -203,19 +204,32 @@ fn publisher(cfg: &MqttConfig, what: &str) -> Option<(AsyncClient, tokio::task::
 
 /// Publishes each note as JSON on `{notes_topic}/{asset}` at QoS 1, on a connection of
 /// its own (client id `{client_id}-notes`): outbound notes never queue in front of
-/// the ingest connection's acknowledgements.
+/// the ingest connection's acknowledgements. Each names its occurrences by event id
+/// too, and, of a redundant pair, the node that wrote it (`node`): the other node keeps
+/// it ([`peer_notes_loop`]).
 pub async fn mqtt_loop(
     store: Store,
     cfg: MqttConfig,
+    node: Option<String>,
     notes: broadcast::Receiver<PublishedNote>,
     stop: watch::Receiver<bool>,
 ) {
     let Some((client, poller)) = publisher(&cfg, "notes") else { return };
     let topic = cfg.notes_topic.clone();
+    let reader = store.clone();
     each_note(store, notes, stop, "mqtt", |note| {
         let (client, topic) = (client.clone(), format!("{topic}/{}", note.asset_id));
+        let body = reader.read().map_err(|e| e.to_string()).and_then(|db| {
+            crate::triage::peer::wire(&db, &note, node.as_deref()).map_err(|e| e.to_string())
+        });
         async move {
-            let body = serde_json::to_vec(&note).unwrap_or_default();
+            let body = match body {
+                Ok(body) => body.to_string(),
+                Err(e) => {
+                    tracing::warn!(stage = "notify", error = %e, note = note.note_id, "note not published on MQTT: its event ids could not be read (it is stored)");
+                    return;
+                }
+            };
             if let Err(e) = client.publish(topic, QoS::AtLeastOnce, false, body).await {
                 tracing::warn!(stage = "notify", error = %e, note = note.note_id, "note not published on MQTT (it is stored)");
             }
@@ -225,6 +239,52 @@ pub async fn mqtt_loop(
     let _ = client.disconnect().await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     poller.abort();
+}
+
+/// Of a redundant pair: hears the notes the other node publishes (`{notes_topic}/#`,
+/// QoS 1, a persistent session of its own so that none is missed while this node
+/// reconnects) and keeps them ([`Triage::hear_peer`]).
+pub async fn peer_notes_loop(cfg: MqttConfig, me: String, triage: Arc<Triage>, mut stop: watch::Receiver<bool>) {
+    let mut opts = match crate::ingest::mqtt::options(&cfg, &format!("{}-peer-notes", cfg.client_id)) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(stage = "notify", error = %e, "the other node's notes are not heard");
+            return;
+        }
+    };
+    opts.set_manual_acks(false);
+    let (client, mut eventloop) = AsyncClient::new(opts, 64);
+    let topic = format!("{}/#", cfg.notes_topic);
+    // Said once per kind of bad payload, not once per message.
+    let mut said_bad = false;
+    loop {
+        let event = tokio::select! {
+            e = eventloop.poll() => e,
+            _ = stop.changed() => break,
+        };
+        match event {
+            Ok(rumqttc::Event::Incoming(rumqttc::Incoming::ConnAck(_))) => {
+                let _ = client.try_subscribe(&topic, QoS::AtLeastOnce);
+            }
+            Ok(rumqttc::Event::Incoming(rumqttc::Incoming::Publish(p))) => {
+                match triage.hear_peer(p.payload.to_vec(), me.clone()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) if !said_bad => {
+                        said_bad = true;
+                        tracing::warn!(stage = "notify", topic = %p.topic, error = %e, "a message on the notes topic that is not a note; ignored (said once)");
+                    }
+                    Ok(Err(_)) => {}
+                    Err(e) => tracing::warn!(stage = "notify", error = %e, "the other node's note could not be kept"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(stage = "notify", error = %e, "the notes subscription is down; reconnecting");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+    let _ = client.try_disconnect();
 }
 
 /// Posts every published note to the webhook until `stop`.
@@ -275,7 +335,14 @@ enum Mark {
 /// Work-order decisions go on `twinops/work_orders/{asset}` (an approved one is then
 /// marked `dispatched`; rejections and expiries are published as they are), handovers
 /// on [`crate::handover::TOPIC`].
-pub async fn outbox_loop(store: Store, cfg: MqttConfig, webhook: Option<Secret>, mut stop: watch::Receiver<bool>) {
+/// Of a redundant pair, only the acting node sends (`acting`); the other's outbox waits.
+pub async fn outbox_loop(
+    store: Store,
+    cfg: MqttConfig,
+    webhook: Option<Secret>,
+    acting: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
     let Some((client, poller)) = publisher(&cfg, "outbox") else { return };
     let http = Http::new().client().clone();
     let policy = RetryPolicy { max_retries: 4, base: Duration::from_millis(500), cap: Duration::from_secs(30) };
@@ -283,6 +350,9 @@ pub async fn outbox_loop(store: Store, cfg: MqttConfig, webhook: Option<Secret>,
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.changed() => break,
+        }
+        if !*acting.borrow() {
+            continue;
         }
         let due = match store.read().and_then(|db| outbox_due(&db)) {
             Ok(d) => d,

@@ -150,7 +150,14 @@ pub async fn housekeeping(
 }
 
 /// Starts the scheduler with the three jobs. Shut it down with [`JobScheduler::shutdown`].
-pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> anyhow::Result<JobScheduler> {
+/// `acting`: of a redundant pair, only the acting node writes the handover (a model
+/// run, a note out); both keep their own twin tidy.
+pub async fn start(
+    cfg: &ScheduleConfig,
+    store: Store,
+    agent: Arc<Agent>,
+    acting: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
 
     let (s, docs, index) = (store.clone(), cfg.docs_dir.clone(), agent.docs().clone());
@@ -178,8 +185,12 @@ pub async fn start(cfg: &ScheduleConfig, store: Store, agent: Arc<Agent>) -> any
 
     sched
         .add(Job::new_async(cfg.handover.as_str(), move |_, _| {
-            let agent = Arc::clone(&agent);
+            let (agent, acting) = (Arc::clone(&agent), *acting.borrow());
             Box::pin(async move {
+                if !acting {
+                    tracing::info!(stage = "schedule", "shift handover left to the acting node of the pair");
+                    return;
+                }
                 match agent.write_handover("schedule:handover").await {
                     Ok(h) => tracing::info!(stage = "schedule", note = h.note_id, "shift handover written"),
                     Err(e) => tracing::warn!(stage = "schedule", error = %format!("{e:#}"), "shift handover failed"),

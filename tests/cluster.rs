@@ -13,6 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use serde_json::json;
+use twinops::bench::failover::{self, PairSpec};
 use twinops::cluster::{self, ClusterConfig, Standing};
 use twinops::config::MqttConfig;
 
@@ -20,15 +22,15 @@ mod common;
 
 const LEASE_MS: u64 = 1500;
 
-struct Node {
+struct LeaseNode {
     name: String,
     standing: watch::Receiver<Standing>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Node {
-    fn start(cluster: &str, name: &str, url: &str) -> Node {
+impl LeaseNode {
+    fn start(cluster: &str, name: &str, url: &str) -> LeaseNode {
         let cfg = ClusterConfig {
             name: cluster.into(),
             node: name.into(),
@@ -39,7 +41,7 @@ impl Node {
         let mqtt = MqttConfig { url: url.into(), ..Default::default() };
         let (stop, stop_rx) = watch::channel(false);
         let running = cluster::start(cfg, &mqtt, stop_rx).unwrap();
-        Node { name: name.into(), standing: running.standing, stop, task: running.task }
+        LeaseNode { name: name.into(), standing: running.standing, stop, task: running.task }
     }
 
     fn acting(&self) -> bool {
@@ -190,7 +192,7 @@ async fn pair(url: Option<String>) {
     let cluster = format!("t{}", common::free_port());
     let proxy = Proxy::start(&url).await;
     // Node a reaches the broker through the proxy, b directly.
-    let (mut a, mut b) = (Node::start(&cluster, "a", &proxy.url), Node::start(&cluster, "b", &url));
+    let (mut a, mut b) = (LeaseNode::start(&cluster, "a", &proxy.url), LeaseNode::start(&cluster, "b", &url));
     let mut monitor = Monitor::start(a.standing.clone(), b.standing.clone());
     until("one node acting", Duration::from_secs(10), || a.acting() || b.acting()).await;
     let mut failovers = Vec::new();
@@ -206,7 +208,7 @@ async fn pair(url: Option<String>) {
         failovers.push(took);
         assert!(standby.standing.borrow().term > term, "a new term");
         // The killed node comes back and stands by.
-        let back = Node::start(&cluster, &name, &via);
+        let back = LeaseNode::start(&cluster, &name, &via);
         split += monitor.end();
         monitor = Monitor::start(back.standing.clone(), standby.standing.clone());
         tokio::time::sleep(Duration::from_millis(LEASE_MS * 2)).await;
@@ -221,7 +223,7 @@ async fn pair(url: Option<String>) {
         b.kill();
         until("a takes over", Duration::from_secs(10), || a.acting()).await;
         assert!(a.standing.borrow().term > term);
-        b = Node::start(&cluster, "b", &url);
+        b = LeaseNode::start(&cluster, "b", &url);
         split += monitor.end();
         monitor = Monitor::start(a.standing.clone(), b.standing.clone());
         tokio::time::sleep(Duration::from_millis(LEASE_MS * 2)).await;
@@ -254,4 +256,159 @@ async fn embedded_broker_one_node_acts_through_kills_and_a_cut_link() {
 async fn mosquitto_one_node_acts_through_kills_and_a_cut_link() {
     let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
     pair(Some(url)).await;
+}
+
+/// Two `twinops serve` of one pair while alarms arrive: the acting one is SIGKILLed
+/// again and again (and restarted); every occurrence gets a note, on both twins, and
+/// none gets two; the standby refuses writes, saying where to make them.
+async fn two_daemons(url: Option<String>) {
+    let spec =
+        PairSpec { broker: broker(url), run: format!("p{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
+    let (wa, wb) = (common::free_port(), common::free_port());
+    let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
+    // Each node's twin, with an operator's API token on it.
+    let (plants, tokens): (Vec<common::Plant>, Vec<String>) = (0..2)
+        .map(|_| {
+            let plant = common::Plant::new();
+            let role = twinops::domain::Role::Operator;
+            twinops::accounts::add_user(&plant.store, "op", role, "a long enough password", "test").unwrap();
+            let token = twinops::accounts::create_token(&plant.store, "op", "test", "test").unwrap().1;
+            (plant, token)
+        })
+        .unzip();
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_twinops"));
+    let mut nodes = [
+        failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, wb).unwrap(),
+        failover::Node::start(exe, &spec, "b", &plants[1].db_path(), wb, wa).unwrap(),
+    ];
+    let points: Vec<(String, String)> = {
+        let db = plants[0].store.read().unwrap();
+        let mut stmt = db.prepare("SELECT asset_id, id FROM sensors ORDER BY id LIMIT 12").unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    };
+    let opts = twinops::ingest::mqtt::options(
+        &MqttConfig { url: spec.broker.clone(), ..Default::default() },
+        &format!("pub-{}", spec.run),
+    )
+    .unwrap();
+    let (publisher, mut pub_events) = rumqttc::AsyncClient::new(opts, 100);
+    tokio::spawn(async move { while pub_events.poll().await.is_ok() {} });
+
+    let mut events = Vec::new();
+    // Which node acted in each round, and how long after the last kill it did.
+    let (mut actives, mut takeovers) = (Vec::new(), Vec::new());
+    let mut killed: Option<Instant> = None;
+    for round in 0..4 {
+        let active = failover::acting_one(&nodes, Duration::from_secs(30)).await.unwrap();
+        actives.push(active);
+        if round == 0 {
+            // The standby serves reads and refuses writes, pointing at the acting node.
+            let standby = &nodes[1 - active];
+            let r = twinops::agent::http::Http::new()
+                .client()
+                .post(format!("http://127.0.0.1:{}/api/chat", standby.web))
+                .bearer_auth(&tokens[1 - active])
+                .json(&serde_json::json!({"message": "hello"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 503);
+            let why = r.text().await.unwrap();
+            let there = format!("http://127.0.0.1:{}", nodes[active].web);
+            assert!(why.contains("stands by") && why.contains(&there), "{why}");
+            let pair = standby.pair().await.unwrap();
+            assert_eq!((&pair["acting"], &pair["active_node"]), (&json!(false), &json!(nodes[active].name)));
+        }
+        for (k, (asset, sensor)) in points.iter().enumerate() {
+            let event_id = format!("{}-{round}-{k}", spec.run);
+            let ev = json!({"type": "alarm", "event_id": event_id, "asset_id": asset, "sensor_id": sensor,
+                            "code": format!("T{round}"), "severity": "high", "state": "raised",
+                            "time": twinops::domain::Timestamp::now().to_rfc3339(), "message": "test"});
+            publisher.publish(spec.alarms_topic(), rumqttc::QoS::AtLeastOnce, false, ev.to_string()).await.unwrap();
+            events.push(event_id);
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            if k == points.len() / 2 {
+                nodes[active].kill();
+                killed = Some(Instant::now());
+            }
+        }
+        // Back once the other has taken over (a node back sooner may take its lease back).
+        failover::acting_one(&nodes, Duration::from_secs(30)).await.unwrap();
+        takeovers.extend(killed.take().map(|k| k.elapsed()));
+        nodes[active].restart().unwrap();
+    }
+    // Every occurrence gets its note, on both twins (the standby keeps the acting one's).
+    let mut missing = Vec::new();
+    let settled = common::eventually(Duration::from_secs(60), || {
+        missing = nodes.iter().flat_map(|n| n.without_note(&events).unwrap()).collect();
+        missing.is_empty()
+    })
+    .await;
+    if !settled {
+        for n in &nodes {
+            let log = std::fs::read_to_string(n.log()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- {} (last lines, newest first)\n{}", n.log().display(), tail.join("\n"));
+        }
+        panic!("occurrences without a note: {missing:?}");
+    }
+    // No occurrence in two notes, no note published twice.
+    let t = failover::tally(&notes.lock().unwrap(), &events);
+    assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty() && t.notes > 0, "{t:?}");
+    // Each kill handed over to the other node, within the bound.
+    assert!(actives.windows(2).all(|w| w[0] != w[1]), "the other node took over after each kill: {actives:?}");
+    assert!(takeovers.iter().all(|t| *t < Duration::from_secs(10)), "{takeovers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_two_daemons_note_every_alarm_once_through_kills() {
+    two_daemons(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_two_daemons_note_every_alarm_once_through_kills() {
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    two_daemons(Some(url)).await;
+}
+
+/// A note of the other node waits until its lead occurrence is here, and is kept
+/// waiting until every occurrence it covers is too (one that came later must not be
+/// triaged again); this node's own notes, coming back on the topic, are ignored; a
+/// later revision replaces an earlier one.
+#[test]
+fn a_note_of_the_other_node_waits_for_every_occurrence_it_covers() {
+    use twinops::triage::peer;
+    let p = common::Plant::new();
+    let now = twinops::domain::Timestamp::now();
+    let (lead, covered) = (("PUMP-007", Some("PUMP-007.VIB-DE"), "PAIR-LEAD"), ("PUMP-007", None, "PAIR-COVERED"));
+    let note = |node: &str, revision: i64, summary: &str| {
+        json!({"node": node, "event_id": "ev-lead", "covers_event_ids": ["ev-covered"], "episode_id": null,
+               "body": {"summary": summary}, "flags": [], "created_at": now.to_rfc3339(), "revision": revision,
+               "note_id": 9, "alarm_id": 9, "asset_id": "PUMP-007"})
+        .to_string()
+    };
+    let db = rusqlite::Connection::open(p.db_path()).unwrap();
+    let noted = |event: &str| {
+        p.count(&format!(
+            "SELECT count(*) FROM notes n JOIN alarms a ON a.id = n.alarm_id WHERE a.event_id = '{event}' AND n.from_node = 'a'"
+        ))
+    };
+    assert_eq!(peer::hear(&db, note("b", 1, "mine").as_bytes(), "b", now), Ok(false), "its own note");
+    assert!(peer::hear(&db, b"{not json", "b", now).unwrap_err().contains("not JSON"));
+    assert_eq!(peer::hear(&db, note("a", 1, "first").as_bytes(), "b", now), Ok(true));
+    assert_eq!(peer::adopt_pending(&db, now).unwrap(), 0, "its occurrence has not come");
+    common::scada_event(&p.store, "ev-lead", lead, "high", "raised", now);
+    assert_eq!(peer::adopt_pending(&db, now).unwrap(), 0, "kept: what it covers has not come");
+    assert_eq!((noted("ev-lead"), noted("ev-covered")), (1, 0));
+    common::scada_event(&p.store, "ev-covered", covered, "high", "raised", now);
+    assert_eq!(peer::adopt_pending(&db, now).unwrap(), 1);
+    assert_eq!((noted("ev-lead"), noted("ev-covered")), (1, 1));
+    assert_eq!(p.count("SELECT count(*) FROM peer_notes"), 0);
+    // A revision replaces the note's text in place; an older one does not.
+    peer::hear(&db, note("a", 2, "second").as_bytes(), "b", now).unwrap();
+    peer::adopt_pending(&db, now).unwrap();
+    peer::hear(&db, note("a", 1, "stale").as_bytes(), "b", now).unwrap();
+    peer::adopt_pending(&db, now).unwrap();
+    let lead_note = "SELECT n.body FROM notes n JOIN alarms a ON a.id = n.alarm_id WHERE a.event_id = 'ev-lead'";
+    assert!(p.text(lead_note).contains("second"), "{}", p.text(lead_note));
 }

@@ -77,9 +77,24 @@ async function refreshStatus() {
     const b = $('#banner');
     b.hidden = !s.degraded;
     b.replaceChildren(...s.reasons.map((r) => h('div', {}, `Degraded: ${r}`)));
+    showPair(s.cluster);
   } catch (e) {
     if (e.status === 401) location.reload();
   }
+}
+
+// Of a redundant pair: which node this is, whether it acts, and the way to the other.
+function showPair(pair) {
+  const p = $('#pair');
+  p.hidden = !pair;
+  if (!pair) return;
+  p.classList.toggle('standby', !pair.acting);
+  const active = pair.active_node ? `node ${pair.active_node} acts` : 'no node acts yet (the pair is choosing one)';
+  const text = pair.acting
+    ? `Node ${pair.node}: acting (term ${pair.term}).`
+    : `Node ${pair.node}: standing by, read only; ${active} (term ${pair.term}). Make changes on the acting node.`;
+  const link = !pair.acting && pair.peer_hmi ? [' ', h('a', { href: pair.peer_hmi }, 'Open the other node')] : [];
+  p.replaceChildren(text, ...link);
 }
 
 // Live updates: the server says what changed; the open view reloads what it shows.

@@ -348,6 +348,12 @@ enum BenchCommand {
         after_help = "Examples:\n  twinops bench episodes\n  twinops bench episodes --scale 10 --activations 100000"
     )]
     Episodes(bench::EpisodesBenchArgs),
+    /// A redundant pair under an alarm flood, the acting node SIGKILLed again and again:
+    /// failover times, occurrences without a note, notes published twice, split brain.
+    #[command(
+        after_help = "Examples:\n  twinops bench failover\n  twinops bench failover --broker mqtt://127.0.0.1:1883 --kills 20   # Mosquitto"
+    )]
+    Failover(bench::FailoverBenchArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -519,6 +525,7 @@ fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Readings(args) => bench::readings(&args),
         BenchCommand::Alarms(args) => bench::alarms(&args),
         BenchCommand::Episodes(args) => bench::episodes(&args),
+        BenchCommand::Failover(args) => bench::failover(&args),
         BenchCommand::Docs(args) => bench::docs(&args),
     }
 }

@@ -164,6 +164,51 @@ async fn run(
     let _ = client.try_disconnect();
 }
 
+/// What the broker holds of a pair: the last renewal (the holder and its term) and
+/// each node's state.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub holder: Option<(String, u64)>,
+    /// (node, online), by name.
+    pub nodes: Vec<(String, bool)>,
+}
+
+/// Reads what the broker holds of the pair `cfg` names, on a connection of its own,
+/// for `twinops check`: the retained messages come at once; `wait` bounds the wait.
+pub async fn observe(cfg: &ClusterConfig, mqtt: &MqttConfig, wait: Duration) -> anyhow::Result<Observed> {
+    let mut opts = crate::ingest::mqtt::options(mqtt, &format!("twinops-cluster-{}-{}-check", cfg.name, cfg.node))?;
+    opts.set_clean_session(true);
+    let (client, mut events) = AsyncClient::new(opts, 16);
+    let mut seen = Observed::default();
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut subscribed = false;
+    loop {
+        let event = match tokio::time::timeout_at(deadline, events.poll()).await {
+            Err(_) if subscribed => break,
+            Err(_) => anyhow::bail!("the broker did not answer within {} ms", wait.as_millis()),
+            Ok(e) => e?,
+        };
+        match event {
+            Event::Incoming(Incoming::ConnAck(_)) => {
+                client.try_subscribe(cfg.lease_topic(), QoS::AtLeastOnce)?;
+                client.try_subscribe(cfg.node_topic("+"), QoS::AtLeastOnce)?;
+                subscribed = true;
+            }
+            Event::Incoming(Incoming::Publish(p)) => match heard(&p.payload) {
+                Some(Heard::Renew { node, term, .. }) => seen.holder = Some((node, term)),
+                Some(Heard::Online { node }) => seen.nodes.push((node, true)),
+                Some(Heard::Offline { node }) => seen.nodes.push((node, false)),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    let _ = client.try_disconnect();
+    seen.nodes.sort();
+    seen.nodes.dedup_by(|a, b| a.0 == b.0);
+    Ok(seen)
+}
+
 /// A message of the pair's topics: a claim, a renewal, or a node's state.
 fn heard(payload: &[u8]) -> Option<Heard> {
     #[derive(Deserialize)]

@@ -725,6 +725,18 @@ const MIGRATIONS: &[&str] = &[
      BEGIN SELECT RAISE(ABORT, 'alarm_events is an append-only journal'); END;
      CREATE TRIGGER alarm_events_append_only_delete BEFORE DELETE ON alarm_events
      BEGIN SELECT RAISE(ABORT, 'alarm_events is an append-only journal'); END;",
+    // 35: a redundant pair. The notes the other node published, heard on the notes
+    // topic and keyed by their lead occurrence's event id, wait here until this node
+    // has that occurrence, and are then kept as its note, marked with the node that
+    // wrote it (its run is in that node's journal, not this one's).
+    "CREATE TABLE peer_notes (
+         event_id   TEXT PRIMARY KEY,
+         node       TEXT NOT NULL,
+         revision   INTEGER NOT NULL,
+         note       TEXT NOT NULL,
+         heard_at   INTEGER NOT NULL
+     ) STRICT;
+     ALTER TABLE notes ADD COLUMN from_node TEXT;",
 ];
 
 /// The schema version this build writes.

@@ -7,8 +7,13 @@
 //! A job running when the process died is found `running` at start-up and queued
 //! again; occurrences that already have a note are skipped, and the proposal
 //! idempotency key keeps a work order single.
+//!
+//! Of a redundant pair, only the acting node takes jobs and stores notes (`acting`,
+//! looked at again before each note is stored); the other keeps the notes it hears
+//! ([`peer`]), so that its queue, on takeover, holds only what has no note yet.
 
 pub mod backfill;
+pub mod peer;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::agent::{Agent, Outcome, RunReport};
 use crate::domain::{Timestamp, TriageMode};
@@ -129,6 +134,8 @@ pub struct Triage {
     /// write one note, not two.
     episodes: Mutex<std::collections::HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
     revise_after_secs: i64,
+    /// Whether this node acts (always, unless it is one of a redundant pair).
+    acting: watch::Receiver<bool>,
 }
 
 struct Job {
@@ -168,7 +175,40 @@ impl Triage {
             budget: Mutex::new(Budget { per_minute, tokens: per_minute, at: Instant::now() }),
             episodes: Mutex::default(),
             revise_after_secs: REVISE_AFTER_SECS,
+            acting: watch::channel(true).1,
         }
+    }
+
+    /// Takes jobs only while `acting` says so: this node is the acting one of a pair.
+    pub fn with_acting(mut self, acting: watch::Receiver<bool>) -> Triage {
+        self.acting = acting;
+        self
+    }
+
+    fn acting(&self) -> bool {
+        *self.acting.borrow()
+    }
+
+    /// Keeps a note the other node of the pair published (the notes topic's payload),
+    /// and takes in every note of its whose occurrence this node now has. `me` is this
+    /// node's name: its own notes come back on the topic too, and are ignored.
+    pub async fn hear_peer(&self, payload: Vec<u8>, me: String) -> Result<Result<usize, String>, StoreError> {
+        let w = self.writer.clone();
+        w.call_async(move |c| {
+            let now = Timestamp::now();
+            match peer::hear(c, &payload, &me, now) {
+                Ok(true) => Ok(Ok(peer::adopt_pending(c, now)?)),
+                Ok(false) => Ok(Ok(0)),
+                Err(e) => Ok(Err(e)),
+            }
+        })
+        .await
+    }
+
+    /// Takes in the other node's notes whose occurrences have come since they were heard.
+    pub async fn adopt_peer_notes(&self) -> Result<usize, StoreError> {
+        let w = self.writer.clone();
+        w.call_async(|c| Ok(peer::adopt_pending(c, Timestamp::now())?)).await
     }
 
     /// Seconds between revisions of a growing episode's note (`triage.episode_revise_secs`).
@@ -191,6 +231,9 @@ impl Triage {
     async fn claim(&self) -> Result<Option<Job>, StoreError> {
         let w = self.writer.clone();
         w.call_async(|c| {
+            // The other node's notes first (of a pair, after a takeover): an occurrence
+            // it noted is not triaged again.
+            peer::adopt_pending(c, Timestamp::now())?;
             let Some((id, mode, enqueued_at, backfill)) = c
                 .prepare_cached(
                     "UPDATE triage_jobs SET state = 'running', started_at = ?1, attempts = attempts + 1
@@ -263,6 +306,10 @@ impl Triage {
         }
         for group in job.groups.iter().filter(|_| !job.backfill) {
             let report = match self.run_with(job.mode, |agent| agent.triage_group(group)).await {
+                Ok(report) if !self.acting() => {
+                    let e = format!("run {} ended after this node stopped acting; not stored", report.run_id);
+                    return self.fail(&job, e).await.map(|_| Some(stored));
+                }
                 Ok(report) => report,
                 Err(e) => return self.fail(&job, e).await.map(|_| Some(stored)),
             };
@@ -366,8 +413,22 @@ impl Triage {
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..concurrency.max(1) {
             let (me, wake, mut stop) = (Arc::clone(&self), Arc::clone(&wake), stop.clone());
+            let mut acting = me.acting.clone();
             workers.spawn(async move {
                 while !*stop.borrow() {
+                    if !*acting.borrow_and_update() {
+                        // Standing by: the other node's notes are taken in as their
+                        // occurrences come, so the queue holds only what has none.
+                        if let Err(e) = me.adopt_peer_notes().await {
+                            tracing::warn!(stage = "triage", error = %e, "the other node's notes could not be kept");
+                        }
+                        tokio::select! {
+                            _ = acting.changed() => {}
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            _ = stop.changed() => {}
+                        }
+                        continue;
+                    }
                     match me.run_next().await {
                         Ok(Some(_)) => continue,
                         Ok(None) => {}
@@ -449,6 +510,12 @@ impl Triage {
             return Ok(Ok(Vec::new()));
         }
         let report = match self.run_with(mode, |agent| agent.triage_episode(episode)).await {
+            Ok(report) if !self.acting() => {
+                return Ok(Err(format!(
+                    "episode {episode}: run {} ended after this node stopped acting",
+                    report.run_id
+                )));
+            }
             Ok(report) => report,
             Err(e) => return Ok(Err(format!("episode {episode}: {e}"))),
         };
@@ -576,9 +643,21 @@ impl Triage {
         }
     }
 
+    /// Queues the job again, or gives it up after [`MAX_ATTEMPTS`]. A job cut short
+    /// because this node stopped acting is queued again as it was: the attempt was not
+    /// its fault, and the node that acts now (or this one, later) takes it.
     async fn fail(&self, job: &Job, error: String) -> Result<(), StoreError> {
-        tracing::warn!(stage = "triage", job = job.id, error = %error, "triage job failed");
         let (id, w) = (job.id, self.writer.clone());
+        if !self.acting() {
+            tracing::info!(stage = "triage", job = job.id, reason = %error, "triage job put back: this node no longer acts");
+            return w
+                .call_async(move |c| {
+                    c.execute("UPDATE triage_jobs SET state = 'queued', attempts = attempts - 1 WHERE id = ?1", [id])?;
+                    Ok(())
+                })
+                .await;
+        }
+        tracing::warn!(stage = "triage", job = job.id, error = %error, "triage job failed");
         w.call_async(move |c| {
                 c.execute(
                     "UPDATE triage_jobs SET state = CASE WHEN attempts >= ?2 THEN 'failed' ELSE 'queued' END, last_error = ?3 WHERE id = ?1",

@@ -97,6 +97,23 @@ pub struct WebState {
     pub queue: crate::alarms::QueuePolicy,
     /// Directory login, when `[directory]` is set.
     pub directory: Option<crate::accounts::directory::Directory>,
+    /// Of a redundant pair, this node and where it stands.
+    pub cluster: Option<Pair>,
+}
+
+/// This node of a redundant pair: its settings and where it stands now.
+pub struct Pair {
+    pub cfg: crate::cluster::ClusterConfig,
+    pub standing: watch::Receiver<crate::cluster::Standing>,
+}
+
+impl Pair {
+    /// The pair as the banner, `/readyz` and `twinops check` show it.
+    pub fn describe(&self) -> serde_json::Value {
+        let now = self.standing.borrow().clone();
+        serde_json::json!({"node": self.cfg.node, "acting": now.acting, "term": now.term,
+                           "active_node": now.holder, "peer_hmi": self.cfg.peer_hmi})
+    }
 }
 
 /// An error as the API returns it: a status and a message a person can act on.
@@ -159,12 +176,39 @@ impl From<rusqlite::Error> for ApiError {
 pub fn router(state: Arc<WebState>) -> Router {
     api::routes(Arc::clone(&state))
         .merge(mcp_routes(&state))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), stand_by))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), authenticate))
         .layer(axum::middleware::from_fn(count_requests))
         .layer(axum::middleware::from_fn(refuse_cross_site))
         .layer(axum::middleware::from_fn(json_errors))
         .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+}
+
+/// The node of a pair that stands by serves reads and logins, and refuses what would
+/// change the twin or run a model (the acting node's twin would not have it), saying
+/// where to go instead.
+async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) -> Response {
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let session = matches!(req.uri().path(), "/login" | "/logout");
+    let Some(pair) = state.cluster.as_ref().filter(|_| !reads && !session) else { return next.run(req).await };
+    let now = pair.standing.borrow().clone();
+    if now.acting {
+        return next.run(req).await;
+    }
+    let active = now.holder.map_or("no node (the pair is choosing one)".to_string(), |n| format!("node {n}"));
+    let there = if pair.cfg.peer_hmi.is_empty() { String::new() } else { format!(" at {}", pair.cfg.peer_hmi) };
+    let mut r = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "this node ({}) stands by: {active} acts (term {}). Make the change on the acting node's HMI{there}; \
+             reads work here",
+            pair.cfg.node, now.term
+        ),
+    )
+    .into_response();
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    r
 }
 
 /// `/mcp`: MCP over streamable HTTP (rmcp), for bearer tokens only, the SDK's host

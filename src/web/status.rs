@@ -30,6 +30,10 @@ pub(super) async fn readyz(State(s): State<S>) -> Response {
     if let Some(up) = &s.opcua_up {
         body["opcua"] = json!(*up.borrow());
     }
+    // Shown, not required: a standby is ready, to read.
+    if let Some(pair) = &s.cluster {
+        body["cluster"] = pair.describe();
+    }
     (status, Json(body)).into_response()
 }
 
@@ -55,6 +59,11 @@ pub(super) async fn metrics(State(s): State<S>) -> Result<Response, ApiError> {
     }
     if let Some(up) = &s.opcua_up {
         g.set("twinops_opcua_up", &[], f64::from(u8::from(*up.borrow())));
+    }
+    if let Some(pair) = &s.cluster {
+        let now = pair.standing.borrow().clone();
+        g.set("twinops_cluster_acting", &[], f64::from(u8::from(now.acting)));
+        g.set("twinops_cluster_term", &[], now.term as f64);
     }
     for l in s.agent.chain().links() {
         let open = l.breaker.state() != crate::agent::reliability::BreakerState::Closed;
@@ -131,6 +140,7 @@ pub(super) async fn status(State(s): State<S>) -> Result<Json<Value>, ApiError> 
             by.join(", ")
         ));
     }
+    let cluster = s.cluster.as_ref().map(|p| p.describe());
     Ok(Json(json!({"degraded": !reasons.is_empty(), "reasons": reasons, "models": models, "broker_up": broker_up,
-                   "flood": flood, "triage": backlog, "refused": refused, "site": site})))
+                   "flood": flood, "triage": backlog, "refused": refused, "site": site, "cluster": cluster})))
 }

@@ -1,0 +1,453 @@
+//! `bench failover`: a redundant pair of `twinops serve` processes under an alarm flood,
+//! the acting one SIGKILLed again and again (and restarted), with the figures the pair
+//! is held to: failover time, occurrences without a note, notes published twice,
+//! samples where both nodes said they act. The pieces (a node as a process, the notes
+//! heard, the tally) are the pair tests' too (`tests/cluster.rs`).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use super::Percentiles;
+use crate::ingest::mqtt::MqttConfig;
+
+#[derive(clap::Args, Debug)]
+pub struct FailoverBenchArgs {
+    /// The broker both nodes share (Mosquitto, say); by default one embedded in the
+    /// benchmark's process, which outlives the nodes.
+    #[arg(long)]
+    broker: Option<String>,
+    /// SIGKILLs of the acting node.
+    #[arg(long, default_value_t = 20)]
+    kills: usize,
+    /// Alarm occurrences published per second throughout.
+    #[arg(long, default_value_t = 10)]
+    rate: u32,
+    /// The pair's lease (cluster.lease_ms) and renewal period (cluster.renew_ms).
+    #[arg(long, default_value_t = 3000)]
+    lease_ms: u64,
+    #[arg(long, default_value_t = 400)]
+    renew_ms: u64,
+    /// The folder holding the demo plant (plant.toml).
+    #[arg(long, default_value = "seed")]
+    from: PathBuf,
+}
+
+/// A point an alarm can be raised on: (asset, sensor).
+type Point = (String, String);
+
+/// One node of a pair: `twinops serve` as a process of its own (so that it can be
+/// SIGKILLed), on its own database, its log kept across restarts.
+pub struct Node {
+    pub name: String,
+    pub web: u16,
+    exe: PathBuf,
+    db: PathBuf,
+    config: PathBuf,
+    child: Option<std::process::Child>,
+}
+
+/// What a pair's nodes share: the broker, the run's topics, the lease.
+pub struct PairSpec {
+    pub broker: String,
+    /// The pair's name; also the prefix of its SCADA and notes topics.
+    pub run: String,
+    pub lease_ms: u64,
+    pub renew_ms: u64,
+}
+
+impl PairSpec {
+    /// Alarm events for this pair go here.
+    pub fn alarms_topic(&self) -> String {
+        format!("{}/scada/alarms", self.run)
+    }
+}
+
+impl Node {
+    /// Writes the node's configuration beside `db` (a twin with the plant) and starts it.
+    pub fn start(exe: &Path, spec: &PairSpec, name: &str, db: &Path, web: u16, peer_web: u16) -> anyhow::Result<Node> {
+        let (url, run, lease, renew) = (&spec.broker, &spec.run, spec.lease_ms, spec.renew_ms);
+        let toml = format!(
+            "[mqtt]\nurl = \"{url}\"\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\
+             notes_topic = \"{run}/notes\"\n\n[web]\nlisten = \"127.0.0.1:{web}\"\n\n\
+             [cluster]\nname = \"{run}\"\nnode = \"{name}\"\npeer_hmi = \"http://127.0.0.1:{peer_web}\"\n\
+             lease_ms = {lease}\nrenew_ms = {renew}\n"
+        );
+        let config = db.with_extension("toml");
+        std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
+        let mut node = Node { name: name.into(), web, exe: exe.into(), db: db.into(), config, child: None };
+        node.restart()?;
+        Ok(node)
+    }
+
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log())?;
+        let child = std::process::Command::new(&self.exe)
+            .arg("--db")
+            .arg(&self.db)
+            .arg("--config")
+            .arg(&self.config)
+            .arg("serve")
+            .env_remove("TWINOPS_LLM_KIND")
+            .env("TWINOPS_LOG", "warn")
+            .stderr(log)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", self.exe.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL: gone without a word, as a host that dies.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log(&self) -> PathBuf {
+        self.db.with_extension("log")
+    }
+
+    pub fn db(&self) -> &Path {
+        &self.db
+    }
+
+    /// What its `/readyz` says of the pair, if it answers.
+    pub async fn pair(&self) -> Option<Value> {
+        self.child.as_ref()?;
+        let url = format!("http://127.0.0.1:{}/readyz", self.web);
+        let http = crate::agent::http::Http::new();
+        let r = http.client().get(url).timeout(Duration::from_secs(1)).send().await.ok()?;
+        Some(r.json::<Value>().await.ok()?["cluster"].clone())
+    }
+
+    pub async fn acting(&self) -> bool {
+        self.pair().await.is_some_and(|p| p["acting"] == true)
+    }
+
+    /// Of `events`, those without a triage note in this node's twin.
+    pub fn without_note(&self, events: &[String]) -> anyhow::Result<Vec<String>> {
+        let db = rusqlite::Connection::open_with_flags(&self.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let mut stmt = db.prepare(
+            "SELECT count(*) FROM alarms a JOIN notes n ON n.alarm_id = a.id AND n.kind = 'triage' WHERE a.event_id = ?1",
+        )?;
+        let mut missing = Vec::new();
+        for e in events {
+            if stmt.query_row([e.as_str()], |r| r.get::<_, i64>(0))? == 0 {
+                missing.push(e.clone());
+            }
+        }
+        Ok(missing)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until exactly one of `nodes` acts and returns its index; two acting at once
+/// is an error.
+pub async fn acting_one(nodes: &[Node], limit: Duration) -> anyhow::Result<usize> {
+    let start = Instant::now();
+    loop {
+        let mut acting = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if n.acting().await {
+                acting.push(i);
+            }
+        }
+        anyhow::ensure!(acting.len() <= 1, "both nodes act");
+        if let [i] = acting[..] {
+            return Ok(i);
+        }
+        anyhow::ensure!(start.elapsed() < limit, "no node acts within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every message on `{run}/notes/#`, as JSON, heard on a connection of its own.
+pub fn hear_notes(broker: &str, run: &str) -> anyhow::Result<Arc<Mutex<Vec<Value>>>> {
+    let cfg = MqttConfig { url: broker.into(), ..Default::default() };
+    let mut opts = crate::ingest::mqtt::options(&cfg, &format!("twinops-{run}-notes-heard"))?;
+    opts.set_clean_session(true);
+    let (client, mut events) = rumqttc::AsyncClient::new(opts, 100);
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let (h, topic) = (Arc::clone(&heard), format!("{run}/notes/#"));
+    tokio::spawn(async move {
+        loop {
+            match events.poll().await {
+                Ok(rumqttc::Event::Incoming(rumqttc::Incoming::ConnAck(_))) => {
+                    let _ = client.try_subscribe(&topic, rumqttc::QoS::AtLeastOnce);
+                }
+                Ok(rumqttc::Event::Incoming(rumqttc::Incoming::Publish(p))) => {
+                    if let Ok(v) = serde_json::from_slice(&p.payload) {
+                        h.lock().expect("notes heard").push(v);
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    });
+    Ok(heard)
+}
+
+/// What the notes heard say of `events`: notes published twice (the same lead and
+/// revision again) and occurrences in the notes of two different leads.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub notes: usize,
+    pub published_twice: Vec<String>,
+    pub in_two_notes: Vec<String>,
+}
+
+pub fn tally(notes: &[Value], events: &[String]) -> Tally {
+    let mut leads: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    let mut sent = HashSet::new();
+    let mut t = Tally { notes: notes.len(), ..Tally::default() };
+    for n in notes {
+        let lead = n["event_id"].as_str().unwrap_or("");
+        if !sent.insert((lead, n["revision"].as_i64())) {
+            t.published_twice.push(format!("{lead} revision {}", n["revision"]));
+        }
+        let covers = n["covers_event_ids"].as_array().into_iter().flatten().filter_map(Value::as_str);
+        for e in std::iter::once(lead).chain(covers) {
+            leads.entry(e).or_default().insert(lead);
+        }
+    }
+    t.in_two_notes = events.iter().filter(|e| leads.get(e.as_str()).is_some_and(|l| l.len() > 1)).cloned().collect();
+    t
+}
+
+pub fn failover(args: &FailoverBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.kills > 0 && args.rate > 0, "--kills and --rate must be at least 1");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let dir = std::env::temp_dir().join(format!("twinops-bench-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = rt.block_on(run(args, &dir));
+    match &result {
+        Ok(()) if std::env::var_os("TWINOPS_BENCH_KEEP").is_none() => drop(std::fs::remove_dir_all(&dir)),
+        _ => eprintln!("the nodes' databases and logs are kept in {}", dir.display()),
+    }
+    result
+}
+
+async fn run(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<()> {
+    let broker = match &args.broker {
+        Some(url) => url.clone(),
+        None => {
+            let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+            crate::broker::start(listen)?;
+            format!("mqtt://{listen}")
+        }
+    };
+    let spec = PairSpec {
+        broker: broker.clone(),
+        run: format!("failover{}", std::process::id()),
+        lease_ms: args.lease_ms,
+        renew_ms: args.renew_ms,
+    };
+    let (mut nodes, points) = pair(args, &spec, dir)?;
+    let notes = hear_notes(&broker, &spec.run)?;
+    acting_one(&nodes, Duration::from_secs(30)).await?;
+
+    let published = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let what = (spec.broker.clone(), spec.alarms_topic(), args.rate);
+    let flood = tokio::spawn(flood(what, points, Arc::clone(&published), Arc::clone(&stop)));
+    let both = Arc::new(AtomicUsize::new(0));
+    let watch = tokio::spawn(watch_both(nodes.iter().map(|n| n.web).collect(), Arc::clone(&both), Arc::clone(&stop)));
+    let failovers = kills(&mut nodes, args.kills).await;
+    stop.store(true, Ordering::Relaxed);
+    let failovers = failovers?;
+    flood.await??;
+    let samples = watch.await?;
+
+    let events = published.lock().expect("published").clone();
+    let missing = settle(&nodes, &events, Duration::from_secs(120)).await?;
+    let heard = notes.lock().expect("notes").clone();
+    if std::env::var_os("TWINOPS_BENCH_KEEP").is_some() {
+        let lines: Vec<String> = heard.iter().map(Value::to_string).collect();
+        std::fs::write(dir.join("notes-heard.jsonl"), lines.join("\n"))?;
+    }
+    let t = tally(&heard, &events);
+    let f = Percentiles::of(failovers.clone());
+    let mut sorted = failovers;
+    sorted.sort();
+    let p95 = sorted[((sorted.len() as f64 * 0.95).ceil() as usize).clamp(1, sorted.len()) - 1];
+    let on = if args.broker.is_some() { broker.as_str() } else { "embedded" };
+    println!(
+        "bench failover: {} SIGKILLs of the acting node, lease {} ms (renewed every {} ms), {} alarm occurrences at \
+         {}/s, broker {on}",
+        args.kills,
+        args.lease_ms,
+        args.renew_ms,
+        events.len(),
+        args.rate
+    );
+    println!(
+        "  failover (SIGKILL to the other node acting): p50 {:.2} s, p95 {:.2} s, max {:.2} s",
+        f.p50.as_secs_f64(),
+        p95.as_secs_f64(),
+        f.max.as_secs_f64()
+    );
+    println!("  occurrences without a note (on either twin): {}", missing.len());
+    println!(
+        "  notes published twice: {}; occurrences in two notes: {}; notes published: {}",
+        t.published_twice.len(),
+        t.in_two_notes.len(),
+        t.notes
+    );
+    let both = both.load(Ordering::Relaxed);
+    println!("  samples with both nodes acting: {both} of {samples} (each node's /readyz, every 20 ms)");
+    println!("  goals: failover p95 < 5 s and max < 10 s; zeros in every other line");
+    for (what, list) in
+        [("published twice", &t.published_twice), ("in two notes", &t.in_two_notes), ("without a note", &missing)]
+    {
+        if !list.is_empty() {
+            println!("  {what}: {}", list.join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// The pair's two nodes, started on copies of one seeded twin, and the points an
+/// alarm flood can raise.
+fn pair(args: &FailoverBenchArgs, spec: &PairSpec, dir: &Path) -> anyhow::Result<(Vec<Node>, Vec<Point>)> {
+    let template = dir.join("template.db");
+    let store = super::seeded_store(&template, &args.from, 1)?;
+    let points: Vec<Point> = store
+        .read()?
+        .prepare("SELECT asset_id, id FROM sensors ORDER BY id LIMIT 40")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    drop(store);
+    let exe = std::env::current_exe()?;
+    let (wa, wb) = (free_port()?, free_port()?);
+    let mut nodes = Vec::new();
+    for (name, web, peer) in [("a", wa, wb), ("b", wb, wa)] {
+        let db = dir.join(format!("{name}.db"));
+        crate::store::backup(&template, &db)?;
+        nodes.push(Node::start(&exe, spec, name, &db, web, peer)?);
+    }
+    Ok((nodes, points))
+}
+
+/// SIGKILLs the acting node `n` times, each time timing until the other acts, then
+/// restarting the killed one and waiting until it has rejoined as standby.
+async fn kills(nodes: &mut [Node], n: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut failovers = Vec::new();
+    for kill in 0..n {
+        let active = acting_one(nodes, Duration::from_secs(30)).await.with_context(|| format!("before kill {kill}"))?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        nodes[active].kill();
+        let killed = Instant::now();
+        let other = 1 - active;
+        while !nodes[other].acting().await {
+            let name = &nodes[other].name;
+            anyhow::ensure!(killed.elapsed() < Duration::from_secs(30), "kill {kill}: node {name} never took over");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        failovers.push(killed.elapsed());
+        nodes[active].restart()?;
+        let back = Instant::now();
+        while nodes[active].pair().await.is_none_or(|p| p["active_node"] != nodes[other].name.as_str()) {
+            let name = &nodes[active].name;
+            anyhow::ensure!(back.elapsed() < Duration::from_secs(30), "kill {kill}: node {name} did not come back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(failovers)
+}
+
+/// Waits up to `limit` for every one of `events` to have its note on both twins;
+/// returns those still without one (`node:event`).
+async fn settle(nodes: &[Node], events: &[String], limit: Duration) -> anyhow::Result<Vec<String>> {
+    let start = Instant::now();
+    loop {
+        let mut missing = Vec::new();
+        for n in nodes {
+            missing.extend(n.without_note(events)?.into_iter().map(|e| format!("{}:{e}", n.name)));
+        }
+        if missing.is_empty() || start.elapsed() > limit {
+            return Ok(missing);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Asks both nodes' `/readyz` every 20 ms until `stop`, counting the samples where both
+/// said they act; returns the samples taken.
+async fn watch_both(webs: Vec<u16>, both: Arc<AtomicUsize>, stop: Arc<AtomicBool>) -> usize {
+    let http = crate::agent::http::Http::new();
+    let mut samples = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let mut acting = 0;
+        for web in &webs {
+            let url = format!("http://127.0.0.1:{web}/readyz");
+            let r = http.client().get(url).timeout(Duration::from_millis(500)).send().await;
+            if let Ok(r) = r {
+                acting += usize::from(r.json::<Value>().await.is_ok_and(|v| v["cluster"]["acting"] == true));
+            }
+        }
+        samples += 1;
+        if acting > 1 {
+            both.fetch_add(1, Ordering::Relaxed);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    samples
+}
+
+/// Publishes one alarm occurrence every `1/rate` s until `stop`, each on a new point
+/// (the points in turn, a new code each round), recording the event ids.
+async fn flood(
+    spec: (String, String, u32),
+    points: Vec<Point>,
+    published: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let (broker, topic, rate) = spec;
+    anyhow::ensure!(!points.is_empty(), "the plant has no sensors");
+    let cfg = MqttConfig { url: broker, ..Default::default() };
+    let mut opts = crate::ingest::mqtt::options(&cfg, &format!("{topic}-flood").replace('/', "-"))?;
+    opts.set_clean_session(true);
+    let (client, mut events) = rumqttc::AsyncClient::new(opts, 1000);
+    let poller = tokio::spawn(async move {
+        loop {
+            if let Err(e) = events.poll().await {
+                eprintln!("bench failover: the flood's connection: {e}; reconnecting");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    let mut every = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    let mut n = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        every.tick().await;
+        let (asset, sensor) = &points[n % points.len()];
+        let event_id = format!("{topic}-{n}").replace('/', "-");
+        let ev = serde_json::json!({"type": "alarm", "event_id": event_id, "asset_id": asset, "sensor_id": sensor,
+            "code": format!("FLOOD-{}", n / points.len()), "severity": "high", "state": "raised",
+            "time": crate::domain::Timestamp::now().to_rfc3339(), "message": "bench failover"});
+        client.publish(&topic, rumqttc::QoS::AtLeastOnce, false, ev.to_string()).await?;
+        published.lock().expect("published").push(event_id);
+        n += 1;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    poller.abort();
+    Ok(())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
