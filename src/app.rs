@@ -76,8 +76,12 @@ fn seed_demo(store: &Store, seed_dir: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// The MQTT settings to run on: `mqtt.url`'s broker, or the embedded one, started here.
-fn broker(cfg: &crate::config::MqttConfig) -> anyhow::Result<crate::config::MqttConfig> {
-    let mut mqtt = cfg.clone();
+/// Each node of a pair keeps its own sessions on the broker (`client_id-node`).
+fn broker(config: &Config) -> anyhow::Result<crate::config::MqttConfig> {
+    let mut mqtt = config.mqtt.clone();
+    if let Some(c) = &config.cluster {
+        mqtt.client_id = format!("{}-{}", mqtt.client_id, c.node);
+    }
     if mqtt.url.is_empty() {
         let listen: SocketAddr = mqtt.embedded_listen.parse().context("mqtt.embedded_listen")?;
         crate::broker::start(listen)?;
@@ -209,13 +213,32 @@ fn opcua_link(
     opts: &ServeOptions,
     policy: &ingest::IngestPolicy,
     wake: &Arc<Notify>,
+    acting: &watch::Receiver<bool>,
     stop: &watch::Receiver<bool>,
 ) -> Option<opcua::link::Running> {
     let cfg = opts.config.opcua.clone();
     cfg.enabled.then(|| {
         let data_dir = crate::store::data_dir_of(&opts.db);
-        opcua::link::start(store.writer().clone(), cfg, data_dir, policy.clone(), Arc::clone(wake), stop.clone())
+        let (writer, wake) = (store.writer().clone(), Arc::clone(wake));
+        opcua::link::start(writer, cfg, data_dir, policy.clone(), wake, acting.clone(), stop.clone())
     })
+}
+
+/// Of a redundant pair, its decision log, and the task that applies what comes
+/// through it to this twin (both join `tasks`).
+fn decision_log(
+    store: &Store,
+    config: &Config,
+    mqtt: &crate::config::MqttConfig,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    stop: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<Arc<cluster::log::DecisionLog>>> {
+    let Some(cfg) = &config.cluster else { return Ok(None) };
+    let (log, decisions, task) = cluster::log::DecisionLog::start(cfg, mqtt, stop.clone())?;
+    tasks.push(task);
+    let queue = config.ingest_policy().queue;
+    tasks.push(tokio::spawn(crate::decisions::run(store.clone(), queue, Arc::clone(&log), decisions)));
+    Ok(Some(log))
 }
 
 /// Triage on `agent` (`rules` its floor), acting while `acting` says so; the jobs the
@@ -281,14 +304,11 @@ impl Daemon {
         }
         // Before anything starts: a configuration it refuses leaves nothing running.
         let directory = directory(&store, &opts.config).await?;
-        let mut mqtt = broker(&opts.config.mqtt)?;
-        if let Some(c) = &opts.config.cluster {
-            // Each node keeps its own sessions on the broker.
-            mqtt.client_id = format!("{}-{}", mqtt.client_id, c.node);
-        }
+        let mqtt = broker(&opts.config)?;
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let (standing, acting) = standing(&opts.config, &mqtt, &mut tasks, &stop_rx)?;
+        let log = decision_log(&store, &opts.config, &mqtt, &mut tasks, &stop_rx)?;
 
         let (agent, rules) = agents(&store, &opts.config);
         let triage = triage(&opts.config, &agent, rules, &acting).await?;
@@ -304,7 +324,7 @@ impl Daemon {
         )?;
         let broker_up = ingest.broker_up.clone();
         tasks.push(ingest.task);
-        let opcua = opcua_link(&store, &opts, &policy, &wake, &stop_rx).map(|link| {
+        let opcua = opcua_link(&store, &opts, &policy, &wake, &acting, &stop_rx).map(|link| {
             tasks.push(link.task);
             link.up
         });
@@ -331,7 +351,11 @@ impl Daemon {
                 mcp: opts.config.mcp.clone(),
                 queue: policy.queue,
                 directory: directory.clone(),
-                cluster: opts.config.cluster.clone().map(|cfg| crate::web::Pair { cfg, standing: standing.clone() }),
+                cluster: opts.config.cluster.clone().zip(log.clone()).map(|(cfg, log)| crate::web::Pair {
+                    cfg,
+                    standing: standing.clone(),
+                    log,
+                }),
             };
             tasks.push(tokio::spawn(crate::web::serve(listener, Arc::new(state), stop_rx.clone())));
         }

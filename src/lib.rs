@@ -21,7 +21,8 @@
 //!   episodes (their initiator, its consequences, the floods like them before).
 //! - [`triage`]: the durable queue and its workers; [`agent`]: models, the bounded
 //!   tool-call loop, guardrails; [`tools`]: the agent's tools, one file each.
-//! - [`approvals`]: the only writer of `work_orders` decisions.
+//! - [`approvals`]: the only writer of `work_orders` decisions; [`decisions`]: the HMI's
+//!   alarm actions, applied at once or, of a redundant pair, through its decision log.
 //! - [`notify`]: notes out, and the outbox (decisions, handovers); [`handover`]: the
 //!   shift handover; [`schedule`]: the timed jobs.
 //! - [`web`]: the HMI and its API; [`accounts`]: users, sessions, tokens; [`mcp`]: the
@@ -46,6 +47,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod console;
+pub mod decisions;
 pub mod domain;
 pub mod episodes;
 pub mod eval;

@@ -229,7 +229,7 @@ const LAYERS: &[&[&str]] = &[
         "opcua",
         "cluster",
     ],
-    &["tools", "agent", "triage", "notify", "schedule"],
+    &["tools", "agent", "triage", "notify", "schedule", "decisions"],
     &["web", "mcp", "console", "publish", "sim", "seed", "scripted", "eval", "bench", "broker", "sdnotify"],
     &["config", "app", "check", "cli"],
 ];

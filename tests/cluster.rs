@@ -278,8 +278,8 @@ async fn two_daemons(url: Option<String>) {
         .unzip();
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_twinops"));
     let mut nodes = [
-        failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, wb).unwrap(),
-        failover::Node::start(exe, &spec, "b", &plants[1].db_path(), wb, wa).unwrap(),
+        failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, Some(wb)).unwrap(),
+        failover::Node::start(exe, &spec, "b", &plants[1].db_path(), wb, Some(wa)).unwrap(),
     ];
     let points: Vec<(String, String)> = {
         let db = plants[0].store.read().unwrap();
@@ -358,6 +358,41 @@ async fn two_daemons(url: Option<String>) {
     // Each kill handed over to the other node, within the bound.
     assert!(actives.windows(2).all(|w| w[0] != w[1]), "the other node took over after each kill: {actives:?}");
     assert!(takeovers.iter().all(|t| *t < Duration::from_secs(10)), "{takeovers:?}");
+    decisions_reach_both(&nodes, &tokens, &events).await;
+}
+
+/// An acknowledgement made on the standby and a shelving made on the acting node go
+/// through the pair's log: both twins show them, journalled at the same time; the same
+/// acknowledgement again is a 409 on either node.
+async fn decisions_reach_both(nodes: &[failover::Node], tokens: &[String], events: &[String]) {
+    let active = failover::acting_one(nodes, Duration::from_secs(30)).await.unwrap();
+    let http = twinops::agent::http::Http::new();
+    let local_id = |n: &failover::Node, event: &str| -> i64 {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        db.query_row("SELECT id FROM alarms WHERE event_id = ?1", [event], |r| r.get(0)).unwrap()
+    };
+    let post = |i: usize, event: &str, action: &str, body: serde_json::Value| {
+        let url = format!("http://127.0.0.1:{}/api/alarms/{}/{action}", nodes[i].web, local_id(&nodes[i], event));
+        http.client().post(url).bearer_auth(&tokens[i]).json(&body).send()
+    };
+    let state = |n: &failover::Node, event: &str| -> (String, Option<i64>) {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        db.query_row("SELECT state, acked_at FROM alarms WHERE event_id = ?1", [event], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+    };
+    let (acked, shelved) = (&events[0], &events[1]);
+    let r = post(1 - active, acked, "ack", json!({})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let again = post(active, acked, "ack", json!({})).await.unwrap();
+    assert_eq!(again.status().as_u16(), 409, "{}", again.text().await.unwrap());
+    let r = post(active, shelved, "shelve", json!({"minutes": 30, "reason": "permit 4471"})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let settled = common::eventually(Duration::from_secs(10), || {
+        nodes.iter().all(|n| state(n, acked).0 == "acknowledged" && state(n, shelved).0 == "shelved")
+    })
+    .await;
+    assert!(settled, "{:?}", nodes.iter().map(|n| (state(n, acked), state(n, shelved))).collect::<Vec<_>>());
+    assert_eq!(state(&nodes[0], acked).1, state(&nodes[1], acked).1, "journalled at the time it was made, on both");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -70,13 +70,31 @@ impl PairSpec {
 
 impl Node {
     /// Writes the node's configuration beside `db` (a twin with the plant) and starts it.
-    pub fn start(exe: &Path, spec: &PairSpec, name: &str, db: &Path, web: u16, peer_web: u16) -> anyhow::Result<Node> {
+    /// With `peer_web`, one of the pair; without, a node alone on the same topics (its
+    /// notes on `{run}/alone/notes`), the baseline.
+    pub fn start(
+        exe: &Path,
+        spec: &PairSpec,
+        name: &str,
+        db: &Path,
+        web: u16,
+        peer_web: Option<u16>,
+    ) -> anyhow::Result<Node> {
         let (url, run, lease, renew) = (&spec.broker, &spec.run, spec.lease_ms, spec.renew_ms);
+        let (client, notes, cluster) = match peer_web {
+            Some(peer) => (
+                format!("twinops-{run}"),
+                format!("{run}/notes"),
+                format!(
+                    "[cluster]\nname = \"{run}\"\nnode = \"{name}\"\npeer_hmi = \"http://127.0.0.1:{peer}\"\n\
+                     lease_ms = {lease}\nrenew_ms = {renew}\n"
+                ),
+            ),
+            None => (format!("twinops-{run}-{name}"), format!("{run}/alone/notes"), String::new()),
+        };
         let toml = format!(
-            "[mqtt]\nurl = \"{url}\"\nclient_id = \"twinops-{run}\"\ntopics = [\"{run}/scada/#\"]\n\
-             notes_topic = \"{run}/notes\"\n\n[web]\nlisten = \"127.0.0.1:{web}\"\n\n\
-             [cluster]\nname = \"{run}\"\nnode = \"{name}\"\npeer_hmi = \"http://127.0.0.1:{peer_web}\"\n\
-             lease_ms = {lease}\nrenew_ms = {renew}\n"
+            "[mqtt]\nurl = \"{url}\"\nclient_id = \"{client}\"\ntopics = [\"{run}/scada/#\"]\n\
+             notes_topic = \"{notes}\"\n\n[web]\nlisten = \"127.0.0.1:{web}\"\n\n{cluster}"
         );
         let config = db.with_extension("toml");
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
@@ -256,7 +274,7 @@ async fn run(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<()> {
         lease_ms: args.lease_ms,
         renew_ms: args.renew_ms,
     };
-    let (mut nodes, points) = pair(args, &spec, dir)?;
+    let Started { mut nodes, alone, points, token } = pair(args, &spec, dir)?;
     let notes = hear_notes(&broker, &spec.run)?;
     acting_one(&nodes, Duration::from_secs(30)).await?;
 
@@ -280,51 +298,113 @@ async fn run(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<()> {
         std::fs::write(dir.join("notes-heard.jsonl"), lines.join("\n"))?;
     }
     let t = tally(&heard, &events);
-    let f = Percentiles::of(failovers.clone());
-    let mut sorted = failovers;
+    let acked = &events[..events.len().min(200)];
+    let trips = round_trips(&nodes, &token, acked).await?;
+    let baseline = round_trips(std::slice::from_ref(&alone), &token, acked).await?;
+    let on = if args.broker.is_some() { broker.as_str() } else { "embedded" };
+    report(
+        args,
+        on,
+        &Figures {
+            events: events.len(),
+            failovers,
+            missing,
+            tally: t,
+            trips,
+            baseline,
+            both: both.load(Ordering::Relaxed),
+            samples,
+        },
+    );
+    Ok(())
+}
+
+/// What a run measured.
+struct Figures {
+    events: usize,
+    failovers: Vec<Duration>,
+    missing: Vec<String>,
+    tally: Tally,
+    trips: Option<Percentiles>,
+    baseline: Option<Percentiles>,
+    both: usize,
+    samples: usize,
+}
+
+fn report(args: &FailoverBenchArgs, on: &str, f: &Figures) {
+    let p = Percentiles::of(f.failovers.clone());
+    let mut sorted = f.failovers.clone();
     sorted.sort();
     let p95 = sorted[((sorted.len() as f64 * 0.95).ceil() as usize).clamp(1, sorted.len()) - 1];
-    let on = if args.broker.is_some() { broker.as_str() } else { "embedded" };
     println!(
         "bench failover: {} SIGKILLs of the acting node, lease {} ms (renewed every {} ms), {} alarm occurrences at \
          {}/s, broker {on}",
-        args.kills,
-        args.lease_ms,
-        args.renew_ms,
-        events.len(),
-        args.rate
+        args.kills, args.lease_ms, args.renew_ms, f.events, args.rate
     );
     println!(
         "  failover (SIGKILL to the other node acting): p50 {:.2} s, p95 {:.2} s, max {:.2} s",
-        f.p50.as_secs_f64(),
+        p.p50.as_secs_f64(),
         p95.as_secs_f64(),
-        f.max.as_secs_f64()
+        p.max.as_secs_f64()
     );
-    println!("  occurrences without a note (on either twin): {}", missing.len());
+    println!("  occurrences without a note (on either twin): {}", f.missing.len());
     println!(
         "  notes published twice: {}; occurrences in two notes: {}; notes published: {}",
-        t.published_twice.len(),
-        t.in_two_notes.len(),
-        t.notes
+        f.tally.published_twice.len(),
+        f.tally.in_two_notes.len(),
+        f.tally.notes
     );
-    let both = both.load(Ordering::Relaxed);
+    if let (Some(r), Some(b)) = (&f.trips, &f.baseline) {
+        println!(
+            "  an acknowledgement through the decision log, answered once applied ({} alternating between the \
+             nodes): p50 {} ms, p99 {} ms, max {} ms",
+            r.n,
+            super::ms(r.p50),
+            super::ms(r.p99),
+            super::ms(r.max)
+        );
+        println!(
+            "  the same acknowledgements on a node alone (baseline, same run): p50 {} ms, p99 {} ms; the pair costs \
+             {:.1}x at p50",
+            super::ms(b.p50),
+            super::ms(b.p99),
+            r.p50.as_secs_f64() / b.p50.as_secs_f64().max(1e-9)
+        );
+    }
+    let (both, samples) = (f.both, f.samples);
     println!("  samples with both nodes acting: {both} of {samples} (each node's /readyz, every 20 ms)");
-    println!("  goals: failover p95 < 5 s and max < 10 s; zeros in every other line");
-    for (what, list) in
-        [("published twice", &t.published_twice), ("in two notes", &t.in_two_notes), ("without a note", &missing)]
-    {
+    println!(
+        "  goals: failover p95 < 5 s and max < 10 s; a decision's round trip p99 < 20 ms; zeros in every other line"
+    );
+    for (what, list) in [
+        ("published twice", &f.tally.published_twice),
+        ("in two notes", &f.tally.in_two_notes),
+        ("without a note", &f.missing),
+    ] {
         if !list.is_empty() {
             println!("  {what}: {}", list.join(", "));
         }
     }
-    Ok(())
 }
 
-/// The pair's two nodes, started on copies of one seeded twin, and the points an
-/// alarm flood can raise.
-fn pair(args: &FailoverBenchArgs, spec: &PairSpec, dir: &Path) -> anyhow::Result<(Vec<Node>, Vec<Point>)> {
+/// What [`pair`] starts.
+struct Started {
+    /// The pair.
+    nodes: Vec<Node>,
+    /// A node alone on the same broker and topics: the baseline.
+    alone: Node,
+    /// The points an alarm flood can raise.
+    points: Vec<Point>,
+    /// An operator's API token, on every node.
+    token: String,
+}
+
+/// The pair's two nodes and a node alone, started on copies of one seeded twin.
+fn pair(args: &FailoverBenchArgs, spec: &PairSpec, dir: &Path) -> anyhow::Result<Started> {
     let template = dir.join("template.db");
     let store = super::seeded_store(&template, &args.from, 1)?;
+    crate::accounts::add_user(&store, "bench", crate::domain::Role::Operator, &crate::accounts::new_secret(), "bench")?;
+    let token = crate::accounts::create_token(&store, "bench", "bench failover", "bench")?.1;
     let points: Vec<Point> = store
         .read()?
         .prepare("SELECT asset_id, id FROM sensors ORDER BY id LIMIT 40")?
@@ -337,9 +417,12 @@ fn pair(args: &FailoverBenchArgs, spec: &PairSpec, dir: &Path) -> anyhow::Result
     for (name, web, peer) in [("a", wa, wb), ("b", wb, wa)] {
         let db = dir.join(format!("{name}.db"));
         crate::store::backup(&template, &db)?;
-        nodes.push(Node::start(&exe, spec, name, &db, web, peer)?);
+        nodes.push(Node::start(&exe, spec, name, &db, web, Some(peer))?);
     }
-    Ok((nodes, points))
+    let db = dir.join("alone.db");
+    crate::store::backup(&template, &db)?;
+    let alone = Node::start(&exe, spec, "alone", &db, free_port()?, None)?;
+    Ok(Started { nodes, alone, points, token })
 }
 
 /// SIGKILLs the acting node `n` times, each time timing until the other acts, then
@@ -367,6 +450,29 @@ async fn kills(nodes: &mut [Node], n: usize) -> anyhow::Result<Vec<Duration>> {
         }
     }
     Ok(failovers)
+}
+
+/// Acknowledges each of `events` on the nodes in turn through the HMI's API (each a
+/// decision through the pair's log, answered once applied on that node), timing each.
+async fn round_trips(nodes: &[Node], token: &str, events: &[String]) -> anyhow::Result<Option<Percentiles>> {
+    let http = crate::agent::http::Http::new();
+    let mut took = Vec::new();
+    for (i, event) in events.iter().enumerate() {
+        let node = &nodes[i % nodes.len()];
+        let db = rusqlite::Connection::open_with_flags(node.db(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let id: i64 = db
+            .query_row("SELECT id FROM alarms WHERE event_id = ?1 AND state = 'unacknowledged'", [event], |r| r.get(0))
+            .unwrap_or(0);
+        if id == 0 {
+            continue;
+        }
+        let url = format!("http://127.0.0.1:{}/api/alarms/{id}/ack", node.web);
+        let start = Instant::now();
+        let r = http.client().post(url).bearer_auth(token).timeout(Duration::from_secs(10)).send().await?;
+        anyhow::ensure!(r.status().is_success(), "acknowledging {event} on node {}: {}", node.name, r.text().await?);
+        took.push(start.elapsed());
+    }
+    Ok((!took.is_empty()).then(|| Percentiles::of(took)))
 }
 
 /// Waits up to `limit` for every one of `events` to have its note on both twins;

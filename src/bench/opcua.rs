@@ -200,8 +200,8 @@ async fn twinops(
     let store = Store::open(&dir.join("bench.db"))?;
     let (stop, stop_rx) = watch::channel(false);
     let policy = crate::ingest::IngestPolicy { max_ahead_s: None, ..Default::default() };
-    let running =
-        link::start(store.writer().clone(), cfg.clone(), dir.to_path_buf(), policy, Arc::new(Notify::new()), stop_rx);
+    let (writer, wake, acting) = (store.writer().clone(), Arc::new(Notify::new()), watch::channel(true).1);
+    let running = link::start(writer, cfg.clone(), dir.to_path_buf(), policy, wake, acting, stop_rx);
     let readings = || -> usize {
         store
             .read()

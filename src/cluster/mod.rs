@@ -11,6 +11,7 @@
 //! the parts that act (triage, notes out) run only while it says `acting`.
 
 pub mod lease;
+pub mod log;
 
 use std::time::{Duration, Instant};
 

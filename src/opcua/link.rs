@@ -102,6 +102,9 @@ struct Link {
     lost_since: Option<Timestamp>,
     connected_once: bool,
     failures: u32,
+    /// Of a redundant pair, whether this node acts: only the acting one passes
+    /// acknowledgements on, and it asks for a ConditionRefresh when it takes over.
+    acting: watch::Receiver<bool>,
 }
 
 /// Starts the link; it runs until `stop`.
@@ -111,6 +114,7 @@ pub fn start(
     data_dir: PathBuf,
     policy: IngestPolicy,
     wake: Arc<Notify>,
+    acting: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
 ) -> Running {
     let (up_tx, up) = watch::channel(false);
@@ -132,6 +136,7 @@ pub fn start(
         lost_since: None,
         connected_once: false,
         failures: 0,
+        acting,
     };
     Running { task: tokio::spawn(link.run(rx, stop)), up }
 }
@@ -165,9 +170,18 @@ impl Link {
             });
             let mut acks = tokio::time::interval(Duration::from_secs(1));
             acks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let (mut role, mut paired) = (self.acting.clone(), true);
             loop {
+                let acting = *self.acting.borrow();
                 tokio::select! {
-                    _ = acks.tick(), if self.cfg.acknowledge && *self.up.borrow() => self.pass_acks(&session).await,
+                    _ = acks.tick(), if self.cfg.acknowledge && *self.up.borrow() && acting => self.pass_acks(&session).await,
+                    // Taking over: the server sends every condition it holds again, so
+                    // this twin's alarm states are the server's before it acts on them.
+                    changed = role.changed(), if paired => match changed {
+                        Ok(()) if *role.borrow_and_update() && *self.up.borrow() => self.refresh(&session).await,
+                        Ok(()) => {}
+                        Err(_) => paired = false,
+                    },
                     _ = stop.changed() => {
                         let _ = tokio::time::timeout(Duration::from_secs(2), session.disconnect()).await;
                         poller.abort();

@@ -737,6 +737,19 @@ const MIGRATIONS: &[&str] = &[
          heard_at   INTEGER NOT NULL
      ) STRICT;
      ALTER TABLE notes ADD COLUMN from_node TEXT;",
+    // 36: a redundant pair's decisions, as applied here from the pair's log: each once
+    // (a redelivery answers as the first time), with who made it where and when.
+    "CREATE TABLE decisions (
+         id          TEXT PRIMARY KEY,
+         node        TEXT NOT NULL,
+         kind        TEXT NOT NULL,
+         args        TEXT NOT NULL,
+         actor       TEXT NOT NULL,
+         at          INTEGER NOT NULL,
+         applied_at  INTEGER NOT NULL,
+         status      INTEGER NOT NULL,
+         body        TEXT NOT NULL
+     ) STRICT;",
 ];
 
 /// The schema version this build writes.

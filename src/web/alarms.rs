@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::{ApiError, WebState};
 use crate::accounts::User;
 use crate::alarms::{self, list::AlarmFilter, list::Order, list::Scope};
+use crate::decisions::{self, AlarmAction};
 use crate::domain::{AssetId, Timestamp};
 
 use super::work_orders::ReasonRequest;
@@ -134,11 +135,36 @@ pub(super) async fn alarm(State(s): State<S>, Path(id): Path<i64>) -> Result<Jso
 
 pub(super) fn action_error(e: alarms::ActionError) -> ApiError {
     match e {
-        alarms::ActionError::NotFound(_) => ApiError::not_found(e.to_string()),
-        alarms::ActionError::WrongState { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
-        alarms::ActionError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
-        alarms::ActionError::Invalid(m) => ApiError::bad_request(m),
         alarms::ActionError::Store(e) => e.into(),
+        e => {
+            ApiError::new(StatusCode::from_u16(decisions::status_of(&e)).unwrap_or(StatusCode::CONFLICT), e.to_string())
+        }
+    }
+}
+
+/// An operator's action on alarm `id`: applied at once, or, of a redundant pair,
+/// through its decision log, answered once it has come back and been applied here.
+async fn decide(s: &S, id: i64, action: AlarmAction, user: User) -> Result<Json<Value>, ApiError> {
+    let Some(pair) = &s.cluster else {
+        let (w, queue) = (s.store.writer().clone(), s.queue);
+        return alarm_action(id, move || action.apply(&w, queue, id, &user.name, Timestamp::now())).await;
+    };
+    let event_id = decisions::event_id_of(&s.store, id)?
+        .ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?;
+    let args = decisions::alarm_args(&event_id, &action);
+    let (status, body) = pair.log.submit(decisions::ALARM, args, &user.name).await.map_err(|e| {
+        let status = match e {
+            crate::cluster::log::SubmitError::BrokerAway => StatusCode::SERVICE_UNAVAILABLE,
+            crate::cluster::log::SubmitError::NotBack(_) => StatusCode::GATEWAY_TIMEOUT,
+        };
+        ApiError::new(status, e.to_string())
+    })?;
+    match StatusCode::from_u16(status) {
+        Ok(ok) if ok.is_success() => Ok(Json(body)),
+        code => Err(ApiError::new(
+            code.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body["error"].as_str().unwrap_or("refused").to_string(),
+        )),
     }
 }
 
@@ -147,8 +173,7 @@ pub(super) async fn ack(
     Extension(user): Extension<User>,
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
-    let w = s.store.writer().clone();
-    alarm_action(id, move || alarms::acknowledge(&w, id, &user.name, Timestamp::now())).await
+    decide(&s, id, AlarmAction::Acknowledge, user).await
 }
 
 pub(super) async fn ack_returned(
@@ -192,13 +217,9 @@ pub(super) async fn shelve(
     Path(id): Path<i64>,
     Json(req): Json<ShelveRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let w = s.store.writer().clone();
-    alarm_action(id, move || {
-        // `as` saturates: a huge number becomes i64::MAX seconds, which shelve refuses.
-        let secs = (req.minutes * 60.0).round() as i64;
-        alarms::shelve(&w, id, &user.name, secs, &req.reason, Timestamp::now())
-    })
-    .await
+    // `as` saturates: a huge number becomes i64::MAX seconds, which shelve refuses.
+    let secs = (req.minutes * 60.0).round() as i64;
+    decide(&s, id, AlarmAction::Shelve { secs, reason: req.reason }, user).await
 }
 
 pub(super) async fn unshelve(
@@ -206,8 +227,7 @@ pub(super) async fn unshelve(
     Extension(user): Extension<User>,
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
-    let w = s.store.writer().clone();
-    alarm_action(id, move || alarms::unshelve(&w, id, &user.name, Timestamp::now())).await
+    decide(&s, id, AlarmAction::Unshelve, user).await
 }
 
 pub(super) async fn out_of_service(
@@ -216,8 +236,7 @@ pub(super) async fn out_of_service(
     Path(id): Path<i64>,
     Json(req): Json<ReasonRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let w = s.store.writer().clone();
-    alarm_action(id, move || alarms::remove_from_service(&w, id, &user.name, &req.reason, Timestamp::now())).await
+    decide(&s, id, AlarmAction::OutOfService { reason: req.reason }, user).await
 }
 
 pub(super) async fn in_service(
@@ -225,6 +244,5 @@ pub(super) async fn in_service(
     Extension(user): Extension<User>,
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
-    let (w, queue) = (s.store.writer().clone(), s.queue);
-    alarm_action(id, move || alarms::return_to_service(&w, id, &user.name, Timestamp::now(), queue)).await
+    decide(&s, id, AlarmAction::InService, user).await
 }

@@ -105,6 +105,8 @@ pub struct WebState {
 pub struct Pair {
     pub cfg: crate::cluster::ClusterConfig,
     pub standing: watch::Receiver<crate::cluster::Standing>,
+    /// Where the alarm actions go, on either node.
+    pub log: Arc<crate::cluster::log::DecisionLog>,
 }
 
 impl Pair {
@@ -190,8 +192,14 @@ pub fn router(state: Arc<WebState>) -> Router {
 /// where to go instead.
 async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) -> Response {
     let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    let session = matches!(req.uri().path(), "/login" | "/logout");
-    let Some(pair) = state.cluster.as_ref().filter(|_| !reads && !session) else { return next.run(req).await };
+    let path = req.uri().path();
+    let session = matches!(path, "/login" | "/logout");
+    // Made on either node: they go through the pair's decision log.
+    let shared = path.starts_with("/api/alarms/")
+        && ["/ack", "/shelve", "/unshelve", "/out-of-service", "/in-service"].iter().any(|a| path.ends_with(a));
+    let Some(pair) = state.cluster.as_ref().filter(|_| !reads && !session && !shared) else {
+        return next.run(req).await;
+    };
     let now = pair.standing.borrow().clone();
     if now.acting {
         return next.run(req).await;
@@ -201,8 +209,8 @@ async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) 
     let mut r = ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         format!(
-            "this node ({}) stands by: {active} acts (term {}). Make the change on the acting node's HMI{there}; \
-             reads work here",
+            "this node ({}) stands by: {active} acts (term {}). Make this change on the acting node's HMI{there}; \
+             reads and alarm actions (acknowledge, shelve, out of service) work here",
             pair.cfg.node, now.term
         ),
     )

@@ -1,0 +1,202 @@
+//! The pair's decision log: what people decide on either node goes to the broker on
+//! one topic (`twinops/cluster/{name}/log`, QoS 1) and comes back to both in the
+//! broker's one order, on a persistent session each, so that a node that was away gets
+//! what it missed (as long as the broker keeps it). Each node applies every decision,
+//! its own included, in that order; the node where it was made answers the person only
+//! once it has come back and been applied ([`DecisionLog::submit`]).
+//!
+//! This is the transport; what a decision does is up to the caller.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rumqttc::{AsyncClient, Event, Incoming, QoS};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::ClusterConfig;
+use crate::domain::Timestamp;
+use crate::ingest::mqtt::MqttConfig;
+
+/// One decision as it travels: who made it where and when, and what (`kind` and its
+/// arguments, the caller's vocabulary).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Decision {
+    /// Unique: a decision delivered twice is applied once.
+    pub id: String,
+    /// The node it was made on.
+    pub node: String,
+    pub kind: String,
+    pub args: Value,
+    pub actor: String,
+    /// When it was made, unix seconds: both nodes journal it at this time.
+    pub at: i64,
+}
+
+/// A decision come back from the broker, to apply and then [`Delivered::done`].
+pub struct Delivered {
+    pub decision: Decision,
+    publish: rumqttc::Publish,
+}
+
+/// The outcome of applying a decision: an HTTP status and the body to answer with.
+pub type Outcome = (u16, Value);
+
+/// Why a decision was not answered.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(
+        "the broker is not reachable from this node, so the decision cannot be shared with the other node; \
+         nothing was changed: try again when the broker is back (the banner says when)"
+    )]
+    BrokerAway,
+    #[error(
+        "the decision went to the broker but has not come back within {0} s; it is applied on both nodes when it \
+         does: look at the alarm before deciding again"
+    )]
+    NotBack(u64),
+}
+
+/// This node's end of the log.
+pub struct DecisionLog {
+    node: String,
+    topic: String,
+    client: AsyncClient,
+    up: watch::Receiver<bool>,
+    waiting: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
+}
+
+/// How long a person waits for their decision to come back.
+const ROUND_TRIP_LIMIT: Duration = Duration::from_secs(5);
+
+impl DecisionLog {
+    /// Joins the log of the pair `cfg` names; decisions come out of the receiver in the
+    /// broker's order, to be applied and acknowledged one by one.
+    pub fn start(
+        cfg: &ClusterConfig,
+        mqtt: &MqttConfig,
+        stop: watch::Receiver<bool>,
+    ) -> anyhow::Result<(Arc<DecisionLog>, mpsc::Receiver<Delivered>, tokio::task::JoinHandle<()>)> {
+        let mut opts = crate::ingest::mqtt::options(mqtt, &format!("twinops-cluster-{}-{}-log", cfg.name, cfg.node))?;
+        // Persistent, acknowledged after applying: a decision is not lost to a node that
+        // stops or is away, and comes again if it stopped before applying it.
+        opts.set_clean_session(false);
+        opts.set_manual_acks(true);
+        let (client, eventloop) = AsyncClient::new(opts, 256);
+        let (up_tx, up) = watch::channel(false);
+        let log = Arc::new(DecisionLog {
+            node: cfg.node.clone(),
+            topic: format!("twinops/cluster/{}/log", cfg.name),
+            client,
+            up,
+            waiting: Mutex::default(),
+        });
+        let (tx, rx) = mpsc::channel(256);
+        let task = tokio::spawn(Arc::clone(&log).run(eventloop, up_tx, tx, stop));
+        Ok((log, rx, task))
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        mut eventloop: rumqttc::EventLoop,
+        up: watch::Sender<bool>,
+        tx: mpsc::Sender<Delivered>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            let event = tokio::select! {
+                e = eventloop.poll() => e,
+                _ = stop.changed() => break,
+            };
+            match event {
+                Ok(Event::Incoming(Incoming::ConnAck(_))) => {
+                    let _ = self.client.try_subscribe(&self.topic, QoS::AtLeastOnce);
+                }
+                Ok(Event::Incoming(Incoming::SubAck(_))) => {
+                    up.send_replace(true);
+                }
+                Ok(Event::Incoming(Incoming::Publish(publish))) => {
+                    match serde_json::from_slice::<Decision>(&publish.payload) {
+                        Ok(decision) => {
+                            if tx.send(Delivered { decision, publish }).await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(stage = "cluster", error = %e, "a message on the decision log that is not a decision; dropped");
+                            let _ = self.client.try_ack(&publish);
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    up.send_replace(false);
+                    tracing::warn!(stage = "cluster", error = %e, "the decision log's connection is down; reconnecting (changes are refused meanwhile)");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+        up.send_replace(false);
+        let _ = self.client.try_disconnect();
+    }
+
+    /// Whether decisions can be made now (the log's connection is up).
+    pub fn up(&self) -> bool {
+        *self.up.borrow()
+    }
+
+    /// Sends a decision and waits until it has come back and been applied on this node;
+    /// returns how it went there.
+    pub async fn submit(&self, kind: &str, args: Value, actor: &str) -> Result<Outcome, SubmitError> {
+        if !self.up() {
+            return Err(SubmitError::BrokerAway);
+        }
+        let id = format!("{}-{}", self.node, crate::support::hex(&rand_bytes()));
+        let decision = Decision {
+            id: id.clone(),
+            node: self.node.clone(),
+            kind: kind.into(),
+            args,
+            actor: actor.into(),
+            at: Timestamp::now().unix(),
+        };
+        let (tx, rx) = oneshot::channel();
+        self.waiting.lock().expect("waiting decisions").insert(id.clone(), tx);
+        let body = serde_json::to_vec(&decision).unwrap_or_default();
+        let sent =
+            tokio::time::timeout(ROUND_TRIP_LIMIT, self.client.publish(&self.topic, QoS::AtLeastOnce, false, body))
+                .await;
+        if !matches!(sent, Ok(Ok(()))) {
+            self.waiting.lock().expect("waiting decisions").remove(&id);
+            return Err(SubmitError::BrokerAway);
+        }
+        match tokio::time::timeout(ROUND_TRIP_LIMIT, rx).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            _ => {
+                self.waiting.lock().expect("waiting decisions").remove(&id);
+                Err(SubmitError::NotBack(ROUND_TRIP_LIMIT.as_secs()))
+            }
+        }
+    }
+
+    /// A decision was applied here: it is acknowledged to the broker (it does not come
+    /// again), and the person waiting for it, if they are on this node, gets `outcome`.
+    pub fn done(&self, delivered: Delivered, outcome: Outcome) {
+        let _ = self.client.try_ack(&delivered.publish);
+        if let Some(tx) = self.waiting.lock().expect("waiting decisions").remove(&delivered.decision.id) {
+            let _ = tx.send(outcome);
+        }
+    }
+}
+
+fn rand_bytes() -> [u8; 12] {
+    let mut b = [0u8; 12];
+    // The id only needs to be unique; without the OS's randomness, the time is.
+    if getrandom::fill(&mut b).is_err() {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        b.copy_from_slice(&nanos.to_le_bytes()[..12]);
+    }
+    b
+}

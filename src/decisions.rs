@@ -1,0 +1,179 @@
+//! Decisions people make in the HMI, made the same way on one node and on a redundant
+//! pair. Alone, a decision is applied at once. Of a pair, it goes through the pair's
+//! decision log (`cluster::log`) and is applied by both nodes in the broker's order,
+//! each finding the alarm by its event id (the SCADA's, the same on both; local ids
+//! differ), and journalled at the time it was made; the person is answered with how it
+//! went on their node.
+//!
+//! Shared so far: the actions on one alarm occurrence (acknowledge, shelve, unshelve,
+//! out of service, back in service).
+
+use std::sync::Arc;
+
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::alarms::{self, ActionError, QueuePolicy};
+use crate::cluster::log::{Decision, DecisionLog, Delivered, Outcome};
+use crate::domain::{AlarmState, Timestamp};
+use crate::store::{Store, StoreError, Writer};
+
+/// The decision log's kind for [`AlarmAction`]s.
+pub const ALARM: &str = "alarm";
+
+/// An operator's action on one alarm occurrence.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum AlarmAction {
+    Acknowledge,
+    Shelve { secs: i64, reason: String },
+    Unshelve,
+    OutOfService { reason: String },
+    InService,
+}
+
+impl AlarmAction {
+    /// Applies the action to this node's occurrence `id`, as `actor` at `at`.
+    pub fn apply(
+        &self,
+        writer: &Writer,
+        queue: QueuePolicy,
+        id: i64,
+        actor: &str,
+        at: Timestamp,
+    ) -> Result<AlarmState, ActionError> {
+        match self {
+            AlarmAction::Acknowledge => alarms::acknowledge(writer, id, actor, at),
+            AlarmAction::Shelve { secs, reason } => alarms::shelve(writer, id, actor, *secs, reason, at),
+            AlarmAction::Unshelve => alarms::unshelve(writer, id, actor, at),
+            AlarmAction::OutOfService { reason } => alarms::remove_from_service(writer, id, actor, reason, at),
+            AlarmAction::InService => alarms::return_to_service(writer, id, actor, at, queue),
+        }
+    }
+}
+
+/// The HTTP status an action's refusal answers with.
+pub fn status_of(e: &ActionError) -> u16 {
+    match e {
+        ActionError::NotFound(_) => 404,
+        ActionError::WrongState { .. } | ActionError::Conflict(_) => 409,
+        ActionError::Invalid(_) => 400,
+        ActionError::Store(_) => 500,
+    }
+}
+
+/// The log's arguments of an action on the occurrence whose event id is `event_id`.
+pub fn alarm_args(event_id: &str, action: &AlarmAction) -> Value {
+    let mut args = serde_json::to_value(action).unwrap_or(Value::Null);
+    args["event_id"] = json!(event_id);
+    args
+}
+
+/// The event id that names occurrence `id` on both nodes.
+pub fn event_id_of(store: &Store, id: i64) -> Result<Option<String>, StoreError> {
+    Ok(store
+        .read()?
+        .prepare_cached("SELECT event_id FROM alarms WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?)
+}
+
+/// Applies one decision from the log on this node, once: a decision delivered again
+/// (the node stopped before acknowledging it) answers as it did the first time, and is
+/// not applied again. What it did is then [`record`]ed.
+pub fn apply(store: &Store, queue: QueuePolicy, d: &Decision) -> Result<Outcome, StoreError> {
+    let db = store.read()?;
+    let before: Option<(u16, String)> = db
+        .prepare_cached("SELECT status, body FROM decisions WHERE id = ?1")?
+        .query_row([&d.id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((status, body)) = before {
+        return Ok((status, serde_json::from_str(&body).unwrap_or(Value::Null)));
+    }
+    match d.kind.as_str() {
+        ALARM => apply_alarm(store, &db, queue, d),
+        kind => Ok((
+            400,
+            json!({"error": format!("a decision of kind '{kind}', which this node does not know: upgrade it")}),
+        )),
+    }
+}
+
+/// Records that `d` was applied here with `outcome` (after the person was answered:
+/// one commit less on their wait).
+pub fn record(writer: &Writer, d: &Decision, outcome: &Outcome) -> Result<(), StoreError> {
+    let (d, (status, body)) = (d.clone(), (outcome.0, outcome.1.to_string()));
+    writer.call(move |c| {
+        c.prepare_cached(
+            "INSERT OR IGNORE INTO decisions (id, node, kind, args, actor, at, applied_at, status, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?
+        .execute(params![
+            d.id,
+            d.node,
+            d.kind,
+            d.args.to_string(),
+            d.actor,
+            d.at,
+            Timestamp::now().unix(),
+            status,
+            body
+        ])?;
+        Ok::<_, StoreError>(())
+    })
+}
+
+fn apply_alarm(
+    store: &Store,
+    db: &rusqlite::Connection,
+    queue: QueuePolicy,
+    d: &Decision,
+) -> Result<Outcome, StoreError> {
+    let action: AlarmAction = match serde_json::from_value(d.args.clone()) {
+        Ok(a) => a,
+        Err(e) => return Ok((400, json!({"error": format!("not an alarm action: {e}")}))),
+    };
+    let event_id = d.args["event_id"].as_str().unwrap_or_default();
+    let id: Option<i64> = db
+        .prepare_cached("SELECT id FROM alarms WHERE event_id = ?1")?
+        .query_row([event_id], |r| r.get(0))
+        .optional()?;
+    let Some(id) = id else {
+        let error = format!("no alarm occurrence with event id '{event_id}' on this node (it has not arrived here)");
+        return Ok((404, json!({"error": error})));
+    };
+    Ok(match action.apply(store.writer(), queue, id, &d.actor, Timestamp::from_unix(d.at)) {
+        Ok(state) => (200, json!({"id": id, "state": state})),
+        Err(ActionError::Store(e)) => return Err(e),
+        Err(e) => (status_of(&e), json!({"error": e.to_string()})),
+    })
+}
+
+/// Applies the decisions of the log as they come, in its order, until it ends.
+pub async fn run(store: Store, queue: QueuePolicy, log: Arc<DecisionLog>, mut decisions: mpsc::Receiver<Delivered>) {
+    while let Some(delivered) = decisions.recv().await {
+        let (s, d) = (store.clone(), delivered.decision.clone());
+        let outcome = tokio::task::spawn_blocking(move || apply(&s, queue, &d)).await;
+        match outcome {
+            Ok(Ok(outcome)) => {
+                let d = delivered.decision.clone();
+                log.done(delivered, outcome.clone());
+                let w = store.writer().clone();
+                match tokio::task::spawn_blocking(move || record(&w, &d, &outcome)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(stage = "decisions", error = %e, "a decision applied here could not be recorded")
+                    }
+                    Err(e) => tracing::error!(stage = "decisions", error = %e, "recording a decision panicked"),
+                }
+            }
+            // Not acknowledged: the broker sends it again, after a restart at the latest.
+            Ok(Err(e)) => {
+                tracing::error!(stage = "decisions", id = %delivered.decision.id, error = %e, "a decision could not be applied; it comes again")
+            }
+            Err(e) => tracing::error!(stage = "decisions", error = %e, "applying a decision panicked"),
+        }
+    }
+}
