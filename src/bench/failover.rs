@@ -382,7 +382,8 @@ fn report(args: &FailoverBenchArgs, on: &str, f: &Figures) {
         ("without a note", &f.missing),
     ] {
         if !list.is_empty() {
-            println!("  {what}: {}", list.join(", "));
+            let more = if list.len() > 10 { format!(" and {} more", list.len() - 10) } else { String::new() };
+            println!("  {what}: {}{more}", list[..list.len().min(10)].join(", "));
         }
     }
 }

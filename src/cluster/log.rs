@@ -84,7 +84,10 @@ impl DecisionLog {
         // stops or is away, and comes again if it stopped before applying it.
         opts.set_clean_session(false);
         opts.set_manual_acks(true);
-        let (client, eventloop) = AsyncClient::new(opts, 256);
+        let (client, mut eventloop) = AsyncClient::new(opts, 256);
+        // A decision is one small packet a person waits for: sent at once, not held
+        // back for company (Nagle's algorithm and a delayed ack cost 40 ms a trip).
+        eventloop.network_options.set_tcp_nodelay(true);
         let (up_tx, up) = watch::channel(false);
         let log = Arc::new(DecisionLog {
             node: cfg.node.clone(),

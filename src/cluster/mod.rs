@@ -99,7 +99,9 @@ pub fn start(cfg: ClusterConfig, mqtt: &MqttConfig, stop: watch::Receiver<bool>)
     opts.set_keep_alive(Duration::from_secs(5));
     let offline = json!({"node": cfg.node, "online": false}).to_string();
     opts.set_last_will(LastWill::new(cfg.node_topic(&cfg.node), offline, QoS::AtLeastOnce, true));
-    let (client, eventloop) = AsyncClient::new(opts, 64);
+    let (client, mut eventloop) = AsyncClient::new(opts, 64);
+    // Renewals are small and timed: sent at once.
+    eventloop.network_options.set_tcp_nodelay(true);
     let lease = Lease::new(&cfg.node, cfg.rules(), Instant::now());
     let (tx, standing) = watch::channel(lease.standing(Instant::now()));
     let task = tokio::spawn(run(cfg, client, eventloop, lease, tx, stop));
