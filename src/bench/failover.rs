@@ -112,7 +112,7 @@ impl Node {
             .arg(&self.config)
             .arg("serve")
             .env_remove("TWINOPS_LLM_KIND")
-            .env("TWINOPS_LOG", "warn")
+            .env("TWINOPS_LOG", std::env::var("TWINOPS_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
             .stderr(log)
             .stdout(std::process::Stdio::null())
             .spawn()
