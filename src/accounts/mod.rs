@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 pub use crate::domain::UserSource as Source;
 use crate::domain::{Role, Timestamp};
 use crate::store::{Store, StoreError};
-use crate::support::hex;
+use crate::support::{hex, random_bytes};
 
 /// A session lasts at most a long shift, and ends sooner when idle (`web.session_idle_minutes`).
 pub const SESSION_MAX_SECS: i64 = 14 * 3600;
@@ -73,12 +73,6 @@ pub fn hash_password(password: &str) -> String {
 
 fn verify_password(password: &str, phc: &str) -> bool {
     PasswordHash::new(phc).is_ok_and(|h| argon2().verify_password(password.as_bytes(), &h).is_ok())
-}
-
-fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut bytes = [0u8; N];
-    getrandom::fill(&mut bytes).expect("the operating system's random source");
-    bytes
 }
 
 fn sha256_hex(text: &str) -> String {

@@ -48,6 +48,7 @@ pub struct Node {
     pub web: u16,
     exe: PathBuf,
     db: PathBuf,
+    http: crate::agent::http::Http,
     config: PathBuf,
     child: Option<std::process::Child>,
 }
@@ -98,7 +99,8 @@ impl Node {
         );
         let config = db.with_extension("toml");
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
-        let mut node = Node { name: name.into(), web, exe: exe.into(), db: db.into(), config, child: None };
+        let http = crate::agent::http::Http::new();
+        let mut node = Node { name: name.into(), web, exe: exe.into(), db: db.into(), http, config, child: None };
         node.restart()?;
         Ok(node)
     }
@@ -141,8 +143,7 @@ impl Node {
     pub async fn pair(&self) -> Option<Value> {
         self.child.as_ref()?;
         let url = format!("http://127.0.0.1:{}/readyz", self.web);
-        let http = crate::agent::http::Http::new();
-        let r = http.client().get(url).timeout(Duration::from_secs(1)).send().await.ok()?;
+        let r = self.http.client().get(url).timeout(Duration::from_secs(1)).send().await.ok()?;
         Some(r.json::<Value>().await.ok()?["cluster"].clone())
     }
 
@@ -333,9 +334,6 @@ struct Figures {
 
 fn report(args: &FailoverBenchArgs, on: &str, f: &Figures) {
     let p = Percentiles::of(f.failovers.clone());
-    let mut sorted = f.failovers.clone();
-    sorted.sort();
-    let p95 = sorted[((sorted.len() as f64 * 0.95).ceil() as usize).clamp(1, sorted.len()) - 1];
     println!(
         "bench failover: {} SIGKILLs of the acting node, lease {} ms (renewed every {} ms), {} alarm occurrences at \
          {}/s, broker {on}",
@@ -344,7 +342,7 @@ fn report(args: &FailoverBenchArgs, on: &str, f: &Figures) {
     println!(
         "  failover (SIGKILL to the other node acting): p50 {:.2} s, p95 {:.2} s, max {:.2} s",
         p.p50.as_secs_f64(),
-        p95.as_secs_f64(),
+        p.p95.as_secs_f64(),
         p.max.as_secs_f64()
     );
     println!("  occurrences without a note (on either twin): {}", f.missing.len());

@@ -43,6 +43,7 @@ fn process_cpu() -> Duration {
 /// Latency percentiles of a set of samples.
 pub struct Percentiles {
     pub p50: Duration,
+    pub p95: Duration,
     pub p99: Duration,
     pub max: Duration,
     pub mean: Duration,
@@ -55,7 +56,8 @@ impl Percentiles {
         samples.sort();
         let at = |q: f64| samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1];
         let total: Duration = samples.iter().sum();
-        Percentiles { p50: at(0.50), p99: at(0.99), max: at(1.0), mean: total / samples.len() as u32, n: samples.len() }
+        let (mean, n) = (total / samples.len() as u32, samples.len());
+        Percentiles { p50: at(0.50), p95: at(0.95), p99: at(0.99), max: at(1.0), mean, n }
     }
 }
 

@@ -156,7 +156,7 @@ impl DecisionLog {
         if !self.up() {
             return Err(SubmitError::BrokerAway);
         }
-        let id = format!("{}-{}", self.node, crate::support::hex(&rand_bytes()));
+        let id = format!("{}-{}", self.node, crate::support::hex(&crate::support::random_bytes::<12>()));
         let decision = Decision {
             id: id.clone(),
             node: self.node.clone(),
@@ -192,14 +192,4 @@ impl DecisionLog {
             let _ = tx.send(outcome);
         }
     }
-}
-
-fn rand_bytes() -> [u8; 12] {
-    let mut b = [0u8; 12];
-    // The id only needs to be unique; without the OS's randomness, the time is.
-    if getrandom::fill(&mut b).is_err() {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        b.copy_from_slice(&nanos.to_le_bytes()[..12]);
-    }
-    b
 }

@@ -22,6 +22,13 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `N` bytes from the operating system's random source (secrets, salts, unique ids).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    bytes
+}
+
 /// A secret value (an API key). Debug and Display print `[redacted]`.
 #[derive(Clone, Deserialize)]
 #[serde(transparent)]
