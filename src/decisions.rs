@@ -6,7 +6,8 @@
 //! went on their node.
 //!
 //! Shared so far: the actions on one alarm occurrence (acknowledge, shelve, unshelve,
-//! out of service, back in service).
+//! out of service, back in service). A decision about an occurrence that has not
+//! arrived on a node yet waits there, recorded, and is applied when it does.
 
 use std::sync::Arc;
 
@@ -101,8 +102,7 @@ pub fn apply(store: &Store, queue: QueuePolicy, d: &Decision) -> Result<Outcome,
     }
 }
 
-/// Records that `d` was applied here with `outcome` (after the person was answered:
-/// one commit less on their wait).
+/// Records that `d` was applied here with `outcome`, or is waiting (status 202).
 pub fn record(writer: &Writer, d: &Decision, outcome: &Outcome) -> Result<(), StoreError> {
     let (d, (status, body)) = (d.clone(), (outcome.0, outcome.1.to_string()));
     writer.call(move |c| {
@@ -125,55 +125,141 @@ pub fn record(writer: &Writer, d: &Decision, outcome: &Outcome) -> Result<(), St
     })
 }
 
+/// The outcome of a decision about an occurrence this node has not ingested yet: it
+/// waits here (recorded, acknowledged to the broker) and is applied when the
+/// occurrence arrives ([`apply_waiting`]), in the log's order.
+const WAITING: u16 = 202;
+
 fn apply_alarm(
     store: &Store,
     db: &rusqlite::Connection,
     queue: QueuePolicy,
     d: &Decision,
 ) -> Result<Outcome, StoreError> {
-    let action: AlarmAction = match serde_json::from_value(d.args.clone()) {
-        Ok(a) => a,
-        Err(e) => return Ok((400, json!({"error": format!("not an alarm action: {e}")}))),
-    };
     let event_id = d.args["event_id"].as_str().unwrap_or_default();
+    // After an earlier decision still waiting for the same occurrence, in the log's order.
+    let behind: bool = db
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM decisions WHERE status = 202 AND kind = 'alarm'
+                            AND json_extract(args, '$.event_id') = ?1)",
+        )?
+        .query_row([event_id], |r| r.get(0))?;
     let id: Option<i64> = db
         .prepare_cached("SELECT id FROM alarms WHERE event_id = ?1")?
         .query_row([event_id], |r| r.get(0))
         .optional()?;
-    let Some(id) = id else {
-        let error = format!("no alarm occurrence with event id '{event_id}' on this node (it has not arrived here)");
-        return Ok((404, json!({"error": error})));
+    match id {
+        Some(id) if !behind => apply_alarm_to(store.writer(), queue, d, id),
+        _ => {
+            let waiting = format!(
+                "the alarm occurrence with event id '{event_id}' has not arrived on this node yet; the decision is \
+                 applied here when it does"
+            );
+            Ok((WAITING, json!({"waiting": waiting})))
+        }
+    }
+}
+
+fn apply_alarm_to(writer: &Writer, queue: QueuePolicy, d: &Decision, id: i64) -> Result<Outcome, StoreError> {
+    let action: AlarmAction = match serde_json::from_value(d.args.clone()) {
+        Ok(a) => a,
+        Err(e) => return Ok((400, json!({"error": format!("not an alarm action: {e}")}))),
     };
-    Ok(match action.apply(store.writer(), queue, id, &d.actor, Timestamp::from_unix(d.at)) {
+    Ok(match action.apply(writer, queue, id, &d.actor, Timestamp::from_unix(d.at)) {
         Ok(state) => (200, json!({"id": id, "state": state})),
         Err(ActionError::Store(e)) => return Err(e),
         Err(e) => (status_of(&e), json!({"error": e.to_string()})),
     })
 }
 
-/// Applies the decisions of the log as they come, in its order, until it ends.
+/// Applies, in the log's order, the decisions that were waiting for an occurrence that
+/// has arrived since; returns how many.
+pub fn apply_waiting(store: &Store, queue: QueuePolicy) -> Result<usize, StoreError> {
+    let ready: Vec<(String, String, String, String, i64, i64)> = store
+        .read()?
+        .prepare_cached(
+            "SELECT d.id, d.node, d.args, d.actor, d.at, a.id FROM decisions d
+             JOIN alarms a ON a.event_id = json_extract(d.args, '$.event_id')
+             WHERE d.status = 202 AND d.kind = 'alarm' ORDER BY d.rowid",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, node, args, actor, at, alarm) in &ready {
+        let args = serde_json::from_str(args).unwrap_or(Value::Null);
+        let d =
+            Decision { id: id.clone(), node: node.clone(), kind: ALARM.into(), args, actor: actor.clone(), at: *at };
+        let (status, body) = apply_alarm_to(store.writer(), queue, &d, *alarm)?;
+        let (id, body) = (id.clone(), body.to_string());
+        store.writer().call(move |c| {
+            c.prepare_cached("UPDATE decisions SET status = ?2, body = ?3, applied_at = ?4 WHERE id = ?1")?
+                .execute(params![id, status, body, Timestamp::now().unix()])?;
+            Ok::<_, StoreError>(())
+        })?;
+    }
+    Ok(ready.len())
+}
+
+/// Applies the decisions of the log as they come, in its order, until it ends; and,
+/// every second, those that were waiting for their occurrence and can now be applied.
 pub async fn run(store: Store, queue: QueuePolicy, log: Arc<DecisionLog>, mut decisions: mpsc::Receiver<Delivered>) {
-    while let Some(delivered) = decisions.recv().await {
-        let (s, d) = (store.clone(), delivered.decision.clone());
-        let outcome = tokio::task::spawn_blocking(move || apply(&s, queue, &d)).await;
-        match outcome {
-            Ok(Ok(outcome)) => {
-                let d = delivered.decision.clone();
-                log.done(delivered, outcome.clone());
-                let w = store.writer().clone();
-                match tokio::task::spawn_blocking(move || record(&w, &d, &outcome)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        tracing::warn!(stage = "decisions", error = %e, "a decision applied here could not be recorded")
-                    }
-                    Err(e) => tracing::error!(stage = "decisions", error = %e, "recording a decision panicked"),
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let delivered = tokio::select! {
+            d = decisions.recv() => match d {
+                Some(d) => d,
+                None => break,
+            },
+            _ = tick.tick() => {
+                let s = store.clone();
+                match tokio::task::spawn_blocking(move || apply_waiting(&s, queue)).await {
+                    Ok(Ok(0)) => {}
+                    Ok(Ok(n)) => tracing::info!(stage = "decisions", n, "decisions applied once their occurrence arrived"),
+                    Ok(Err(e)) => tracing::warn!(stage = "decisions", error = %e, "waiting decisions could not be applied; trying again"),
+                    Err(e) => tracing::error!(stage = "decisions", error = %e, "applying waiting decisions panicked"),
                 }
+                continue;
             }
-            // Not acknowledged: the broker sends it again, after a restart at the latest.
-            Ok(Err(e)) => {
-                tracing::error!(stage = "decisions", id = %delivered.decision.id, error = %e, "a decision could not be applied; it comes again")
+        };
+        apply_delivered(&store, queue, &log, delivered).await;
+    }
+}
+
+async fn apply_delivered(store: &Store, queue: QueuePolicy, log: &DecisionLog, delivered: Delivered) {
+    let (s, d) = (store.clone(), delivered.decision.clone());
+    match tokio::task::spawn_blocking(move || apply(&s, queue, &d)).await {
+        // A waiting decision lives only in its record: kept before the broker lets go of it.
+        Ok(Ok(outcome)) if outcome.0 == WAITING => {
+            if recorded(store, &delivered.decision, &outcome).await {
+                log.done(delivered, outcome);
             }
-            Err(e) => tracing::error!(stage = "decisions", error = %e, "applying a decision panicked"),
+        }
+        // Answered first: one commit less on the person's wait.
+        Ok(Ok(outcome)) => {
+            let d = delivered.decision.clone();
+            log.done(delivered, outcome.clone());
+            recorded(store, &d, &outcome).await;
+        }
+        // Not acknowledged: the broker sends it again, after a restart at the latest.
+        Ok(Err(e)) => {
+            tracing::error!(stage = "decisions", id = %delivered.decision.id, error = %e, "a decision could not be applied; it comes again")
+        }
+        Err(e) => tracing::error!(stage = "decisions", error = %e, "applying a decision panicked"),
+    }
+}
+
+/// [`record`]s, saying why not when it could not.
+async fn recorded(store: &Store, d: &Decision, outcome: &Outcome) -> bool {
+    let (w, d, outcome) = (store.writer().clone(), d.clone(), outcome.clone());
+    match tokio::task::spawn_blocking(move || record(&w, &d, &outcome)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(stage = "decisions", error = %e, "a decision applied here could not be recorded");
+            false
+        }
+        Err(e) => {
+            tracing::error!(stage = "decisions", error = %e, "recording a decision panicked");
+            false
         }
     }
 }

@@ -447,3 +447,52 @@ fn a_note_of_the_other_node_waits_for_every_occurrence_it_covers() {
     let lead_note = "SELECT n.body FROM notes n JOIN alarms a ON a.id = n.alarm_id WHERE a.event_id = 'ev-lead'";
     assert!(p.text(lead_note).contains("second"), "{}", p.text(lead_note));
 }
+
+/// A decision about an occurrence that has not arrived on this node waits, recorded,
+/// and is applied when the occurrence does, in the log's order; a later decision about
+/// the same occurrence waits behind it; a redelivery is not applied twice.
+#[test]
+fn a_decision_waits_for_its_occurrence_and_keeps_the_logs_order() {
+    use twinops::cluster::log::Decision;
+    use twinops::decisions::{self, AlarmAction};
+    let p = common::Plant::new();
+    let (queue, now) = (twinops::alarms::QueuePolicy::default(), twinops::domain::Timestamp::now());
+    let decision = |id: &str, action: &AlarmAction, at: i64| Decision {
+        id: id.into(),
+        node: "a".into(),
+        kind: decisions::ALARM.into(),
+        args: decisions::alarm_args("ev-late", action),
+        actor: "opa".into(),
+        at,
+    };
+    let shelve = AlarmAction::Shelve { secs: 600, reason: "crew on site".into() };
+    let (ack, shelf) =
+        (decision("d-ack", &AlarmAction::Acknowledge, now.unix() - 5), decision("d-shelve", &shelve, now.unix() - 3));
+    for d in [&ack, &shelf] {
+        let outcome = decisions::apply(&p.store, queue, d).unwrap();
+        assert_eq!(outcome.0, 202, "{outcome:?}");
+        assert!(outcome.1["waiting"].as_str().unwrap().contains("ev-late"), "{outcome:?}");
+        decisions::record(p.store.writer(), d, &outcome).unwrap();
+    }
+    assert_eq!(decisions::apply_waiting(&p.store, queue).unwrap(), 0, "the occurrence has not come");
+    common::scada_event(&p.store, "ev-late", ("PUMP-007", Some("PUMP-007.VIB-DE"), "LATE-1"), "high", "raised", now);
+    let state = "SELECT state FROM alarms WHERE event_id = 'ev-late'";
+    assert_eq!(p.text(state), "unacknowledged");
+    // Here now, but two decisions about it wait: a third goes behind them.
+    let unshelve = decision("d-unshelve", &AlarmAction::Unshelve, now.unix() - 1);
+    let outcome = decisions::apply(&p.store, queue, &unshelve).unwrap();
+    assert_eq!(outcome.0, 202, "behind the waiting ones: {outcome:?}");
+    decisions::record(p.store.writer(), &unshelve, &outcome).unwrap();
+    assert_eq!(decisions::apply_waiting(&p.store, queue).unwrap(), 3);
+    assert_eq!(decisions::apply_waiting(&p.store, queue).unwrap(), 0, "each once");
+    assert_eq!(p.text(state), "acknowledged", "acknowledged, shelved, unshelved: in the log's order");
+    assert_eq!(p.count("SELECT count(*) FROM alarm_events WHERE kind = 'unshelved' AND actor = 'opa'"), 1);
+    assert_eq!(
+        p.count(&format!("SELECT count(*) FROM alarms WHERE event_id = 'ev-late' AND acked_at = {}", now.unix() - 5)),
+        1,
+        "journalled at the time it was made"
+    );
+    assert_eq!(p.count("SELECT count(*) FROM decisions WHERE status = 200"), 3);
+    let again = decisions::apply(&p.store, queue, &ack).unwrap();
+    assert_eq!(again.0, 200, "a redelivery answers as the decision went: {again:?}");
+}

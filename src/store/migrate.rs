@@ -750,6 +750,9 @@ const MIGRATIONS: &[&str] = &[
          status      INTEGER NOT NULL,
          body        TEXT NOT NULL
      ) STRICT;",
+    // 37: the decisions waiting here for an occurrence that has not arrived yet (202),
+    // looked at every second.
+    "CREATE INDEX decisions_waiting ON decisions (kind) WHERE status = 202;",
 ];
 
 /// The schema version this build writes.
