@@ -11,7 +11,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::accounts::{self, directory::Directory};
 use crate::agent::{self, Agent};
-use crate::cluster::{self, Standing};
+use crate::approvals::Approvals;
+use crate::cluster;
 use crate::config::Config;
 use crate::console::{NoteConsole, NotesOutput};
 use crate::domain::{Role, Timestamp};
@@ -56,12 +57,15 @@ pub struct Daemon {
 }
 
 /// The agent on the configured chain, and the rules-only agent triage falls back to,
-/// sharing one documentation index.
-fn agents(store: &Store, config: &Config) -> (Arc<Agent>, Arc<Agent>) {
+/// sharing one documentation index; their proposals go to `approvals`.
+fn agents(store: &Store, config: &Config, approvals: &Approvals) -> (Arc<Agent>, Arc<Agent>) {
     let (llm, docs) = (&config.llm, config.doc_index());
     let agent = Agent::new(store.clone(), agent::models_from_config(llm), llm.limits.clone());
     let rules = Agent::new(store.clone(), Vec::new(), llm.limits.clone());
-    (Arc::new(agent.with_docs(docs.clone())), Arc::new(rules.with_docs(docs)))
+    (
+        Arc::new(agent.with_docs(docs.clone()).with_approvals(approvals.clone())),
+        Arc::new(rules.with_docs(docs).with_approvals(approvals.clone())),
+    )
 }
 
 /// Seeds the demo plant into an empty twin.
@@ -106,7 +110,7 @@ fn notifiers(
     store: &Store,
     mqtt: &crate::config::MqttConfig,
     config: &crate::config::Config,
-    triage: &Arc<Triage>,
+    (triage, approvals): (&Arc<Triage>, Approvals),
     acting: &watch::Receiver<bool>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -117,7 +121,8 @@ fn notifiers(
         tasks.push(tokio::spawn(crate::notify::webhook_loop(store.clone(), url, triage.subscribe(), stop.clone())));
     }
     let webhook = config.notify.webhook_url.clone();
-    let outbox = crate::notify::outbox_loop(store.clone(), mqtt.clone(), webhook, acting.clone(), stop.clone());
+    let outbox =
+        crate::notify::outbox_loop(store.clone(), approvals, mqtt.clone(), webhook, acting.clone(), stop.clone());
     tasks.push(tokio::spawn(outbox));
     if let Some(me) = node {
         let peer = crate::notify::peer_notes_loop(mqtt.clone(), me, Arc::clone(triage), stop.clone());
@@ -130,15 +135,17 @@ fn notifiers(
 /// joins `tasks`); alone, always acting. Also the same as a plain flag, for the parts
 /// that only ask whether to act.
 fn standing(
-    config: &Config,
+    (store, config): (&Store, &Config),
     mqtt: &crate::config::MqttConfig,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
     stop: &watch::Receiver<bool>,
-) -> anyhow::Result<(watch::Receiver<Standing>, watch::Receiver<bool>)> {
-    let Some(cfg) = config.cluster.clone() else { return Ok((cluster::alone(), watch::channel(true).1)) };
-    let running = cluster::start(cfg, mqtt, stop.clone())?;
-    tasks.push(running.task);
-    let standing = running.standing;
+) -> anyhow::Result<(Option<cluster::PairView>, watch::Receiver<bool>)> {
+    let Some(cfg) = config.cluster.clone() else { return Ok((None, watch::channel(true).1)) };
+    let (progress_tx, progress) = watch::channel(crate::decisions::progress(store)?);
+    tasks.push(tokio::spawn(crate::decisions::progress_loop(store.clone(), progress_tx, stop.clone())));
+    let cluster::Running { standing, peer, task } = cluster::start(cfg, mqtt, progress.clone(), stop.clone())?;
+    tasks.push(task);
+    let view = cluster::PairView { standing: standing.clone(), progress, peer };
     // The lease's task gone (stopping), the node no longer acts.
     let (tx, acting) = watch::channel(standing.borrow().acting);
     let mut watched = standing.clone();
@@ -149,7 +156,7 @@ fn standing(
         }
         tx.send_replace(false);
     }));
-    Ok((standing, acting))
+    Ok((Some(view), acting))
 }
 
 /// The plant simulator against the daemon's broker, for `serve --demo`.
@@ -241,6 +248,39 @@ fn decision_log(
     Ok(Some(log))
 }
 
+/// How ingest takes messages. Of a pair that is Sparkplug's primary host, the STATE
+/// follows the acting node (`cluster::primary`, its task joining `tasks`) instead of
+/// riding on ingest's connection.
+fn primary_host(
+    config: &Config,
+    (store, mqtt): (&Store, &crate::config::MqttConfig),
+    acting: &watch::Receiver<bool>,
+    (tasks, stop): (&mut Vec<tokio::task::JoinHandle<()>>, &watch::Receiver<bool>),
+) -> ingest::IngestPolicy {
+    let mut policy = config.ingest_policy();
+    if let Some(sp) = policy.sparkplug.as_mut().filter(|s| s.primary_host && config.cluster.is_some()) {
+        let shared = Arc::new((**sp).clone());
+        Arc::make_mut(sp).primary_host = false;
+        let run = cluster::primary::run(
+            shared,
+            (mqtt.clone(), mqtt.client_id.clone()),
+            store.clone(),
+            acting.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(run));
+    }
+    policy
+}
+
+/// Where proposals go: the twin, or, of a pair, its decision log.
+fn approvals(store: &Store, log: Option<&Arc<cluster::log::DecisionLog>>) -> Approvals {
+    match log {
+        Some(log) => Approvals::of_pair(store.writer().clone(), Arc::clone(log)),
+        None => Approvals::new(store.writer().clone()),
+    }
+}
+
 /// Triage on `agent` (`rules` its floor), acting while `acting` says so; the jobs the
 /// last stop interrupted are queued again.
 async fn triage(
@@ -307,14 +347,15 @@ impl Daemon {
         let mqtt = broker(&opts.config)?;
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        let (standing, acting) = standing(&opts.config, &mqtt, &mut tasks, &stop_rx)?;
+        let (view, acting) = standing((&store, &opts.config), &mqtt, &mut tasks, &stop_rx)?;
         let log = decision_log(&store, &opts.config, &mqtt, &mut tasks, &stop_rx)?;
 
-        let (agent, rules) = agents(&store, &opts.config);
+        let approvals = approvals(&store, log.as_ref());
+        let (agent, rules) = agents(&store, &opts.config, &approvals);
         let triage = triage(&opts.config, &agent, rules, &acting).await?;
 
         let wake = Arc::new(Notify::new());
-        let policy = opts.config.ingest_policy();
+        let policy = primary_host(&opts.config, (&store, &mqtt), &acting, (&mut tasks, &stop_rx));
         let ingest = ingest::mqtt::start(
             store.writer().clone(),
             mqtt.clone(),
@@ -329,7 +370,7 @@ impl Daemon {
             link.up
         });
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
-        tasks.extend(notifiers(&store, &mqtt, &opts.config, &triage, &acting, &stop_rx));
+        tasks.extend(notifiers(&store, &mqtt, &opts.config, (&triage, approvals.clone()), &acting, &stop_rx));
         let demo_login = if opts.demo { demo_supervisor(&store)? } else { None };
         tasks.extend(directory.clone().map(|d| tokio::spawn(recheck_directory(store.clone(), d, stop_rx.clone()))));
         let mut web_addr = None;
@@ -351,11 +392,13 @@ impl Daemon {
                 mcp: opts.config.mcp.clone(),
                 queue: policy.queue,
                 directory: directory.clone(),
-                cluster: opts.config.cluster.clone().zip(log.clone()).map(|(cfg, log)| crate::web::Pair {
-                    cfg,
-                    standing: standing.clone(),
-                    log,
-                }),
+                cluster: opts
+                    .config
+                    .cluster
+                    .clone()
+                    .zip(log.clone())
+                    .zip(view.clone())
+                    .map(|((cfg, log), view)| crate::web::Pair { cfg, view, log }),
             };
             tasks.push(tokio::spawn(crate::web::serve(listener, Arc::new(state), stop_rx.clone())));
         }

@@ -89,14 +89,34 @@ async fn cluster(config: &Config) -> Line {
     let Some(cfg) = &config.cluster else { return Line::new("cluster", Verdict::Off, "not configured: one node") };
     match crate::cluster::observe(cfg, &config.mqtt, Duration::from_secs(2)).await {
         Ok(seen) => {
-            let nodes: Vec<String> =
-                seen.nodes.iter().map(|(n, up)| format!("{n} {}", if *up { "online" } else { "offline" })).collect();
+            let nodes: Vec<String> = seen
+                .nodes
+                .iter()
+                .map(|n| format!("{} {}", n.node, if n.online { "online" } else { "offline" }))
+                .collect();
             let nodes = if nodes.is_empty() { "no node has joined yet".to_string() } else { nodes.join(", ") };
-            let (verdict, acts) = match &seen.holder {
+            let (mut verdict, acts) = match &seen.holder {
                 Some((node, term)) => (Verdict::Ok, format!("node {node} acts (term {term})")),
                 None => (Verdict::Warn, "no node holds the lease yet".to_string()),
             };
-            Line::new("cluster", verdict, format!("pair {}, this node {}: {acts}; {nodes}", cfg.name, cfg.node))
+            let mut text = format!("pair {}, this node {}: {acts}; {nodes}", cfg.name, cfg.node);
+            let acting = seen.holder.as_ref().and_then(|(h, _)| seen.nodes.iter().find(|n| &n.node == h));
+            for other in seen.nodes.iter().filter(|n| n.online && Some(&n.node) != acting.map(|a| &a.node)) {
+                match acting.and_then(|a| other.behind(a.progress?)) {
+                    Some(b) if b.level() => text.push_str(&format!("; {} is level with the acting node", other.node)),
+                    Some(b) => {
+                        verdict = Verdict::Warn;
+                        text.push_str(&format!(
+                            "; {} is {} decisions and {} behind the acting node",
+                            other.node,
+                            b.decisions,
+                            b.alarms_s.map_or("every alarm".to_string(), |s| format!("{s} s of alarms"))
+                        ));
+                    }
+                    None => {}
+                }
+            }
+            Line::new("cluster", verdict, text)
         }
         Err(e) => Line::fail(
             "cluster",

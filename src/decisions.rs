@@ -6,7 +6,8 @@
 //! went on their node.
 //!
 //! Shared so far: the actions on one alarm occurrence (acknowledge, shelve, unshelve,
-//! out of service, back in service). A decision about an occurrence that has not
+//! out of service, back in service), and work orders (`approvals::pair`: proposed,
+//! decided, published, expired). A decision about an occurrence that has not
 //! arrived on a node yet waits there, recorded, and is applied when it does.
 
 use std::sync::Arc;
@@ -14,9 +15,11 @@ use std::sync::Arc;
 use rusqlite::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::alarms::{self, ActionError, QueuePolicy};
+use crate::approvals::{self, pair::WorkOrderOp};
+use crate::cluster::Progress;
 use crate::cluster::log::{Decision, DecisionLog, Delivered, Outcome};
 use crate::domain::{AlarmState, Timestamp};
 use crate::store::{Store, StoreError, Writer};
@@ -84,7 +87,7 @@ pub fn event_id_of(store: &Store, id: i64) -> Result<Option<String>, StoreError>
 /// Applies one decision from the log on this node, once: a decision delivered again
 /// (the node stopped before acknowledging it) answers as it did the first time, and is
 /// not applied again. What it did is then [`record`]ed.
-pub fn apply(store: &Store, queue: QueuePolicy, d: &Decision) -> Result<Outcome, StoreError> {
+pub fn apply(store: &Store, queue: QueuePolicy, here: &str, d: &Decision) -> Result<Outcome, StoreError> {
     let db = store.read()?;
     let before: Option<(u16, String)> = db
         .prepare_cached("SELECT status, body FROM decisions WHERE id = ?1")?
@@ -95,6 +98,16 @@ pub fn apply(store: &Store, queue: QueuePolicy, d: &Decision) -> Result<Outcome,
     }
     match d.kind.as_str() {
         ALARM => apply_alarm(store, &db, queue, d),
+        approvals::pair::KIND => {
+            let op: WorkOrderOp = match serde_json::from_value(d.args.clone()) {
+                Ok(op) => op,
+                Err(e) => return Ok((400, json!({"error": format!("not a work-order decision: {e}")}))),
+            };
+            let (d, here) = (d.clone(), here.to_string());
+            store
+                .writer()
+                .call(move |c| approvals::pair::apply(c, &op, &d.actor, Timestamp::from_unix(d.at), (&here, &d.node)))
+        }
         kind => Ok((
             400,
             json!({"error": format!("a decision of kind '{kind}', which this node does not know: upgrade it")}),
@@ -199,9 +212,37 @@ pub fn apply_waiting(store: &Store, queue: QueuePolicy) -> Result<usize, StoreEr
     Ok(ready.len())
 }
 
+/// How far this node has come ([`Progress`]): decisions applied, the newest occurrence.
+pub fn progress(store: &Store) -> Result<Progress, StoreError> {
+    let db = store.read()?;
+    let decisions: i64 =
+        db.prepare_cached("SELECT count(*) FROM decisions WHERE status <> 202")?.query_row([], |r| r.get(0))?;
+    let newest_alarm = db.prepare_cached("SELECT max(raised_at) FROM alarms")?.query_row([], |r| r.get(0))?;
+    Ok(Progress { decisions: decisions.max(0) as u64, newest_alarm })
+}
+
+/// Keeps `tx` at this node's [`progress`], looked at every second, until `stop`.
+pub async fn progress_loop(store: Store, tx: watch::Sender<Progress>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            _ = stop.changed() => break,
+        }
+        let s = store.clone();
+        match tokio::task::spawn_blocking(move || progress(&s)).await {
+            Ok(Ok(now)) => drop(tx.send_if_modified(|was| std::mem::replace(was, now) != now)),
+            Ok(Err(e)) => {
+                tracing::warn!(stage = "decisions", error = %e, "how far this node has come could not be read")
+            }
+            Err(e) => tracing::error!(stage = "decisions", error = %e, "reading this node's progress panicked"),
+        }
+    }
+}
+
 /// Applies the decisions of the log as they come, in its order, until it ends; and,
 /// every second, those that were waiting for their occurrence and can now be applied.
 pub async fn run(store: Store, queue: QueuePolicy, log: Arc<DecisionLog>, mut decisions: mpsc::Receiver<Delivered>) {
+    let here = log.node().to_string();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -221,13 +262,13 @@ pub async fn run(store: Store, queue: QueuePolicy, log: Arc<DecisionLog>, mut de
                 continue;
             }
         };
-        apply_delivered(&store, queue, &log, delivered).await;
+        apply_delivered(&store, queue, &here, &log, delivered).await;
     }
 }
 
-async fn apply_delivered(store: &Store, queue: QueuePolicy, log: &DecisionLog, delivered: Delivered) {
-    let (s, d) = (store.clone(), delivered.decision.clone());
-    match tokio::task::spawn_blocking(move || apply(&s, queue, &d)).await {
+async fn apply_delivered(store: &Store, queue: QueuePolicy, here: &str, log: &DecisionLog, delivered: Delivered) {
+    let (s, d, here) = (store.clone(), delivered.decision.clone(), here.to_string());
+    match tokio::task::spawn_blocking(move || apply(&s, queue, &here, &d)).await {
         // A waiting decision lives only in its record: kept before the broker lets go of it.
         Ok(Ok(outcome)) if outcome.0 == WAITING => {
             if recorded(store, &delivered.decision, &outcome).await {

@@ -21,7 +21,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Map, Value};
 
 use crate::agent::audit::{Audit, Step, StepKind};
-use crate::approvals::Proposer;
+use crate::approvals::{Approvals, Proposer};
 use crate::domain::{Access, Timestamp};
 use crate::rag::DocIndex;
 use crate::store::Store;
@@ -47,14 +47,16 @@ const MAX_RESOURCES: i64 = 1000;
 pub struct TwinMcp {
     store: Store,
     docs: DocIndex,
+    /// Where proposals go: this twin, or the pair's decision log.
+    approvals: Approvals,
     allow_propose: bool,
     /// `stdio`, or the user name of the bearer token.
     client: String,
 }
 
 impl TwinMcp {
-    pub fn new(store: Store, docs: DocIndex, allow_propose: bool, client: &str) -> TwinMcp {
-        TwinMcp { store, docs, allow_propose, client: client.to_string() }
+    pub fn new(store: Store, docs: DocIndex, approvals: Approvals, allow_propose: bool, client: &str) -> TwinMcp {
+        TwinMcp { store, docs, approvals, allow_propose, client: client.to_string() }
     }
 
     fn offered(&self) -> impl Iterator<Item = &'static ToolDef> + '_ {
@@ -78,12 +80,13 @@ impl TwinMcp {
                 .await
                 .map_err(|e| internal(&e))?
                 .with_caller("mcp");
-        let (store, docs, who, arguments) =
-            (self.store.clone(), self.docs.clone(), caller.to_string(), args.to_string());
+        let (store, docs, approvals, who, arguments) =
+            (self.store.clone(), self.docs.clone(), self.approvals.clone(), caller.to_string(), args.to_string());
         let started = Instant::now();
         let out = tokio::task::spawn_blocking(move || -> anyhow::Result<tools::ToolOutput> {
             let caller = Proposer::User(format!("mcp:{who}"));
-            Ok(tools::with_context(&store, &docs, Timestamp::now(), caller, |ctx| def.call(ctx, args))?)
+            let ctx = tools::Context { store: &store, docs: &docs, approvals: &approvals };
+            Ok(tools::with(ctx, Timestamp::now(), caller, |ctx| def.call(ctx, args))?)
         })
         .await
         .map_err(|e| internal(&e))?
@@ -260,7 +263,8 @@ impl ServerHandler for TwinMcp {
 /// `twinops mcp`: serves MCP on stdin/stdout until the host closes it.
 pub async fn serve_stdio(store: Store, docs: DocIndex, allow_propose: bool) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
-    let server = TwinMcp::new(store, docs, allow_propose, "stdio").serve(rmcp::transport::stdio()).await?;
+    let approvals = Approvals::new(store.writer().clone());
+    let server = TwinMcp::new(store, docs, approvals, allow_propose, "stdio").serve(rmcp::transport::stdio()).await?;
     server.waiting().await?;
     Ok(())
 }

@@ -10,8 +10,11 @@ use rumqttc::{AsyncClient, QoS};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
+use anyhow::Context;
+
 use crate::agent::http::Http;
 use crate::agent::reliability::RetryPolicy;
+use crate::approvals::Approvals;
 use crate::ingest::mqtt::MqttConfig;
 use crate::store::{Store, StoreError};
 use crate::support::Rng;
@@ -338,6 +341,7 @@ enum Mark {
 /// Of a redundant pair, only the acting node sends (`acting`); the other's outbox waits.
 pub async fn outbox_loop(
     store: Store,
+    approvals: Approvals,
     cfg: MqttConfig,
     webhook: Option<Secret>,
     acting: watch::Receiver<bool>,
@@ -372,8 +376,7 @@ pub async fn outbox_loop(
             {
                 tracing::warn!(stage = "notify", error = %e, what, "not delivered to the webhook");
             }
-            let w = store.writer().clone();
-            if let Err(e) = w.call_async(move |c| item.mark.apply(c)).await {
+            if let Err(e) = item.mark.apply(&store, &approvals).await {
                 tracing::warn!(stage = "notify", error = %e, what, "published but not marked");
             }
         }
@@ -399,22 +402,25 @@ impl Mark {
         }
     }
 
-    fn apply(&self, c: &rusqlite::Connection) -> Result<(), StoreError> {
+    /// Marks it sent; of a pair, a work order's mark goes through the decision log, so
+    /// that the other node does not send it again when it takes over.
+    async fn apply(self, store: &Store, approvals: &Approvals) -> anyhow::Result<()> {
         let now = crate::domain::Timestamp::now();
-        match self {
-            Mark::Decision { id, status } => {
-                let next = if status == "approved" { "dispatched" } else { status.as_str() };
-                c.prepare_cached(
-                    "UPDATE work_orders SET published = ?2,
-                         dispatched_at = CASE WHEN status = 'approved' THEN ?3 ELSE dispatched_at END,
-                         status = CASE WHEN status = 'approved' THEN 'dispatched' ELSE status END
-                     WHERE id = ?1",
-                )?
-                .execute(rusqlite::params![id, next, now.unix()])?;
-                Ok(())
+        match (self, approvals.log()) {
+            (Mark::Decision { id, status }, Some(log)) => {
+                let key = crate::approvals::pair::key_of(&*store.read()?, id)?
+                    .with_context(|| format!("work order {id} is gone"))?;
+                let op = crate::approvals::pair::WorkOrderOp::Published { key, status };
+                log.submit(crate::approvals::pair::KIND, serde_json::to_value(op)?, "twinops").await?;
             }
-            Mark::Handover { note_id } => crate::handover::mark_published(c, *note_id, now),
+            (Mark::Decision { id, status }, None) => {
+                store.writer().call_async(move |c| crate::approvals::mark_published(c, id, &status, now)).await?
+            }
+            (Mark::Handover { note_id }, _) => {
+                store.writer().call_async(move |c| crate::handover::mark_published(c, note_id, now)).await?
+            }
         }
+        Ok(())
     }
 }
 

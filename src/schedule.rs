@@ -95,11 +95,12 @@ pub struct Housekeeping {
 /// embeddings server that is down is logged and tried again next time).
 pub async fn housekeeping(
     store: &Store,
+    approvals: &Approvals,
     docs: Option<PathBuf>,
     index: &DocIndex,
     now: Timestamp,
 ) -> anyhow::Result<Housekeeping> {
-    let expired_work_orders = Approvals::new(store.writer().clone()).expire_due(now).await?;
+    let expired_work_orders = approvals.expire_due(now).await?;
     let expired_alarm_changes = store
         .writer()
         .call_async(move |c| -> Result<Vec<i64>, StoreError> {
@@ -160,12 +161,13 @@ pub async fn start(
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
 
-    let (s, docs, index) = (store.clone(), cfg.docs_dir.clone(), agent.docs().clone());
+    let (s, docs, index, approvals) =
+        (store.clone(), cfg.docs_dir.clone(), agent.docs().clone(), agent.approvals().clone());
     sched
         .add(Job::new_async(cfg.housekeeping.as_str(), move |_, _| {
-            let (s, docs, index) = (s.clone(), docs.clone(), index.clone());
+            let (s, docs, index, approvals) = (s.clone(), docs.clone(), index.clone(), approvals.clone());
             Box::pin(async move {
-                match housekeeping(&s, docs, &index, Timestamp::now()).await {
+                match housekeeping(&s, &approvals, docs, &index, Timestamp::now()).await {
                     Ok(h) if h == Housekeeping::default() => {}
                     Ok(h) => tracing::info!(
                         stage = "schedule",

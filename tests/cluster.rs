@@ -40,7 +40,8 @@ impl LeaseNode {
         };
         let mqtt = MqttConfig { url: url.into(), ..Default::default() };
         let (stop, stop_rx) = watch::channel(false);
-        let running = cluster::start(cfg, &mqtt, stop_rx).unwrap();
+        let progress = watch::channel(cluster::Progress::default()).1;
+        let running = cluster::start(cfg, &mqtt, progress, stop_rx).unwrap();
         LeaseNode { name: name.into(), standing: running.standing, stop, task: running.task }
     }
 
@@ -276,6 +277,15 @@ async fn two_daemons(url: Option<String>) {
             (plant, token)
         })
         .unzip();
+    // And a supervisor's, for work orders.
+    let sups: Vec<String> = plants
+        .iter()
+        .map(|p| {
+            let role = twinops::domain::Role::Supervisor;
+            twinops::accounts::add_user(&p.store, "sup", role, "another long password", "test").unwrap();
+            twinops::accounts::create_token(&p.store, "sup", "test", "test").unwrap().1
+        })
+        .collect();
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_twinops"));
     let mut nodes = [
         failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, Some(wb)).unwrap(),
@@ -359,6 +369,79 @@ async fn two_daemons(url: Option<String>) {
     assert!(actives.windows(2).all(|w| w[0] != w[1]), "the other node took over after each kill: {actives:?}");
     assert!(takeovers.iter().all(|t| *t < Duration::from_secs(10)), "{takeovers:?}");
     decisions_reach_both(&nodes, &tokens, &events).await;
+    work_order_approved_on_the_standby(&nodes, &sups, (&publisher, &spec.run)).await;
+    // Each node says how far behind the other is: level, once all has come through.
+    let start = Instant::now();
+    loop {
+        let mut peers = Vec::new();
+        for n in &nodes {
+            peers.push(n.pair().await.map(|p| p["peer"].clone()).unwrap_or_default());
+        }
+        let level =
+            |p: &serde_json::Value| p["online"] == true && p["decisions_behind"] == 0 && p["alarms_behind_s"] == 0;
+        if peers.iter().all(level) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "not level: {peers:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A work order proposed on the pair's log (as the acting node's agent does) is on both
+/// twins; a supervisor approves it on the standby's HMI; approving it again on the
+/// acting node is a 409; both show it approved.
+async fn work_order_approved_on_the_standby(
+    nodes: &[failover::Node],
+    sups: &[String],
+    (publisher, run): (&rumqttc::AsyncClient, &str),
+) {
+    use twinops::approvals::pair::{KIND, Proposed, WorkOrderOp};
+    use twinops::domain::{WorkAction, WorkPriority};
+    let key = "day:2026-12-06/PUMP-007/inspect".to_string();
+    let proposed = Proposed {
+        key: key.clone(),
+        asset_id: "PUMP-007".into(),
+        alarm_event_id: None,
+        action: WorkAction::Inspect,
+        priority: WorkPriority::Normal,
+        title: "Inspect PUMP-007 seal".into(),
+        justification: "Seal leak reported on the morning round; look before it grows.".into(),
+        evidence: Vec::new(),
+        proposed_by: "agent:run/1".into(),
+        run_id: Some(1),
+        proposed_at: twinops::domain::Timestamp::now().unix(),
+    };
+    let decision = twinops::cluster::log::Decision {
+        id: format!("t-{run}"),
+        node: "t".into(),
+        kind: KIND.into(),
+        args: serde_json::to_value(WorkOrderOp::Propose(proposed)).unwrap(),
+        actor: "agent:run/1".into(),
+        at: twinops::domain::Timestamp::now().unix(),
+    };
+    let topic = format!("twinops/cluster/{run}/log");
+    let body = serde_json::to_vec(&decision).unwrap();
+    publisher.publish(topic, rumqttc::QoS::AtLeastOnce, false, body).await.unwrap();
+    let row = |n: &failover::Node| -> Option<(i64, String)> {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        db.query_row("SELECT id, status FROM work_orders WHERE idempotency_key = ?1", [&key], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .ok()
+    };
+    assert!(common::eventually(Duration::from_secs(10), || nodes.iter().all(|n| row(n).is_some())).await);
+    let active = failover::acting_one(nodes, Duration::from_secs(30)).await.unwrap();
+    let http = twinops::agent::http::Http::new();
+    let approve = |i: usize| {
+        let url = format!("http://127.0.0.1:{}/api/work_orders/{}/approve", nodes[i].web, row(&nodes[i]).unwrap().0);
+        http.client().post(url).bearer_auth(&sups[i]).json(&json!({"reason": "crew on site"})).send()
+    };
+    let r = approve(1 - active).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let again = approve(active).await.unwrap();
+    assert_eq!(again.status().as_u16(), 409, "{}", again.text().await.unwrap());
+    let approved = || nodes.iter().all(|n| row(n).is_some_and(|r| r.1 == "approved" || r.1 == "dispatched"));
+    assert!(common::eventually(Duration::from_secs(10), approved).await);
 }
 
 /// An acknowledgement made on the standby and a shelving made on the acting node go
@@ -469,7 +552,7 @@ fn a_decision_waits_for_its_occurrence_and_keeps_the_logs_order() {
     let (ack, shelf) =
         (decision("d-ack", &AlarmAction::Acknowledge, now.unix() - 5), decision("d-shelve", &shelve, now.unix() - 3));
     for d in [&ack, &shelf] {
-        let outcome = decisions::apply(&p.store, queue, d).unwrap();
+        let outcome = decisions::apply(&p.store, queue, "b", d).unwrap();
         assert_eq!(outcome.0, 202, "{outcome:?}");
         assert!(outcome.1["waiting"].as_str().unwrap().contains("ev-late"), "{outcome:?}");
         decisions::record(p.store.writer(), d, &outcome).unwrap();
@@ -480,7 +563,7 @@ fn a_decision_waits_for_its_occurrence_and_keeps_the_logs_order() {
     assert_eq!(p.text(state), "unacknowledged");
     // Here now, but two decisions about it wait: a third goes behind them.
     let unshelve = decision("d-unshelve", &AlarmAction::Unshelve, now.unix() - 1);
-    let outcome = decisions::apply(&p.store, queue, &unshelve).unwrap();
+    let outcome = decisions::apply(&p.store, queue, "b", &unshelve).unwrap();
     assert_eq!(outcome.0, 202, "behind the waiting ones: {outcome:?}");
     decisions::record(p.store.writer(), &unshelve, &outcome).unwrap();
     assert_eq!(decisions::apply_waiting(&p.store, queue).unwrap(), 3);
@@ -493,6 +576,238 @@ fn a_decision_waits_for_its_occurrence_and_keeps_the_logs_order() {
         "journalled at the time it was made"
     );
     assert_eq!(p.count("SELECT count(*) FROM decisions WHERE status = 200"), 3);
-    let again = decisions::apply(&p.store, queue, &ack).unwrap();
+    let again = decisions::apply(&p.store, queue, "b", &ack).unwrap();
     assert_eq!(again.0, 200, "a redelivery answers as the decision went: {again:?}");
+}
+
+/// Work orders of a pair, on a real broker: proposed on one node through the log (the
+/// same intent again is the same order), on both twins linked to each one's own alarm
+/// id; approved on the other node, and the second approval is a 409 there too;
+/// published, so dispatched on both; expired in order with everything else.
+async fn work_orders_reach_both(url: Option<String>) {
+    use twinops::approvals::pair::{KIND, WorkOrderOp};
+    use twinops::approvals::{Approvals, Proposer};
+    use twinops::cluster::log::DecisionLog;
+    use twinops::domain::{AssetId, Timestamp, WorkAction, WorkOrderDraft, WorkPriority};
+    let mqtt = MqttConfig { url: broker(url), ..Default::default() };
+    let (name, now) = (format!("wo{}", common::free_port()), Timestamp::now());
+    let plants = [common::Plant::new(), common::Plant::new()];
+    // The occurrence is on both, under different local ids.
+    common::scada_event(&plants[1].store, "ev-first", ("PUMP-007", None, "OTHER"), "low", "raised", now);
+    for p in &plants {
+        common::scada_event(&p.store, "ev-wo", ("PUMP-007", Some("PUMP-007.VIB-DE"), "WO-TEST"), "high", "raised", now);
+    }
+    let alarm = |p: &common::Plant| p.count("SELECT id FROM alarms WHERE event_id = 'ev-wo'");
+    assert_ne!(alarm(&plants[0]), alarm(&plants[1]));
+    let (_stop, stop_rx) = watch::channel(false);
+    let logs: Vec<Arc<DecisionLog>> = ["a", "b"]
+        .iter()
+        .zip(&plants)
+        .map(|(node, p)| {
+            let cfg = ClusterConfig {
+                name: name.clone(),
+                node: node.to_string(),
+                peer_hmi: String::new(),
+                lease_ms: LEASE_MS,
+                renew_ms: 200,
+            };
+            let (log, rx, _task) = DecisionLog::start(&cfg, &mqtt, stop_rx.clone()).unwrap();
+            let queue = twinops::alarms::QueuePolicy::default();
+            tokio::spawn(twinops::decisions::run(p.store.clone(), queue, Arc::clone(&log), rx));
+            log
+        })
+        .collect();
+    until("both logs up", Duration::from_secs(10), || logs.iter().all(|l| l.up())).await;
+
+    let approvals = Approvals::of_pair(plants[0].store.writer().clone(), Arc::clone(&logs[0]));
+    let draft = WorkOrderDraft::new(
+        AssetId::parse("PUMP-007").unwrap(),
+        Some(alarm(&plants[0])),
+        WorkAction::VibrationAnalysis,
+        WorkPriority::Urgent,
+        "Vibration analysis on PUMP-007",
+        "Drive-end vibration rose from 2.1 to 7.4 mm/s in two hours; the ARP asks for an analysis.",
+        Vec::new(),
+    )
+    .unwrap();
+    let propose = |draft: WorkOrderDraft| {
+        let approvals = approvals.clone();
+        tokio::task::spawn_blocking(move || approvals.propose(draft, Proposer::Run(5), now))
+    };
+    let first = propose(draft.clone()).await.unwrap().unwrap();
+    assert!(first.created && first.idempotency_key == "event:ev-wo/PUMP-007/vibration_analysis", "{first:?}");
+    let again = propose(draft).await.unwrap().unwrap();
+    assert!(!again.created && again.work_order_id == first.work_order_id, "{again:?}");
+    let key = first.idempotency_key.clone();
+    let row = |p: &common::Plant| {
+        let db = rusqlite::Connection::open(p.db_path()).unwrap();
+        db.query_row(
+            "SELECT status, alarm_id, run_id, decided_by FROM work_orders WHERE idempotency_key = ?1",
+            [&key],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                ))
+            },
+        )
+        .ok()
+    };
+    let on_both = |status: &str| plants.iter().all(|p| row(p).is_some_and(|r| r.0 == status));
+    assert!(common::eventually(Duration::from_secs(10), || on_both("pending_approval")).await);
+    assert_eq!(row(&plants[0]).unwrap().1, Some(alarm(&plants[0])));
+    assert_eq!(row(&plants[1]).unwrap().1, Some(alarm(&plants[1])), "linked to b's own alarm id");
+    assert_eq!((row(&plants[0]).unwrap().2, row(&plants[1]).unwrap().2), (Some(5), None), "the run is a's");
+
+    let decide = |log: &Arc<DecisionLog>| {
+        let op = WorkOrderOp::Decide { key: key.clone(), approve: true, reason: "crew available".into() };
+        let (log, args) = (Arc::clone(log), serde_json::to_value(op).unwrap());
+        async move { log.submit(KIND, args, "sup").await.unwrap() }
+    };
+    assert_eq!(decide(&logs[1]).await.0, 200);
+    let (status, body) = decide(&logs[0]).await;
+    assert_eq!(status, 409, "the second approval, on the other node: {body}");
+    assert!(common::eventually(Duration::from_secs(10), || on_both("approved")).await);
+    assert!(plants.iter().all(|p| row(p).unwrap().3.as_deref() == Some("sup")));
+
+    let op = WorkOrderOp::Published { key: key.clone(), status: "approved".into() };
+    assert_eq!(logs[0].submit(KIND, serde_json::to_value(op).unwrap(), "twinops").await.unwrap().0, 200);
+    assert!(common::eventually(Duration::from_secs(10), || on_both("dispatched")).await);
+
+    // A proposal three days old expires on both, whichever node asks.
+    let stale = WorkOrderDraft::new(
+        AssetId::parse("PUMP-007").unwrap(),
+        None,
+        WorkAction::Inspect,
+        WorkPriority::Low,
+        "Inspect PUMP-007 coupling guard",
+        "Guard rattles at start-up according to the round sheet; look at it at the next visit.",
+        Vec::new(),
+    )
+    .unwrap();
+    let (approvals, long_ago) = (approvals.clone(), now.plus_secs(-4 * 86_400));
+    let old = tokio::task::spawn_blocking(move || approvals.propose(stale, Proposer::User("op".into()), long_ago))
+        .await
+        .unwrap()
+        .unwrap();
+    let on_b = format!("SELECT count(*) FROM work_orders WHERE idempotency_key = '{}'", old.idempotency_key);
+    assert!(common::eventually(Duration::from_secs(10), || plants[1].count(&on_b) == 1).await);
+    let b = Approvals::of_pair(plants[1].store.writer().clone(), Arc::clone(&logs[1]));
+    assert_eq!(b.expire_due(now).await.unwrap().len(), 1);
+    let expired = |p: &common::Plant| {
+        p.count(&format!(
+            "SELECT count(*) FROM work_orders WHERE idempotency_key = '{}' AND status = 'expired'",
+            old.idempotency_key
+        ))
+    };
+    assert!(common::eventually(Duration::from_secs(10), || plants.iter().all(|p| expired(p) == 1)).await);
+    assert!(b.expire_due(now).await.unwrap().is_empty(), "nothing left to expire");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_work_orders_reach_both_nodes() {
+    work_orders_reach_both(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_work_orders_reach_both_nodes() {
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    work_orders_reach_both(Some(url)).await;
+}
+
+/// Of a pair that is Sparkplug's primary host, the STATE follows the acting node on a
+/// real broker: online when it starts acting (and every edge node the twin knows is
+/// asked for a rebirth), offline by its will when it dies, online again from the node
+/// that takes over with a later timestamp, offline when that one stops acting.
+async fn primary_host_follows_the_acting_node(url: Option<String>) {
+    use twinops::cluster::primary;
+    use twinops::sparkplug::SparkplugConfig;
+    let mqtt = MqttConfig { url: broker(url), ..Default::default() };
+    let host = format!("pair-host-{}", common::free_port());
+    let sparkplug = Arc::new(SparkplugConfig {
+        enabled: true,
+        host_id: host.clone(),
+        primary_host: true,
+        rebirth: true,
+        ..Default::default()
+    });
+    let plant = common::Plant::new();
+    let edge = format!("edge-{host}");
+    plant
+        .store
+        .writer()
+        .call(move |c| -> Result<usize, twinops::store::StoreError> {
+            Ok(c.execute(
+                "INSERT INTO sparkplug_nodes (group_id, edge_node, seq, online, changed_at) VALUES ('G', ?1, 0, 1, 0)",
+                [&edge],
+            )?)
+        })
+        .unwrap();
+    // What the broker carries on the STATE topic and to the edge node, heard apart.
+    let opts = twinops::ingest::mqtt::options(&mqtt, &format!("watch-{host}")).unwrap();
+    let (watcher, mut events) = rumqttc::AsyncClient::new(opts, 16);
+    let heard = Arc::new(std::sync::Mutex::new(Vec::<(String, serde_json::Value)>::new()));
+    let h = Arc::clone(&heard);
+    let (state_topic, ncmd) = (format!("spBv1.0/STATE/{host}"), format!("spBv1.0/G/NCMD/edge-{host}"));
+    let filters = [state_topic.clone(), ncmd.clone()];
+    tokio::spawn(async move {
+        while let Ok(e) = events.poll().await {
+            match e {
+                rumqttc::Event::Incoming(rumqttc::Incoming::ConnAck(_)) => {
+                    for f in &filters {
+                        watcher.subscribe(f, rumqttc::QoS::AtLeastOnce).await.unwrap();
+                    }
+                }
+                rumqttc::Event::Incoming(rumqttc::Incoming::Publish(p)) => {
+                    let v = serde_json::from_slice(&p.payload).unwrap_or(serde_json::Value::Null);
+                    h.lock().unwrap().push((p.topic.clone(), v));
+                }
+                _ => {}
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let states = || -> Vec<(bool, u64)> {
+        let heard = heard.lock().unwrap();
+        let s = heard.iter().filter(|(t, _)| *t == state_topic);
+        s.map(|(_, v)| (v["online"] == true, v["timestamp"].as_u64().unwrap())).collect()
+    };
+    let node = |name: &str, acting: bool| {
+        let (tx, rx) = watch::channel(acting);
+        let (stop_tx, stop) = watch::channel(false);
+        let who = (mqtt.clone(), format!("{host}-{name}"));
+        let task = tokio::spawn(primary::run(Arc::clone(&sparkplug), who, plant.store.clone(), rx, stop));
+        (tx, stop_tx, task)
+    };
+    let (_a, _a_stop, a_task) = node("a", true);
+    let (b, _b_stop, _b_task) = node("b", false);
+    until("a's STATE online", Duration::from_secs(10), || states().len() == 1).await;
+    let ta = states()[0];
+    assert!(ta.0, "{:?}", states());
+    let rebirths = || heard.lock().unwrap().iter().filter(|(t, _)| *t == ncmd).count();
+    until("the edge node asked for a rebirth", Duration::from_secs(10), || rebirths() == 1).await;
+    a_task.abort(); // gone without a word
+    until("a's will", Duration::from_secs(10), || states().len() == 2).await;
+    assert_eq!(states()[1], (false, ta.1), "the will carries the birth's timestamp");
+    b.send_replace(true);
+    until("b's STATE online", Duration::from_secs(10), || states().len() == 3).await;
+    let tb = states()[2];
+    assert!(tb.0 && tb.1 > ta.1, "online, later than a's: {:?}", states());
+    until("asked again on takeover", Duration::from_secs(10), || rebirths() == 2).await;
+    b.send_replace(false);
+    until("b says offline", Duration::from_secs(10), || states().len() == 4).await;
+    assert_eq!(states()[3], (false, tb.1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_primary_host_follows_the_acting_node() {
+    primary_host_follows_the_acting_node(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_primary_host_follows_the_acting_node() {
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    primary_host_follows_the_acting_node(Some(url)).await;
 }

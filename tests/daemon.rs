@@ -661,7 +661,15 @@ async fn housekeeping_and_retention() {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), docs.path().join(entry.file_name())).unwrap();
     }
-    let h = housekeeping(&p.store, Some(docs.path().to_path_buf()), &p.docs, now).await.unwrap();
+    let h = housekeeping(
+        &p.store,
+        &Approvals::new(p.store.writer().clone()),
+        Some(docs.path().to_path_buf()),
+        &p.docs,
+        now,
+    )
+    .await
+    .unwrap();
     assert_eq!(h.expired_work_orders, [stale.work_order_id]);
     assert_eq!((h.unshelved, h.docs_changed), (1, 0), "same files as the seed indexed: nothing to do");
     // The alarm figures of every hour from the journal's first event to the last closed.
@@ -677,7 +685,15 @@ async fn housekeeping_and_retention() {
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, format!("{text}\n\n## Addendum\n\nQuarantine procedure zebracorn applies from December.\n"))
         .unwrap();
-    let h = housekeeping(&p.store, Some(docs.path().to_path_buf()), &p.docs, now.plus_secs(60)).await.unwrap();
+    let h = housekeeping(
+        &p.store,
+        &Approvals::new(p.store.writer().clone()),
+        Some(docs.path().to_path_buf()),
+        &p.docs,
+        now.plus_secs(60),
+    )
+    .await
+    .unwrap();
     assert_eq!(h, twinops::schedule::Housekeeping { docs_changed: 1, ..Default::default() });
     let hits = p.docs.search(&p.store.read().unwrap(), "zebracorn", 3).unwrap();
     assert!(hits[0].citation.to_string().starts_with("arp-vibration.md#"), "the change is searchable");

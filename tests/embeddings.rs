@@ -11,6 +11,7 @@ use std::process::Command;
 
 use common::Plant;
 use serde_json::Value;
+use twinops::approvals::Approvals;
 use twinops::domain::Timestamp;
 use twinops::rag::{DocIndex, Embedder, EmbeddingsConfig, SourceDoc, embed_chunks, index_docs};
 use twinops::scripted::ScriptedServer;
@@ -217,12 +218,26 @@ async fn housekeeping_embeds_what_has_no_vector_and_survives_a_server_that_fails
     let p = Plant::new();
     let now = common::end();
     let chat_only = ScriptedServer::start(Vec::new()).await;
-    let h = housekeeping(&p.store, None, &DocIndex::with_embeddings(embedder(&chat_only)), now).await.unwrap();
+    let h = housekeeping(
+        &p.store,
+        &Approvals::new(p.store.writer().clone()),
+        None,
+        &DocIndex::with_embeddings(embedder(&chat_only)),
+        now,
+    )
+    .await
+    .unwrap();
     assert_eq!(h.docs_embedded, 0, "logged, not an error: the rest of housekeeping ran");
     let server = ScriptedServer::start(Vec::new()).await;
     server.serve_embeddings(concepts);
     let index = DocIndex::with_embeddings(embedder(&server));
-    let h = housekeeping(&p.store, None, &index, now).await.unwrap();
+    let h = housekeeping(&p.store, &Approvals::new(p.store.writer().clone()), None, &index, now).await.unwrap();
     assert_eq!(h.docs_embedded as i64, p.count("SELECT count(*) FROM chunks"));
-    assert_eq!(housekeeping(&p.store, None, &index, now).await.unwrap().docs_embedded, 0);
+    assert_eq!(
+        housekeeping(&p.store, &Approvals::new(p.store.writer().clone()), None, &index, now)
+            .await
+            .unwrap()
+            .docs_embedded,
+        0
+    );
 }

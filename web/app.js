@@ -92,9 +92,20 @@ function showPair(pair) {
   const active = pair.active_node ? `node ${pair.active_node} acts` : 'no node acts yet (the pair is choosing one)';
   const text = pair.acting
     ? `Node ${pair.node}: acting (term ${pair.term}).`
-    : `Node ${pair.node}: standing by; ${active} (term ${pair.term}). Alarm actions work here; make other changes on the acting node.`;
+    : `Node ${pair.node}: standing by; ${active} (term ${pair.term}). Alarm actions and work-order decisions work here; make other changes on the acting node.`;
   const link = !pair.acting && pair.peer_hmi ? [' ', h('a', { href: pair.peer_hmi }, 'Open the other node')] : [];
-  p.replaceChildren(text, ...link);
+  p.replaceChildren(text, ' ', peerText(pair.peer), ...link);
+}
+
+// How the other node of the pair is doing, as it last said.
+function peerText(peer) {
+  if (!peer) return 'The other node has not been heard from yet.';
+  if (!peer.online) return `Node ${peer.node} is offline.`;
+  if (peer.decisions_behind == null) return `Node ${peer.node} is online.`;
+  if (peer.decisions_behind === 0 && peer.alarms_behind_s === 0) return `Node ${peer.node} is level with this one.`;
+  const behind = `Node ${peer.node} is ${peer.decisions_behind} decisions`;
+  if (peer.alarms_behind_s == null) return `${behind} behind this one and has no alarm yet.`;
+  return `${behind} and ${peer.alarms_behind_s} s of alarms behind this one.`;
 }
 
 // Live updates: the server says what changed; the open view reloads what it shows.

@@ -8,10 +8,14 @@
 //! nobody decided in time; no tool, model reply or agent code path calls those functions.
 
 pub mod alarm_changes;
+pub mod pair;
+
+use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::cluster::log::{DecisionLog, SubmitError};
 use crate::domain::{Timestamp, WorkOrderDraft, WorkOrderStatus};
 use crate::store::{StoreError, Writer};
 
@@ -43,7 +47,7 @@ impl Proposer {
 }
 
 /// What proposing did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Proposal {
     pub work_order_id: i64,
     pub status: WorkOrderStatus,
@@ -58,17 +62,60 @@ pub struct Proposal {
 #[derive(Clone)]
 pub struct Approvals {
     writer: Writer,
+    /// Of a redundant pair, its decision log: work orders go through it.
+    log: Option<Arc<DecisionLog>>,
+}
+
+/// Why a proposal was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Of a pair: the decision log could not carry it.
+    #[error(transparent)]
+    Pair(#[from] SubmitError),
+    /// Of a pair: the log carried it and this node refused it (the reason).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl Approvals {
     pub fn new(writer: Writer) -> Approvals {
-        Approvals { writer }
+        Approvals { writer, log: None }
+    }
+
+    /// Of a redundant pair: work orders are proposed, decided and expired through `log`.
+    pub fn of_pair(writer: Writer, log: Arc<DecisionLog>) -> Approvals {
+        Approvals { writer, log: Some(log) }
+    }
+
+    /// The pair's decision log, if this node is one of a pair.
+    pub fn log(&self) -> Option<&Arc<DecisionLog>> {
+        self.log.as_ref()
     }
 
     /// Records `draft` as `pending_approval`, or returns the existing work order with the
-    /// same intent key unchanged.
-    pub fn propose(&self, draft: WorkOrderDraft, by: Proposer, now: Timestamp) -> Result<Proposal, StoreError> {
-        self.writer.call(move |conn| propose_in(conn, &draft, &by, now))
+    /// same intent key unchanged. Of a pair, through its decision log, answered once
+    /// applied here: call it from a blocking thread of the runtime (`spawn_blocking`).
+    pub fn propose(&self, draft: WorkOrderDraft, by: Proposer, now: Timestamp) -> Result<Proposal, ProposeError> {
+        let Some(log) = &self.log else {
+            return Ok(self.writer.call(move |conn| propose_in(conn, &draft, &by, now))?);
+        };
+        let alarm = draft.alarm_id();
+        let event_id: Option<String> = self.writer.call(move |c| -> Result<_, StoreError> {
+            let Some(alarm) = alarm else { return Ok(None) };
+            Ok(c.prepare_cached("SELECT event_id FROM alarms WHERE id = ?1")?
+                .query_row([alarm], |r| r.get(0))
+                .optional()?
+                .flatten())
+        })?;
+        let op = pair::WorkOrderOp::Propose(pair::Proposed::of(&draft, event_id, &by, now));
+        let args = serde_json::to_value(op).map_err(|e| ProposeError::Refused(e.to_string()))?;
+        let (status, body) = tokio::runtime::Handle::current().block_on(log.submit(pair::KIND, args, &by.label()))?;
+        match serde_json::from_value::<Proposal>(body.clone()) {
+            Ok(p) if status == 200 => Ok(p),
+            _ => Err(ProposeError::Refused(body["error"].as_str().unwrap_or("refused by this node").to_string())),
+        }
     }
 
     /// Parks a proposed alarm change with its replay as evidence ([`alarm_changes::propose`]).
@@ -100,20 +147,53 @@ impl Approvals {
 
 impl Approvals {
     /// Marks proposals still pending past their expiry as `expired`, returning their
-    /// ids: a stale proposal must not be approved days later on old evidence.
-    pub async fn expire_due(&self, now: Timestamp) -> Result<Vec<i64>, StoreError> {
-        let w = self.writer.clone();
-        w.call_async(move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "UPDATE work_orders SET status = 'expired', decided_by = 'twinops', decided_at = ?1,
-                        decision_reason = 'no decision before the proposal expired'
-                 WHERE status = 'pending_approval' AND expires_at <= ?1 RETURNING id",
-            )?;
-            let ids = stmt.query_map([now.unix()], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
-            Ok(ids)
-        })
-        .await
+    /// ids: a stale proposal must not be approved days later on old evidence. Of a
+    /// pair, through its log (in order with approvals; either node may ask).
+    pub async fn expire_due(&self, now: Timestamp) -> Result<Vec<i64>, ProposeError> {
+        let Some(log) = &self.log else {
+            return Ok(self.writer.call_async(move |c| expire_in(c, now)).await?);
+        };
+        let due: bool = self
+            .writer
+            .call_async(move |c| -> Result<bool, StoreError> {
+                Ok(c.prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM work_orders WHERE status = 'pending_approval' AND expires_at <= ?1)",
+                )?
+                .query_row([now.unix()], |r| r.get(0))?)
+            })
+            .await?;
+        if !due {
+            return Ok(Vec::new());
+        }
+        let args = serde_json::to_value(pair::WorkOrderOp::Expire).unwrap_or_default();
+        let (_, body) = log.submit(pair::KIND, args, "twinops").await?;
+        Ok(serde_json::from_value(body["expired"].clone()).unwrap_or_default())
     }
+}
+
+/// Expires what is pending past its expiry at `now`; the ids.
+fn expire_in(c: &Connection, now: Timestamp) -> Result<Vec<i64>, StoreError> {
+    let mut stmt = c.prepare_cached(
+        "UPDATE work_orders SET status = 'expired', decided_by = 'twinops', decided_at = ?1,
+                decision_reason = 'no decision before the proposal expired'
+         WHERE status = 'pending_approval' AND expires_at <= ?1 RETURNING id",
+    )?;
+    let ids = stmt.query_map([now.unix()], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
+    Ok(ids)
+}
+
+/// The outbox published the decision on work order `id` (its `status`) at `now`: an
+/// approved order becomes `dispatched`.
+pub fn mark_published(c: &Connection, id: i64, status: &str, now: Timestamp) -> Result<(), StoreError> {
+    let next = if status == "approved" { "dispatched" } else { status };
+    c.prepare_cached(
+        "UPDATE work_orders SET published = ?2,
+             dispatched_at = CASE WHEN status = 'approved' THEN ?3 ELSE dispatched_at END,
+             status = CASE WHEN status = 'approved' THEN 'dispatched' ELSE status END
+         WHERE id = ?1",
+    )?
+    .execute(params![id, next, now.unix()])?;
+    Ok(())
 }
 
 /// Why a decision (of a work order or an alarm change) was refused.
@@ -145,6 +225,16 @@ impl From<rusqlite::Error> for DecisionError {
     }
 }
 
+/// The HTTP status a refused decision answers with.
+pub fn status_of(e: &DecisionError) -> u16 {
+    match e {
+        DecisionError::NotFound { .. } => 404,
+        DecisionError::NotPending { .. } | DecisionError::Conflict(_) => 409,
+        DecisionError::NoReason => 400,
+        DecisionError::Store(_) => 500,
+    }
+}
+
 /// A supervisor approves or rejects a pending proposal. The caller has checked the
 /// role; this records who, when and why, and audits it. Approved work orders are then
 /// published and marked `dispatched` by `notify`.
@@ -156,27 +246,39 @@ pub fn decide(
     reason: &str,
     now: Timestamp,
 ) -> Result<WorkOrderStatus, DecisionError> {
+    let (supervisor, reason) = (supervisor.to_string(), reason.to_string());
+    writer.call(move |c| decide_in(c, id, &supervisor, approve, &reason, now))
+}
+
+fn decide_in(
+    c: &Connection,
+    id: i64,
+    supervisor: &str,
+    approve: bool,
+    reason: &str,
+    now: Timestamp,
+) -> Result<WorkOrderStatus, DecisionError> {
     let reason = decision_reason(reason)?;
-    let supervisor = supervisor.to_string();
-    writer.call(move |c| {
-        let status: WorkOrderStatus = c
-            .prepare_cached("SELECT status FROM work_orders WHERE id = ?1")?
-            .query_row([id], |r| r.get(0))
-            .optional()?
-            .ok_or(DecisionError::NotFound { what: "work order", id, list: "GET /api/work_orders" })?;
-        if status != WorkOrderStatus::PendingApproval {
-            return Err(DecisionError::NotPending { what: "work order", id, status: status.to_string() });
-        }
-        let next = if approve { WorkOrderStatus::Approved } else { WorkOrderStatus::Rejected };
-        c.prepare_cached(
-            "UPDATE work_orders SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5 WHERE id = ?1",
-        )?
-        .execute(params![id, next, supervisor, now.unix(), reason])?;
-        c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(
-            params![now.unix(), supervisor, format!("work_order_{next}"), format!("work order {id}: {reason}")],
-        )?;
-        Ok(next)
-    })
+    let status: WorkOrderStatus = c
+        .prepare_cached("SELECT status FROM work_orders WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?
+        .ok_or(DecisionError::NotFound { what: "work order", id, list: "GET /api/work_orders" })?;
+    if status != WorkOrderStatus::PendingApproval {
+        return Err(DecisionError::NotPending { what: "work order", id, status: status.to_string() });
+    }
+    let next = if approve { WorkOrderStatus::Approved } else { WorkOrderStatus::Rejected };
+    c.prepare_cached(
+        "UPDATE work_orders SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5 WHERE id = ?1",
+    )?
+    .execute(params![id, next, supervisor, now.unix(), reason])?;
+    c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
+        now.unix(),
+        supervisor,
+        format!("work_order_{next}"),
+        format!("work order {id}: {reason}")
+    ])?;
+    Ok(next)
 }
 
 fn propose_in(
@@ -185,10 +287,15 @@ fn propose_in(
     by: &Proposer,
     now: Timestamp,
 ) -> Result<Proposal, StoreError> {
-    let key = draft.intent_key(&now.date());
-    let evidence = serde_json::to_string(&draft.evidence()).expect("citations serialize");
-    let run_id = by.run_id();
-    let inserted = conn
+    let row = pair::Proposed::of(draft, None, by, now);
+    let inserted = insert(conn, &row, draft.alarm_id(), row.run_id)?;
+    proposal_of(conn, &row.key, inserted)
+}
+
+/// Inserts `p` as `pending_approval` on this node's `alarm_id` and `run_id`, unless an
+/// order with its key exists; whether it was inserted.
+fn insert(c: &Connection, p: &pair::Proposed, alarm_id: Option<i64>, run_id: Option<i64>) -> Result<bool, StoreError> {
+    let inserted = c
         .prepare_cached(
             "INSERT INTO work_orders (idempotency_key, asset_id, alarm_id, action, priority, title,
                                       justification, evidence, status, proposed_by, run_id,
@@ -197,25 +304,28 @@ fn propose_in(
              ON CONFLICT (idempotency_key) DO NOTHING",
         )?
         .execute(params![
-            key,
-            draft.asset_id(),
-            draft.alarm_id(),
-            draft.action(),
-            draft.priority(),
-            draft.title(),
-            draft.justification(),
-            evidence,
-            by.label(),
+            p.key,
+            p.asset_id,
+            alarm_id,
+            p.action,
+            p.priority,
+            p.title,
+            p.justification,
+            serde_json::to_string(&p.evidence).expect("strings serialize"),
+            p.proposed_by,
             run_id,
-            now.unix(),
-            now.unix() + DEFAULT_TTL_SECS
+            p.proposed_at,
+            p.proposed_at + DEFAULT_TTL_SECS
         ])?;
-    let (work_order_id, status, decided_by, decision_reason) = conn
+    Ok(inserted == 1)
+}
+
+/// The work order with intent `key` (just inserted or already present) as proposing answers.
+fn proposal_of(c: &Connection, key: &str, created: bool) -> Result<Proposal, StoreError> {
+    let (work_order_id, status, decided_by, decision_reason) = c
         .prepare_cached("SELECT id, status, decided_by, decision_reason FROM work_orders WHERE idempotency_key = ?1")?
-        .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .optional()?
-        .expect("inserted or already present");
-    Ok(Proposal { work_order_id, status, created: inserted == 1, idempotency_key: key, decided_by, decision_reason })
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+    Ok(Proposal { work_order_id, status, created, idempotency_key: key.to_string(), decided_by, decision_reason })
 }
 /// Work orders by status: the gauge.
 pub fn counts(db: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {

@@ -145,6 +145,11 @@ impl DecisionLog {
         let _ = self.client.try_disconnect();
     }
 
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
     /// Whether decisions can be made now (the log's connection is up).
     pub fn up(&self) -> bool {
         *self.up.borrow()

@@ -5,18 +5,21 @@
 //! one topic, in the broker's one order.
 //!
 //! Topics, under `twinops/cluster/{name}/`: `lease` (claims, QoS 1; renewals, QoS 1
-//! retained) and `node/{node}` (`{"online": bool}`, retained; the will says false).
+//! retained) and `node/{node}` (`{"online": bool}` and the node's [`Progress`],
+//! retained and refreshed as it moves; the will says offline), from which each node
+//! knows how far behind the other is.
 //!
 //! What this module gives the daemon is where the node stands ([`Standing`]), watched:
 //! the parts that act (triage, notes out) run only while it says `acting`.
 
 pub mod lease;
 pub mod log;
+pub mod primary;
 
 use std::time::{Duration, Instant};
 
 use rumqttc::{AsyncClient, Event, Incoming, LastWill, QoS};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -74,9 +77,75 @@ impl ClusterConfig {
     }
 }
 
-/// The lease's task and where the node stands.
+/// How far a node has come: the decisions of the pair's log it has applied, and the
+/// newest alarm occurrence it has ingested (raised at, unix s).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    pub decisions: u64,
+    pub newest_alarm: Option<i64>,
+}
+
+/// A node as its retained state on the broker says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    pub node: String,
+    pub online: bool,
+    /// Absent from a node that has not said (an older version, or offline).
+    pub progress: Option<Progress>,
+}
+
+impl NodeState {
+    /// How far this node is behind `mine`: decisions it has yet to apply, and seconds of
+    /// alarms it has yet to ingest (0 when level or ahead; none when it has no alarm
+    /// at all and `mine` has).
+    pub fn behind(&self, mine: Progress) -> Option<Behind> {
+        let theirs = self.progress?;
+        let alarms = match (mine.newest_alarm, theirs.newest_alarm) {
+            (Some(m), Some(t)) => Some((m - t).max(0)),
+            (Some(_), None) => None,
+            (None, _) => Some(0),
+        };
+        Some(Behind { decisions: mine.decisions.saturating_sub(theirs.decisions), alarms_s: alarms })
+    }
+}
+
+/// How far one node is behind the other ([`NodeState::behind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Behind {
+    /// Decisions of the log it has yet to apply.
+    pub decisions: u64,
+    /// Seconds of alarms it has yet to ingest; none when it has no alarm at all.
+    pub alarms_s: Option<i64>,
+}
+
+impl Behind {
+    pub fn level(&self) -> bool {
+        self.decisions == 0 && self.alarms_s == Some(0)
+    }
+}
+
+/// What a node of a pair shows of it: where it stands, how far it has come, and what
+/// the other node last said of itself.
+#[derive(Clone)]
+pub struct PairView {
+    pub standing: watch::Receiver<Standing>,
+    pub progress: watch::Receiver<Progress>,
+    pub peer: watch::Receiver<Option<NodeState>>,
+}
+
+impl PairView {
+    /// The other node, and how far behind this one it is ([`NodeState::behind`]).
+    pub fn peer_behind(&self) -> Option<(NodeState, Option<Behind>)> {
+        let peer = self.peer.borrow().clone()?;
+        let behind = peer.behind(*self.progress.borrow());
+        Some((peer, behind))
+    }
+}
+
+/// The lease's task, where the node stands, and what the other node last said of itself.
 pub struct Running {
     pub standing: watch::Receiver<Standing>,
+    pub peer: watch::Receiver<Option<NodeState>>,
     pub task: tokio::task::JoinHandle<()>,
 }
 
@@ -88,8 +157,14 @@ pub fn alone() -> watch::Receiver<Standing> {
 /// How often the lease is looked at: what bounds how late a claim or a fence comes.
 const TICK: Duration = Duration::from_millis(50);
 
-/// Joins the pair on the broker of `mqtt` until `stop`.
-pub fn start(cfg: ClusterConfig, mqtt: &MqttConfig, stop: watch::Receiver<bool>) -> anyhow::Result<Running> {
+/// Joins the pair on the broker of `mqtt` until `stop`, saying how far this node has
+/// come as `progress` does.
+pub fn start(
+    cfg: ClusterConfig,
+    mqtt: &MqttConfig,
+    progress: watch::Receiver<Progress>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Running> {
     cfg.validate()?;
     let mut opts = crate::ingest::mqtt::options(mqtt, &format!("twinops-cluster-{}-{}", cfg.name, cfg.node))?;
     opts.set_clean_session(true);
@@ -104,16 +179,49 @@ pub fn start(cfg: ClusterConfig, mqtt: &MqttConfig, stop: watch::Receiver<bool>)
     eventloop.network_options.set_tcp_nodelay(true);
     let lease = Lease::new(&cfg.node, cfg.rules(), Instant::now());
     let (tx, standing) = watch::channel(lease.standing(Instant::now()));
-    let task = tokio::spawn(run(cfg, client, eventloop, lease, tx, stop));
-    Ok(Running { standing, task })
+    let (peer_tx, peer) = watch::channel(None);
+    let said = Said { progress, last: None, peer: peer_tx };
+    let task = tokio::spawn(run(cfg, (client, eventloop), lease, (tx, said), stop));
+    Ok(Running { standing, peer, task })
+}
+
+/// What a node says of itself on its state topic, and hears of the other.
+struct Said {
+    progress: watch::Receiver<Progress>,
+    /// What it last said and when; none while disconnected.
+    last: Option<(Progress, Instant)>,
+    peer: watch::Sender<Option<NodeState>>,
+}
+
+/// A node's state is said again at most this often while its progress moves.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+impl Said {
+    fn say(&mut self, cfg: &ClusterConfig, client: &AsyncClient) {
+        let now = *self.progress.borrow();
+        let online =
+            json!({"node": cfg.node, "online": true, "decisions": now.decisions, "newest_alarm": now.newest_alarm});
+        if client.try_publish(cfg.node_topic(&cfg.node), QoS::AtLeastOnce, true, online.to_string()).is_ok() {
+            self.last = Some((now, Instant::now()));
+        }
+    }
+
+    /// Says it again if it moved and was not said just now.
+    fn refresh(&mut self, cfg: &ClusterConfig, client: &AsyncClient) {
+        if let Some((said, at)) = self.last
+            && said != *self.progress.borrow()
+            && at.elapsed() >= PROGRESS_EVERY
+        {
+            self.say(cfg, client);
+        }
+    }
 }
 
 async fn run(
     cfg: ClusterConfig,
-    client: AsyncClient,
-    mut eventloop: rumqttc::EventLoop,
+    (client, mut eventloop): (AsyncClient, rumqttc::EventLoop),
     mut lease: Lease,
-    tx: watch::Sender<Standing>,
+    (tx, mut said): (watch::Sender<Standing>, Said),
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(TICK);
@@ -123,6 +231,7 @@ async fn run(
         tokio::select! {
             _ = stop.changed() => break,
             _ = tick.tick() => {
+                said.refresh(&cfg, &client);
                 if let Some(say) = lease.tick(Instant::now()) {
                     let (kind, term, retain) = match say {
                         Say::Claim(t) => ("claim", t, false),
@@ -139,16 +248,22 @@ async fn run(
                     lease.reconnected(Instant::now());
                     let _ = client.try_subscribe(&lease_topic, QoS::AtLeastOnce);
                     let _ = client.try_subscribe(&nodes, QoS::AtLeastOnce);
-                    let online = json!({"node": cfg.node, "online": true}).to_string();
-                    let _ = client.try_publish(cfg.node_topic(&cfg.node), QoS::AtLeastOnce, true, online);
+                    said.say(&cfg, &client);
                     tracing::info!(stage = "cluster", cluster = %cfg.name, node = %cfg.node, "joined the pair's topics");
                 }
-                Ok(Event::Incoming(Incoming::Publish(p))) => match heard(&p.payload) {
-                    Some(h) => lease.heard(&h, Instant::now()),
-                    None => tracing::warn!(stage = "cluster", topic = %p.topic, "a message on the pair's topics that is not ours; ignored"),
-                },
+                Ok(Event::Incoming(Incoming::Publish(p))) => {
+                    match node_state(&p.payload) {
+                        Some(state) if state.node != cfg.node => drop(said.peer.send_replace(Some(state))),
+                        _ => {}
+                    }
+                    match heard(&p.payload) {
+                        Some(h) => lease.heard(&h, Instant::now()),
+                        None => tracing::warn!(stage = "cluster", topic = %p.topic, "a message on the pair's topics that is not ours; ignored"),
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => {
+                    said.last = None;
                     tracing::warn!(stage = "cluster", error = %e, "the pair's broker connection is down; reconnecting (this node does not act meanwhile)");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -172,8 +287,8 @@ async fn run(
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Observed {
     pub holder: Option<(String, u64)>,
-    /// (node, online), by name.
-    pub nodes: Vec<(String, bool)>,
+    /// By name.
+    pub nodes: Vec<NodeState>,
 }
 
 /// Reads what the broker holds of the pair `cfg` names, on a connection of its own,
@@ -197,19 +312,33 @@ pub async fn observe(cfg: &ClusterConfig, mqtt: &MqttConfig, wait: Duration) -> 
                 client.try_subscribe(cfg.node_topic("+"), QoS::AtLeastOnce)?;
                 subscribed = true;
             }
-            Event::Incoming(Incoming::Publish(p)) => match heard(&p.payload) {
-                Some(Heard::Renew { node, term, .. }) => seen.holder = Some((node, term)),
-                Some(Heard::Online { node }) => seen.nodes.push((node, true)),
-                Some(Heard::Offline { node }) => seen.nodes.push((node, false)),
-                _ => {}
-            },
+            Event::Incoming(Incoming::Publish(p)) => {
+                if let Some(Heard::Renew { node, term, .. }) = heard(&p.payload) {
+                    seen.holder = Some((node, term));
+                }
+                seen.nodes.extend(node_state(&p.payload));
+            }
             _ => {}
         }
     }
     let _ = client.try_disconnect();
-    seen.nodes.sort();
-    seen.nodes.dedup_by(|a, b| a.0 == b.0);
+    seen.nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    seen.nodes.dedup_by(|a, b| a.node == b.node);
     Ok(seen)
+}
+
+/// A node's state, if `payload` is one.
+fn node_state(payload: &[u8]) -> Option<NodeState> {
+    #[derive(Deserialize)]
+    struct Msg {
+        node: String,
+        online: bool,
+        decisions: Option<u64>,
+        newest_alarm: Option<i64>,
+    }
+    let m: Msg = serde_json::from_slice(payload).ok()?;
+    let progress = m.decisions.map(|decisions| Progress { decisions, newest_alarm: m.newest_alarm });
+    Some(NodeState { node: m.node, online: m.online, progress: progress.filter(|_| m.online) })
 }
 
 /// A message of the pair's topics: a claim, a renewal, or a node's state.
@@ -230,5 +359,27 @@ fn heard(payload: &[u8]) -> Option<Heard> {
         (None, _, Some(false)) => Some(Heard::Offline { node: m.node }),
         (None, _, Some(true)) => Some(Heard::Online { node: m.node }),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn how_far_behind_the_other_node_is() {
+        let me = Progress { decisions: 12, newest_alarm: Some(1_000) };
+        let other = |progress| NodeState { node: "b".into(), online: true, progress };
+        let behind = |p| other(Some(p)).behind(me);
+        let b = |decisions, alarms_s| Some(Behind { decisions, alarms_s });
+        assert_eq!(behind(Progress { decisions: 9, newest_alarm: Some(940) }), b(3, Some(60)));
+        assert!(behind(Progress { decisions: 14, newest_alarm: Some(1_005) }).unwrap().level(), "ahead is level");
+        assert_eq!(behind(Progress { decisions: 0, newest_alarm: None }), b(12, None), "no alarm at all");
+        assert_eq!(other(None).behind(me), None, "it has not said");
+        let state = br#"{"node": "b", "online": true, "decisions": 9, "newest_alarm": 940}"#;
+        assert_eq!(node_state(state), Some(other(Some(Progress { decisions: 9, newest_alarm: Some(940) }))));
+        let will = br#"{"node": "b", "online": false}"#;
+        assert_eq!(node_state(will), Some(NodeState { node: "b".into(), online: false, progress: None }));
+        assert_eq!(node_state(br#"{"kind": "renew", "node": "b", "term": 3, "seq": 1}"#), None);
     }
 }

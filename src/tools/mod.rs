@@ -45,8 +45,28 @@ pub struct ToolContext<'a> {
     pub caller: Proposer,
 }
 
-/// Runs `f` with a tool context on a fresh read connection of `store`: how the agent, the
-/// HMI, MCP and the CLI all give a tool its view of the twin.
+/// What a tool context is made of: the twin, its documents, and where proposals go.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    pub store: &'a crate::store::Store,
+    pub docs: &'a DocIndex,
+    pub approvals: &'a Approvals,
+}
+
+/// Runs `f` with a tool context on a fresh read connection of `ctx.store`: how the
+/// agent, the HMI, MCP and the CLI all give a tool its view of the twin. A proposal
+/// through a pair's log blocks: call it from `spawn_blocking`.
+pub fn with<T>(
+    ctx: Context,
+    now: Timestamp,
+    caller: Proposer,
+    f: impl FnOnce(&ToolContext) -> T,
+) -> Result<T, crate::store::StoreError> {
+    let db = ctx.store.read()?;
+    Ok(f(&ToolContext { db: &db, docs: ctx.docs, approvals: ctx.approvals, now, caller }))
+}
+
+/// [`with`] on a twin alone: proposals are recorded in it.
 pub fn with_context<T>(
     store: &crate::store::Store,
     docs: &DocIndex,
@@ -54,9 +74,8 @@ pub fn with_context<T>(
     caller: Proposer,
     f: impl FnOnce(&ToolContext) -> T,
 ) -> Result<T, crate::store::StoreError> {
-    let db = store.read()?;
     let approvals = Approvals::new(store.writer().clone());
-    Ok(f(&ToolContext { db: &db, docs, approvals: &approvals, now, caller }))
+    with(Context { store, docs, approvals: &approvals }, now, caller, f)
 }
 
 /// A failed call. What the model sees is [`ToolError::for_model`]; internal causes go
@@ -85,6 +104,20 @@ impl From<rusqlite::Error> for ToolError {
 impl From<crate::store::StoreError> for ToolError {
     fn from(e: crate::store::StoreError) -> Self {
         ToolError::Internal(e.into())
+    }
+}
+
+impl From<crate::approvals::ProposeError> for ToolError {
+    fn from(e: crate::approvals::ProposeError) -> Self {
+        use crate::approvals::ProposeError;
+        match e {
+            ProposeError::Store(e) => e.into(),
+            ProposeError::Pair(e) => ToolError::Rejected(format!(
+                "Nothing was proposed: {e}. Say in your answer that the proposal could not be recorded and should be \
+                 made again once the broker is back; do not propose it again now."
+            )),
+            ProposeError::Refused(m) => ToolError::Rejected(format!("Nothing was proposed: {m}.")),
+        }
     }
 }
 

@@ -151,21 +151,7 @@ async fn decide(s: &S, id: i64, action: AlarmAction, user: User) -> Result<Json<
     };
     let event_id = decisions::event_id_of(&s.store, id)?
         .ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?;
-    let args = decisions::alarm_args(&event_id, &action);
-    let (status, body) = pair.log.submit(decisions::ALARM, args, &user.name).await.map_err(|e| {
-        let status = match e {
-            crate::cluster::log::SubmitError::BrokerAway => StatusCode::SERVICE_UNAVAILABLE,
-            crate::cluster::log::SubmitError::NotBack(_) => StatusCode::GATEWAY_TIMEOUT,
-        };
-        ApiError::new(status, e.to_string())
-    })?;
-    match StatusCode::from_u16(status) {
-        Ok(ok) if ok.is_success() => Ok(Json(body)),
-        code => Err(ApiError::new(
-            code.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            body["error"].as_str().unwrap_or("refused").to_string(),
-        )),
-    }
+    pair.decide(decisions::ALARM, decisions::alarm_args(&event_id, &action), &user.name).await
 }
 
 pub(super) async fn ack(

@@ -30,7 +30,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::accounts::{self, User};
@@ -104,17 +104,44 @@ pub struct WebState {
 /// This node of a redundant pair: its settings and where it stands now.
 pub struct Pair {
     pub cfg: crate::cluster::ClusterConfig,
-    pub standing: watch::Receiver<crate::cluster::Standing>,
+    /// Where this node stands, how far it has come, and the other node.
+    pub view: crate::cluster::PairView,
     /// Where the alarm actions go, on either node.
     pub log: Arc<crate::cluster::log::DecisionLog>,
 }
 
 impl Pair {
     /// The pair as the banner, `/readyz` and `twinops check` show it.
+    /// Makes a decision through the pair's log, answered with how it went on this node
+    /// once it has come back and been applied here.
+    pub async fn decide(&self, kind: &str, args: Value, actor: &str) -> Result<axum::Json<Value>, ApiError> {
+        use crate::cluster::log::SubmitError;
+        let (status, body) = self.log.submit(kind, args, actor).await.map_err(|e| {
+            let status = match e {
+                SubmitError::BrokerAway => StatusCode::SERVICE_UNAVAILABLE,
+                SubmitError::NotBack(_) => StatusCode::GATEWAY_TIMEOUT,
+            };
+            ApiError::new(status, e.to_string())
+        })?;
+        match StatusCode::from_u16(status) {
+            Ok(ok) if ok.is_success() => Ok(axum::Json(body)),
+            code => Err(ApiError::new(
+                code.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body["error"].as_str().unwrap_or("refused").to_string(),
+            )),
+        }
+    }
+
+    /// `peer`: the other node as it last said, and how far behind this one it is
+    /// (decisions of the log it has yet to apply, seconds of alarms it has yet to ingest).
     pub fn describe(&self) -> serde_json::Value {
-        let now = self.standing.borrow().clone();
-        serde_json::json!({"node": self.cfg.node, "acting": now.acting, "term": now.term,
-                           "active_node": now.holder, "peer_hmi": self.cfg.peer_hmi})
+        let now = self.view.standing.borrow().clone();
+        let peer = self.view.peer_behind().map(|(p, behind)| {
+            json!({"node": p.node, "online": p.online,
+                   "decisions_behind": behind.map(|b| b.decisions), "alarms_behind_s": behind.map(|b| b.alarms_s)})
+        });
+        json!({"node": self.cfg.node, "acting": now.acting, "term": now.term, "active_node": now.holder,
+               "peer_hmi": self.cfg.peer_hmi, "peer": peer})
     }
 }
 
@@ -195,12 +222,13 @@ async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) 
     let path = req.uri().path();
     let session = matches!(path, "/login" | "/logout");
     // Made on either node: they go through the pair's decision log.
-    let shared = path.starts_with("/api/alarms/")
-        && ["/ack", "/shelve", "/unshelve", "/out-of-service", "/in-service"].iter().any(|a| path.ends_with(a));
+    let shared = (path.starts_with("/api/alarms/")
+        && ["/ack", "/shelve", "/unshelve", "/out-of-service", "/in-service"].iter().any(|a| path.ends_with(a)))
+        || (path.starts_with("/api/work_orders/") && ["/approve", "/reject"].iter().any(|a| path.ends_with(a)));
     let Some(pair) = state.cluster.as_ref().filter(|_| !reads && !session && !shared) else {
         return next.run(req).await;
     };
-    let now = pair.standing.borrow().clone();
+    let now = pair.view.standing.borrow().clone();
     if now.acting {
         return next.run(req).await;
     }
@@ -210,7 +238,7 @@ async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) 
         StatusCode::SERVICE_UNAVAILABLE,
         format!(
             "this node ({}) stands by: {active} acts (term {}). Make this change on the acting node's HMI{there}; \
-             reads and alarm actions (acknowledge, shelve, out of service) work here",
+             reads, alarm actions (acknowledge, shelve, out of service) and work-order decisions work here",
             pair.cfg.node, now.term
         ),
     )
@@ -225,10 +253,11 @@ fn mcp_routes(state: &WebState) -> Router {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
     let (store, docs, allow) = (state.store.clone(), state.docs.clone(), state.mcp.allow_propose);
+    let approvals = state.agent.approvals().clone();
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.extend(state.mcp.allowed_hosts.iter().cloned());
     let service = StreamableHttpService::new(
-        move || Ok(crate::mcp::TwinMcp::new(store.clone(), docs.clone(), allow, "http")),
+        move || Ok(crate::mcp::TwinMcp::new(store.clone(), docs.clone(), approvals.clone(), allow, "http")),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().with_allowed_hosts(hosts),
     );

@@ -61,9 +61,18 @@ pub(super) async fn metrics(State(s): State<S>) -> Result<Response, ApiError> {
         g.set("twinops_opcua_up", &[], f64::from(u8::from(*up.borrow())));
     }
     if let Some(pair) = &s.cluster {
-        let now = pair.standing.borrow().clone();
+        let now = pair.view.standing.borrow().clone();
         g.set("twinops_cluster_acting", &[], f64::from(u8::from(now.acting)));
         g.set("twinops_cluster_term", &[], now.term as f64);
+        if let Some((peer, behind)) = pair.view.peer_behind() {
+            g.set("twinops_cluster_peer_online", &[], f64::from(u8::from(peer.online)));
+            if let Some(behind) = behind {
+                g.set("twinops_cluster_peer_decisions_behind", &[], behind.decisions as f64);
+                if let Some(s) = behind.alarms_s {
+                    g.set("twinops_cluster_peer_alarms_behind_seconds", &[], s as f64);
+                }
+            }
+        }
     }
     for l in s.agent.chain().links() {
         let open = l.breaker.state() != crate::agent::reliability::BreakerState::Closed;

@@ -56,7 +56,17 @@ fn reason<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(reason)
 }
 
+/// A supervisor's decision on work order `id`: recorded at once, or, of a redundant
+/// pair, through its decision log (the order named by its key), answered once it has
+/// come back and been applied here.
 pub(super) async fn decide(s: S, user: User, id: i64, approve: bool, reason: String) -> Result<Json<Value>, ApiError> {
+    if let Some(pair) = &s.cluster {
+        let key = approvals::pair::key_of(&*s.store.read()?, id)?
+            .ok_or_else(|| ApiError::not_found(format!("no work order {id}; GET /api/work_orders lists them")))?;
+        let op = approvals::pair::WorkOrderOp::Decide { key, approve, reason };
+        let args = serde_json::to_value(op).map_err(|e| ApiError::internal(anyhow::Error::from(e)))?;
+        return pair.decide(approvals::pair::KIND, args, &user.name).await;
+    }
     let w = s.store.writer().clone();
     let status =
         tokio::task::spawn_blocking(move || approvals::decide(&w, id, &user.name, approve, &reason, Timestamp::now()))
@@ -68,12 +78,10 @@ pub(super) async fn decide(s: S, user: User, id: i64, approve: bool, reason: Str
 /// A refused decision as the API answers it.
 fn decision_error(e: DecisionError) -> ApiError {
     match e {
-        DecisionError::NotFound { .. } => ApiError::not_found(e.to_string()),
-        DecisionError::NotPending { .. } | DecisionError::Conflict(_) => {
-            ApiError::new(StatusCode::CONFLICT, e.to_string())
-        }
-        DecisionError::NoReason => ApiError::bad_request(e.to_string()),
         DecisionError::Store(e) => e.into(),
+        e => {
+            ApiError::new(StatusCode::from_u16(approvals::status_of(&e)).unwrap_or(StatusCode::CONFLICT), e.to_string())
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod tool_calls;
 
+use crate::approvals::Approvals;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,6 +149,8 @@ type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 pub struct Agent {
     pub(super) store: Store,
     docs: DocIndex,
+    /// Where the agent's proposals go: this twin, or a pair's decision log.
+    pub(super) approvals: Approvals,
     chain: Chain,
     tools: Vec<Arc<ToolDef>>,
     validators: HashMap<String, jsonschema::Validator>,
@@ -170,6 +173,7 @@ impl Agent {
         let chain =
             Chain::new(models, retry, limits.breaker_failures, Duration::from_secs(limits.breaker_cooldown_secs));
         let mut agent = Agent {
+            approvals: Approvals::new(store.writer().clone()),
             store,
             docs: DocIndex::new(),
             chain,
@@ -209,6 +213,16 @@ impl Agent {
 
     /// The search index the tools use (cheap to clone; built once, shared).
     /// The documentation search its tools use (by default BM25 alone).
+    /// Proposals through `approvals` (a redundant pair's log) instead of to the twin.
+    pub fn with_approvals(mut self, approvals: Approvals) -> Agent {
+        self.approvals = approvals;
+        self
+    }
+
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
+    }
+
     pub fn with_docs(mut self, docs: DocIndex) -> Agent {
         self.docs = docs;
         self

@@ -18,8 +18,6 @@ use crate::agent::guard::{as_data, clip, redact};
 use crate::agent::model::ToolCall;
 use crate::approvals::Proposer;
 use crate::domain::{Access, Timestamp};
-use crate::rag::DocIndex;
-use crate::store::Store;
 use crate::tools::{self, ToolDef, ToolOutput};
 
 /// The budgets and one-time allowances of the plan a run follows: the model's and, if
@@ -187,10 +185,13 @@ impl RunState<'_> {
 
     /// Starts a tool on the blocking pool; returns its handle and when it started.
     fn spawn_tool(&self, def: Arc<ToolDef>, args: Value) -> (tokio::task::JoinHandle<ToolOutput>, Instant) {
-        let (store, docs) = (self.agent.store.clone(), self.agent.docs.clone());
+        let (store, docs, approvals) =
+            (self.agent.store.clone(), self.agent.docs.clone(), self.agent.approvals.clone());
         let (now, run_id, max_chars) = ((self.agent.clock)(), self.run_id, self.agent.limits.max_result_chars);
-        let handle =
-            tokio::task::spawn_blocking(move || run_blocking(&store, &docs, now, run_id, &def, args, max_chars));
+        let handle = tokio::task::spawn_blocking(move || {
+            let ctx = tools::Context { store: &store, docs: &docs, approvals: &approvals };
+            run_blocking(ctx, now, run_id, &def, args, max_chars)
+        });
         (handle, Instant::now())
     }
 
@@ -260,22 +261,17 @@ impl RunState<'_> {
 }
 
 fn run_blocking(
-    store: &Store,
-    docs: &DocIndex,
+    ctx: tools::Context,
     now: Timestamp,
     run_id: i64,
     def: &ToolDef,
     args: Value,
     max_chars: usize,
 ) -> ToolOutput {
-    tools::with_context(store, docs, now, Proposer::Run(run_id), |ctx| def.call_with_limit(ctx, args, max_chars))
-        .unwrap_or_else(|e| {
-            tracing::error!(stage = "agent", error = %e, "no read connection for a tool");
-            ToolOutput {
-                content: format!("{} could not reach the database. Try again shortly.", def.name),
-                is_error: true,
-            }
-        })
+    tools::with(ctx, now, Proposer::Run(run_id), |ctx| def.call_with_limit(ctx, args, max_chars)).unwrap_or_else(|e| {
+        tracing::error!(stage = "agent", error = %e, "no read connection for a tool");
+        ToolOutput { content: format!("{} could not reach the database. Try again shortly.", def.name), is_error: true }
+    })
 }
 
 /// A JSON value with object keys sorted, so equal arguments compare equal.

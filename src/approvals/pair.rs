@@ -1,0 +1,129 @@
+//! Work orders of a redundant pair: proposed, decided, published and expired through
+//! the pair's decision log (`cluster::log`), and applied by both nodes in its order, so
+//! that either node's HMI shows the same orders and a second approval is a 409 on both.
+//! An order is named on both nodes by its intent key (`work_orders.idempotency_key`),
+//! made from its alarm's event id, since local ids differ; its alarm by that event id.
+
+use rusqlite::{Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{DecisionError, Proposer};
+use crate::domain::{Timestamp, WorkAction, WorkOrderDraft, WorkPriority};
+use crate::store::StoreError;
+
+/// The decision log's kind for [`WorkOrderOp`]s.
+pub const KIND: &str = "work_order";
+
+/// What a decision about work orders does.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum WorkOrderOp {
+    /// Park a proposal (or find the one with the same key).
+    Propose(Proposed),
+    /// A supervisor's approval or rejection.
+    Decide { key: String, approve: bool, reason: String },
+    /// The acting node published the decision on `status`: an approved order is
+    /// dispatched.
+    Published { key: String, status: String },
+    /// Proposals still pending past their expiry, as of the decision's time, expire.
+    Expire,
+}
+
+/// A proposal as both nodes record it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Proposed {
+    pub key: String,
+    pub asset_id: String,
+    pub alarm_event_id: Option<String>,
+    pub action: WorkAction,
+    pub priority: WorkPriority,
+    pub title: String,
+    pub justification: String,
+    pub evidence: Vec<String>,
+    pub proposed_by: String,
+    /// The proposing agent run, on the node it ran on only.
+    pub run_id: Option<i64>,
+    pub proposed_at: i64,
+}
+
+impl Proposed {
+    /// `draft` as proposed by `by` at `now`; `event_id` is its alarm's.
+    pub fn of(draft: &WorkOrderDraft, event_id: Option<String>, by: &Proposer, now: Timestamp) -> Proposed {
+        let key = match (&event_id, draft.alarm_id()) {
+            (Some(event), _) => format!("event:{event}/{}/{}", draft.asset_id(), draft.action()),
+            _ => draft.intent_key(&now.date()),
+        };
+        Proposed {
+            key,
+            asset_id: draft.asset_id().to_string(),
+            alarm_event_id: event_id,
+            action: draft.action(),
+            priority: draft.priority(),
+            title: draft.title().into(),
+            justification: draft.justification().into(),
+            evidence: draft.evidence().iter().map(|c| c.as_str().to_string()).collect(),
+            proposed_by: by.label(),
+            run_id: by.run_id(),
+            proposed_at: now.unix(),
+        }
+    }
+}
+
+/// Applies `op`, decided by `actor` on node `from` at `at`, to this node (`here`); the
+/// outcome is an HTTP status and the body to answer with.
+pub fn apply(
+    c: &Connection,
+    op: &WorkOrderOp,
+    actor: &str,
+    at: Timestamp,
+    (here, from): (&str, &str),
+) -> Result<(u16, Value), StoreError> {
+    match op {
+        WorkOrderOp::Propose(p) => propose(c, p, here == from),
+        WorkOrderOp::Decide { key, approve, reason } => {
+            let Some(id) = id_of(c, key)? else { return Ok(unknown(key)) };
+            Ok(match super::decide_in(c, id, actor, *approve, reason, at) {
+                Ok(status) => (200, json!({"id": id, "status": status})),
+                Err(DecisionError::Store(e)) => return Err(e),
+                Err(e) => (super::status_of(&e), json!({"error": e.to_string()})),
+            })
+        }
+        WorkOrderOp::Published { key, status } => {
+            let Some(id) = id_of(c, key)? else { return Ok(unknown(key)) };
+            super::mark_published(c, id, status, at)?;
+            Ok((200, json!({"id": id})))
+        }
+        WorkOrderOp::Expire => Ok((200, json!({"expired": super::expire_in(c, at)?}))),
+    }
+}
+
+fn propose(c: &Connection, p: &Proposed, ours: bool) -> Result<(u16, Value), StoreError> {
+    let alarm_id: Option<i64> = match &p.alarm_event_id {
+        Some(event) => c
+            .prepare_cached("SELECT id FROM alarms WHERE event_id = ?1")?
+            .query_row([event], |r| r.get(0))
+            .optional()?,
+        None => None,
+    };
+    let inserted = super::insert(c, p, alarm_id, p.run_id.filter(|_| ours))?;
+    let proposal = super::proposal_of(c, &p.key, inserted)?;
+    Ok((200, serde_json::to_value(proposal).unwrap_or(Value::Null)))
+}
+
+fn id_of(c: &Connection, key: &str) -> Result<Option<i64>, StoreError> {
+    Ok(c.prepare_cached("SELECT id FROM work_orders WHERE idempotency_key = ?1")?
+        .query_row([key], |r| r.get(0))
+        .optional()?)
+}
+
+fn unknown(key: &str) -> (u16, Value) {
+    (404, json!({"error": format!("no work order with key '{key}' on this node; GET /api/work_orders lists them")}))
+}
+
+/// The key that names work order `id` on both nodes of a pair.
+pub fn key_of(c: &Connection, id: i64) -> Result<Option<String>, StoreError> {
+    Ok(c.prepare_cached("SELECT idempotency_key FROM work_orders WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?)
+}
