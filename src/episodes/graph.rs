@@ -2,7 +2,8 @@
 //! `supplies_air`, `controls` (plant files' connections) and a motor's `drives`. An
 //! upset at an asset shows downstream of it; how far down is the evidence.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
 
 use rusqlite::Connection;
 
@@ -11,10 +12,17 @@ use rusqlite::Connection;
 pub const MAX_HOPS: usize = 4;
 
 /// Assets (lower case) and the assets each acts on.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct PlantGraph {
     down: HashMap<String, Vec<String>>,
+    /// The hops already found, (from, to) in lower case: ranking an episode asks of
+    /// every pair of its points, again as each point joins (a flood of a hundred points
+    /// asks ten thousand times), and the answers do not change while the graph lives.
+    known: Mutex<HashMap<(String, String), Option<usize>>>,
 }
+
+/// The most answers [`PlantGraph`] keeps; past it they are forgotten and found again.
+const MAX_KNOWN: usize = 200_000;
 
 impl PlantGraph {
     /// From edges cause first (`from`, `to`), any case.
@@ -27,7 +35,7 @@ impl PlantGraph {
                 next.push(to);
             }
         }
-        PlantGraph { down }
+        PlantGraph { down, known: Mutex::default() }
     }
 
     /// The twin's live connections and drives.
@@ -43,23 +51,36 @@ impl PlantGraph {
 
     /// Hops from `from` down to `to` (0 for the same asset), within [`MAX_HOPS`].
     pub fn hops(&self, from: &str, to: &str) -> Option<usize> {
-        let (from, to) = (from.to_lowercase(), to.to_lowercase());
-        if from == to {
+        let key = (from.to_lowercase(), to.to_lowercase());
+        if key.0 == key.1 {
             return Some(0);
         }
-        let mut seen = vec![from.clone()];
+        let mut known = self.known.lock().expect("plant graph answers");
+        if let Some(hops) = known.get(&key) {
+            return *hops;
+        }
+        let hops = self.search(&key.0, &key.1);
+        if known.len() >= MAX_KNOWN {
+            known.clear();
+        }
+        known.insert(key, hops);
+        hops
+    }
+
+    /// Breadth first from `from` down to `to`, both lower case.
+    fn search(&self, from: &str, to: &str) -> Option<usize> {
+        let mut seen = HashSet::from([from]);
         let mut queue = VecDeque::from([(from, 0usize)]);
         while let Some((at, depth)) = queue.pop_front() {
             if depth == MAX_HOPS {
                 continue;
             }
-            for next in self.down.get(&at).into_iter().flatten() {
-                if *next == to {
+            for next in self.down.get(at).into_iter().flatten() {
+                if next == to {
                     return Some(depth + 1);
                 }
-                if !seen.contains(next) {
-                    seen.push(next.clone());
-                    queue.push_back((next.clone(), depth + 1));
+                if seen.insert(next.as_str()) {
+                    queue.push_back((next.as_str(), depth + 1));
                 }
             }
         }

@@ -112,17 +112,53 @@ impl Context<'_> {
     pub(crate) fn follows(&self, first: &Point, then: &Point, after_ms: i64) -> bool {
         self.learned.get(first, then).is_some_and(|p| after_ms as f64 <= p.lag_p90_s * 1500.0)
     }
+}
 
-    /// Whether `c`, at `c_ms`, accounts for `m`, at `m_ms`: `m` came after it (give or
-    /// take the reporting skew) on the same equipment or downstream of it, or the
-    /// journal says `m` follows `c`. By the plant, and by the journal.
-    fn explains(&self, c: &Point, c_ms: i64, m: &Point, m_ms: i64) -> (bool, bool) {
-        let after = m_ms - c_ms >= -REPORTING_SKEW_MS;
-        let plant = after
-            && (c.asset_id.eq_ignore_ascii_case(&m.asset_id) && m_ms >= c_ms
-                || !c.asset_id.eq_ignore_ascii_case(&m.asset_id)
-                    && self.plant.hops(&c.asset_id, &m.asset_id).is_some());
-        (plant, after && self.learned.get(c, m).is_some())
+/// Which of a few assets act on which, asked of the plant once per pair of assets
+/// rather than once per pair of points (a flood's episode has far more points than
+/// assets).
+struct Reach {
+    /// Each point's asset, as an index.
+    asset: Vec<usize>,
+    /// `down[i][j]`: asset `i` acts on asset `j`.
+    down: Vec<Vec<bool>>,
+}
+
+impl Reach {
+    fn of(points: &[&Activation], plant: &PlantGraph) -> Reach {
+        let mut names: Vec<String> = Vec::new();
+        let asset = points
+            .iter()
+            .map(|p| {
+                let name = p.point.asset_id.to_lowercase();
+                names.iter().position(|n| *n == name).unwrap_or_else(|| {
+                    names.push(name);
+                    names.len() - 1
+                })
+            })
+            .collect();
+        let down = names
+            .iter()
+            .enumerate()
+            .map(|(i, from)| names.iter().enumerate().map(|(j, to)| i != j && plant.hops(from, to).is_some()).collect())
+            .collect();
+        Reach { asset, down }
+    }
+
+    /// Whether point `i`, at `i_ms`, accounts for point `j`, at `j_ms`: `j` came after
+    /// it (give or take the reporting skew) on the same equipment or downstream of it,
+    /// or the journal says `j` follows `i`. By the plant, and by the journal.
+    fn explains(&self, (i, c): (usize, &Activation), (j, m): (usize, &Activation), learned: &Learned) -> (bool, bool) {
+        let after = m.at_ms - c.at_ms >= -REPORTING_SKEW_MS;
+        let (a, b) = (self.asset[i], self.asset[j]);
+        let plant = after && (a == b && m.at_ms >= c.at_ms || a != b && self.down[a][b]);
+        (plant, after && learned.get(&c.point, &m.point).is_some())
+    }
+
+    /// Whether point `j` is on other equipment upstream of point `i`'s.
+    fn upstream(&self, i: usize, j: usize) -> bool {
+        let (a, b) = (self.asset[i], self.asset[j]);
+        a != b && self.down[b][a]
     }
 }
 
@@ -181,22 +217,21 @@ pub fn rank(episode: &Episode, cx: &Context) -> Vec<Candidate> {
     let n = firsts.len();
     let others = (n.max(2) - 1) as f64;
     let start = episode.start_ms();
+    let reach = Reach::of(&firsts, cx.plant);
     let mut candidates: Vec<Candidate> = firsts
         .iter()
         .enumerate()
         .map(|(order, c)| {
             let (mut downstream, mut followed_by, mut upstream) = (Vec::new(), Vec::new(), Vec::new());
-            for m in firsts.iter().filter(|m| m.point != c.point) {
-                let (by_plant, by_journal) = cx.explains(&c.point, c.at_ms, &m.point, m.at_ms);
+            for (j, m) in firsts.iter().enumerate().filter(|(_, m)| m.point != c.point) {
+                let (by_plant, by_journal) = reach.explains((order, c), (j, m), cx.learned);
                 if by_plant {
                     downstream.push(m.point.clone());
                 }
                 if by_journal {
                     followed_by.push(m.point.clone());
                 }
-                if !c.point.asset_id.eq_ignore_ascii_case(&m.point.asset_id)
-                    && cx.plant.hops(&m.point.asset_id, &c.point.asset_id).is_some()
-                {
+                if reach.upstream(order, j) {
                     upstream.push(m.point.clone());
                 }
             }

@@ -234,30 +234,36 @@ fn follows(window: &mut Window, lag_ms: i64, b: u32, at_ms: i64, mut seen: impl 
 /// Recent activations (point, ms) with the points that followed each.
 type Window = std::collections::VecDeque<(u32, i64, Vec<u32>)>;
 
-/// The learned pairs as a lookup: does `first` lead to `then`?
+/// The learned pairs as a lookup: does `first` lead to `then`? Keyed by the first
+/// point, then the next: a lookup borrows both points (ranking a flood's episode looks
+/// up every pair of its points).
 #[derive(Debug, Default, Clone)]
-pub struct Learned(HashMap<(Point, Point), Pair>);
+pub struct Learned(HashMap<Point, HashMap<Point, Pair>>);
 
 impl Learned {
     pub fn new(pairs: Vec<Pair>) -> Learned {
-        Learned(pairs.into_iter().map(|p| ((p.first.clone(), p.then.clone()), p)).collect())
+        let mut by_first: HashMap<Point, HashMap<Point, Pair>> = HashMap::new();
+        for p in pairs {
+            by_first.entry(p.first.clone()).or_default().insert(p.then.clone(), p);
+        }
+        Learned(by_first)
     }
 
     pub fn get(&self, first: &Point, then: &Point) -> Option<&Pair> {
-        self.0.get(&(first.clone(), then.clone()))
+        self.0.get(first)?.get(then)
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.values().map(HashMap::len).sum()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Pair> {
-        self.0.values()
+        self.0.values().flat_map(HashMap::values)
     }
 
     /// The `n` strongest: by lift, then support.
     pub fn strongest(&self, n: usize) -> Vec<&Pair> {
-        let mut pairs: Vec<&Pair> = self.0.values().collect();
+        let mut pairs: Vec<&Pair> = self.iter().collect();
         pairs.sort_by(|a, b| b.lift.total_cmp(&a.lift).then(b.support.cmp(&a.support)).then(a.first.order(&b.first)));
         pairs.truncate(n);
         pairs

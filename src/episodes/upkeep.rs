@@ -200,9 +200,25 @@ fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Ranks the episode's initiator again and stores the ranking with its evidence.
+/// The candidates an episode keeps: the tool shows ten and the note reads the first
+/// two.
+pub const KEPT_CANDIDATES: usize = 10;
+
+/// The points a runner-up keeps in each of its lists (its evidence says how many there
+/// are); the initiator keeps all of its own, since its consequences are folded under it.
+pub const KEPT_POINTS: usize = 10;
+
+/// Ranks the episode's initiator again and stores the ranking with its evidence. Kept
+/// whole, a flood's ranking grows with the square of its points (a hundred and fifty
+/// points: 700 KB, written again as each joins), and ingest would fall behind.
 fn rerank(conn: &Connection, episode: i64, found: &Episode, cx: &Context) -> rusqlite::Result<()> {
-    let ranked = rank(found, cx);
+    let mut ranked = rank(found, cx);
+    ranked.truncate(KEPT_CANDIDATES);
+    for c in ranked.iter_mut().skip(1) {
+        c.downstream.truncate(KEPT_POINTS);
+        c.followed_by.truncate(KEPT_POINTS);
+        c.upstream.truncate(KEPT_POINTS);
+    }
     conn.prepare_cached("UPDATE episodes SET initiator_alarm = ?2, ranking = ?3 WHERE id = ?1")?.execute(params![
         episode,
         ranked.first().map(|c| c.alarm_id),

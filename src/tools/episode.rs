@@ -48,14 +48,9 @@ fn episode_id(ctx: &ToolContext, episode: Option<i64>, alarm: Option<i64>) -> Re
 
 fn get(ctx: &ToolContext, args: GetArgs) -> Result<Value, ToolError> {
     let id = episode_id(ctx, args.episode_id, args.alarm_id)?;
-    let mut episode = upkeep::one(ctx.db, id)?.ok_or_else(|| {
+    upkeep::one(ctx.db, id)?.ok_or_else(|| {
         ToolError::NotFound(format!("No episode {id}; get_episode with a member's alarm_id finds its episode."))
-    })?;
-    // The ten best candidates are plenty to name an initiator.
-    if let Some(Value::Array(ranking)) = episode.get_mut("ranking") {
-        ranking.truncate(10);
-    }
-    Ok(episode)
+    })
 }
 
 const SIMILAR: &str = "find_similar_episodes";
