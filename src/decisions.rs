@@ -7,7 +7,7 @@
 //!
 //! Shared so far: the actions on one alarm occurrence (acknowledge, shelve, unshelve,
 //! out of service, back in service), and work orders (`approvals::pair`: proposed,
-//! decided, published, expired). A decision about an occurrence that has not
+//! decided, published, expired) and alarm changes (proposed, decided, lifted, expired). A decision about an occurrence that has not
 //! arrived on a node yet waits there, recorded, and is applied when it does.
 
 use std::sync::Arc;
@@ -18,7 +18,10 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use crate::alarms::{self, ActionError, QueuePolicy};
-use crate::approvals::{self, pair::WorkOrderOp};
+use crate::approvals::{
+    self,
+    pair::{AlarmChangeOp, WorkOrderOp},
+};
 use crate::cluster::Progress;
 use crate::cluster::log::{Decision, DecisionLog, Delivered, Outcome};
 use crate::domain::{AlarmState, Timestamp};
@@ -107,6 +110,14 @@ pub fn apply(store: &Store, queue: QueuePolicy, here: &str, d: &Decision) -> Res
             store
                 .writer()
                 .call(move |c| approvals::pair::apply(c, &op, &d.actor, Timestamp::from_unix(d.at), (&here, &d.node)))
+        }
+        approvals::pair::CHANGE_KIND => {
+            let op: AlarmChangeOp = match serde_json::from_value(d.args.clone()) {
+                Ok(op) => op,
+                Err(e) => return Ok((400, json!({"error": format!("not an alarm-change decision: {e}")}))),
+            };
+            let (d, here) = (d.clone(), here.to_string());
+            store.writer().call(move |c| approvals::pair::apply_change(c, &op, &d, &here, queue))
         }
         kind => Ok((
             400,

@@ -101,12 +101,7 @@ pub async fn housekeeping(
     now: Timestamp,
 ) -> anyhow::Result<Housekeeping> {
     let expired_work_orders = approvals.expire_due(now).await?;
-    let expired_alarm_changes = store
-        .writer()
-        .call_async(move |c| -> Result<Vec<i64>, StoreError> {
-            Ok(crate::approvals::alarm_changes::expire_due(c, now)?)
-        })
-        .await?;
+    let expired_alarm_changes = approvals.expire_changes_due(now).await?;
     let (s, w, index) = (store.clone(), store.writer().clone(), index.clone());
     let (unshelved, alarm_hours_cached, docs_changed, docs_embedded, alarm_pairs) =
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {

@@ -263,6 +263,12 @@ async fn mosquitto_one_node_acts_through_kills_and_a_cut_link() {
 /// again and again (and restarted); every occurrence gets a note, on both twins, and
 /// none gets two; the standby refuses writes, saying where to make them.
 async fn two_daemons(url: Option<String>) {
+    two_daemons_skewed(url, None).await;
+}
+
+/// [`two_daemons`], node b's wall clock put off by libfaketime: `skew` is the library
+/// and the offset (`+30s`).
+async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
     let spec =
         PairSpec { broker: broker(url), run: format!("p{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
     let (wa, wb) = (common::free_port(), common::free_port());
@@ -291,6 +297,28 @@ async fn two_daemons(url: Option<String>) {
         failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, Some(wb)).unwrap(),
         failover::Node::start(exe, &spec, "b", &plants[1].db_path(), wb, Some(wa)).unwrap(),
     ];
+    if let Some((lib, offset)) = skew {
+        // Node b again, its wall clock off from the first start on (the lease runs on
+        // each node's monotonic clock; the journal takes the wall clock of the node
+        // where a decision was made).
+        nodes[1].kill();
+        nodes[1].set_env("LD_PRELOAD", lib);
+        nodes[1].set_env("FAKETIME", offset);
+        nodes[1].set_env("TWINOPS_LOG", "info");
+        nodes[1].restart().unwrap();
+        // It is: its log's times run ahead.
+        let ahead = || {
+            let log = std::fs::read_to_string(nodes[1].log()).unwrap_or_default();
+            let last = log
+                .lines()
+                .rev()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter_map(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok())
+                .next();
+            last.is_some_and(|t| t > chrono::Utc::now() + chrono::Duration::seconds(20))
+        };
+        assert!(common::eventually(Duration::from_secs(15), ahead).await, "node b's clock is not ahead");
+    }
     let points: Vec<(String, String)> = {
         let db = plants[0].store.read().unwrap();
         let mut stmt = db.prepare("SELECT asset_id, id FROM sensors ORDER BY id LIMIT 12").unwrap();
@@ -489,6 +517,15 @@ async fn mosquitto_two_daemons_note_every_alarm_once_through_kills() {
     two_daemons(Some(url)).await;
 }
 
+/// The same with one node's clock 30 s ahead (`TWINOPS_TEST_FAKETIME`: libfaketime's
+/// library): nothing the pair decides rests on the two clocks agreeing.
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_two_daemons_with_one_clock_30_s_ahead() {
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    let Some(lib) = common::external("TWINOPS_TEST_FAKETIME", "libfaketime (libfaketime.so.1)") else { return };
+    two_daemons_skewed(Some(url), Some((&lib, "+30s"))).await;
+}
+
 /// A note of the other node waits until its lead occurrence is here, and is kept
 /// waiting until every occurrence it covers is too (one that came later must not be
 /// triaged again); this node's own notes, coming back on the topic, are ignored; a
@@ -583,8 +620,9 @@ fn a_decision_waits_for_its_occurrence_and_keeps_the_logs_order() {
 /// Work orders of a pair, on a real broker: proposed on one node through the log (the
 /// same intent again is the same order), on both twins linked to each one's own alarm
 /// id; approved on the other node, and the second approval is a 409 there too;
-/// published, so dispatched on both; expired in order with everything else.
-async fn work_orders_reach_both(url: Option<String>) {
+/// published, so dispatched on both; expired in order with everything else. Then its
+/// alarm changes.
+async fn approvals_reach_both(url: Option<String>) {
     use twinops::approvals::pair::{KIND, WorkOrderOp};
     use twinops::approvals::{Approvals, Proposer};
     use twinops::cluster::log::DecisionLog;
@@ -687,8 +725,8 @@ async fn work_orders_reach_both(url: Option<String>) {
         Vec::new(),
     )
     .unwrap();
-    let (approvals, long_ago) = (approvals.clone(), now.plus_secs(-4 * 86_400));
-    let old = tokio::task::spawn_blocking(move || approvals.propose(stale, Proposer::User("op".into()), long_ago))
+    let (a, long_ago) = (approvals.clone(), now.plus_secs(-4 * 86_400));
+    let old = tokio::task::spawn_blocking(move || a.propose(stale, Proposer::User("op".into()), long_ago))
         .await
         .unwrap()
         .unwrap();
@@ -704,17 +742,112 @@ async fn work_orders_reach_both(url: Option<String>) {
     };
     assert!(common::eventually(Duration::from_secs(10), || plants.iter().all(|p| expired(p) == 1)).await);
     assert!(b.expire_due(now).await.unwrap().is_empty(), "nothing left to expire");
+    alarm_changes_reach_both(&plants, &logs, &approvals).await;
+}
+
+/// Alarm changes of a pair: a settings change and a suppression proposed through the
+/// log are on both twins under one uid; the settings change approved on one node
+/// changes the sensor on both, and a second approval is a 409; the suppression
+/// approved, then lifted, on the other node.
+async fn alarm_changes_reach_both(
+    plants: &[common::Plant],
+    logs: &[Arc<twinops::cluster::log::DecisionLog>],
+    approvals: &twinops::approvals::Approvals,
+) {
+    use twinops::alarms::definitions::Point;
+    use twinops::alarms::replay::Settings;
+    use twinops::approvals::Proposer;
+    use twinops::approvals::alarm_changes::{Change, Parked, SettingsChange};
+    use twinops::approvals::pair::{AlarmChangeOp, CHANGE_KIND};
+    let now = twinops::domain::Timestamp::now();
+    // A point twinops raises from its readings: an approved change is made to the twin.
+    for p in plants {
+        let sql = "UPDATE sensors SET alarm_source = 'limits' WHERE id = 'PUMP-007.VIB-DE'";
+        p.store
+            .writer()
+            .call(move |c| -> Result<usize, twinops::store::StoreError> { Ok(c.execute(sql, [])?) })
+            .unwrap();
+    }
+    let settings = |set_point| Settings { set_point, deadband: 0.2, on_delay_s: 10, off_delay_s: 0 };
+    let parked = Parked {
+        change: Change::Settings(SettingsChange {
+            sensor_id: "PUMP-007.VIB-DE".into(),
+            asset_id: "PUMP-007".into(),
+            code: "VIB-HH".into(),
+            level: "hh".into(),
+            current: settings(7.1),
+            proposed: settings(7.6),
+        }),
+        reason: "Chattering at 7.1 mm/s during start-up; the replay halves the occurrences.".into(),
+        evidence: json!({"replayed_days": 30}),
+        proposed_by: "agent:run/7".into(),
+        run_id: Some(7),
+        proposed_at: now.unix(),
+    };
+    let submit = |i: usize, op: AlarmChangeOp| {
+        let (log, args) = (Arc::clone(&logs[i]), serde_json::to_value(op).unwrap());
+        async move { log.submit(CHANGE_KIND, args, "sup").await.unwrap() }
+    };
+    let (status, proposal) = submit(0, AlarmChangeOp::Propose(Box::new(parked))).await;
+    assert_eq!(status, 200, "{proposal}");
+    let uid_of = |p: &common::Plant, sensor: &str| {
+        let sql = format!("SELECT coalesce(max(uid), '') FROM alarm_changes WHERE sensor_id = '{sensor}'");
+        p.text(&sql)
+    };
+    let settled = || plants.iter().all(|p| !uid_of(p, "PUMP-007.VIB-DE").is_empty());
+    assert!(common::eventually(Duration::from_secs(10), settled).await);
+    let uid = uid_of(&plants[0], "PUMP-007.VIB-DE");
+    assert_eq!(uid, uid_of(&plants[1], "PUMP-007.VIB-DE"), "one name on both nodes");
+    let decide = AlarmChangeOp::Decide { uid: uid.clone(), approve: true, reason: "replay agreed".into() };
+    assert_eq!(submit(1, decide.clone()).await.0, 200);
+    assert_eq!(submit(0, decide).await.0, 409, "the second approval, on the other node");
+    let hh = "SELECT limit_hh FROM sensors WHERE id = 'PUMP-007.VIB-DE'";
+    let applied = || plants.iter().all(|p| p.text(&format!("SELECT CAST(({hh}) AS TEXT)")) == "7.6");
+    assert!(common::eventually(Duration::from_secs(10), applied).await, "the set point changed on both twins");
+
+    // A suppression, proposed by the agent's way (Approvals of the pair), lifted on the other node.
+    let point = |asset: &str, sensor: &str, code: &str| Point {
+        asset_id: asset.into(),
+        sensor_id: Some(sensor.into()),
+        code: code.into(),
+    };
+    let (leader, follower) =
+        (point("PUMP-007", "PUMP-007.VIB-DE", "VIB-HH"), point("PUMP-007", "PUMP-007.VIB-NDE", "VIB-HH"));
+    let a = approvals.clone();
+    let proposed = tokio::task::spawn_blocking(move || {
+        a.propose_suppression(
+            &leader,
+            &follower,
+            "NDE follows DE within 20 s in 96% of 41 floods",
+            &json!({"support": 41}),
+            Proposer::Run(8),
+            now,
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(proposed.created, "{proposed:?}");
+    let settled = || plants.iter().all(|p| !uid_of(p, "PUMP-007.VIB-NDE").is_empty());
+    assert!(common::eventually(Duration::from_secs(10), settled).await);
+    let uid = uid_of(&plants[1], "PUMP-007.VIB-NDE");
+    let approve = AlarmChangeOp::Decide { uid: uid.clone(), approve: true, reason: "agreed".into() };
+    assert_eq!(submit(0, approve).await.0, 200);
+    let (status, body) = submit(1, AlarmChangeOp::Lift { uid, reason: "bearing replaced".into() }).await;
+    assert_eq!(status, 200, "{body}");
+    let lifted = "SELECT count(*) FROM alarm_changes WHERE sensor_id = 'PUMP-007.VIB-NDE' AND status = 'lifted' AND lifted_by = 'sup'";
+    assert!(common::eventually(Duration::from_secs(10), || plants.iter().all(|p| p.count(lifted) == 1)).await);
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn embedded_broker_work_orders_reach_both_nodes() {
-    work_orders_reach_both(None).await;
+async fn embedded_broker_approvals_reach_both_nodes() {
+    approvals_reach_both(None).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn mosquitto_work_orders_reach_both_nodes() {
+async fn mosquitto_approvals_reach_both_nodes() {
     let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
-    work_orders_reach_both(Some(url)).await;
+    approvals_reach_both(Some(url)).await;
 }
 
 /// Of a pair that is Sparkplug's primary host, the STATE follows the acting node on a

@@ -92,7 +92,7 @@ function showPair(pair) {
   const active = pair.active_node ? `node ${pair.active_node} acts` : 'no node acts yet (the pair is choosing one)';
   const text = pair.acting
     ? `Node ${pair.node}: acting (term ${pair.term}).`
-    : `Node ${pair.node}: standing by; ${active} (term ${pair.term}). Alarm actions and work-order decisions work here; make other changes on the acting node.`;
+    : `Node ${pair.node}: standing by; ${active} (term ${pair.term}). Alarm actions and decisions on work orders and alarm changes work here; make other changes on the acting node.`;
   const link = !pair.acting && pair.peer_hmi ? [' ', h('a', { href: pair.peer_hmi }, 'Open the other node')] : [];
   p.replaceChildren(text, ' ', peerText(pair.peer), ...link);
 }

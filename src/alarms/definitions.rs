@@ -66,7 +66,7 @@ impl KpiSettings {
 pub const MAX_WINDOW_DAYS: i64 = 400;
 
 /// An alarm point: what the operator's list shows as one alarm.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct Point {
     pub asset_id: String,
     pub sensor_id: Option<String>,

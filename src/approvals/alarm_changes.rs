@@ -13,7 +13,7 @@
 //! brings the new settings in.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{DEFAULT_TTL_SECS, DecisionError, Proposer};
 use crate::alarms::QueuePolicy;
@@ -27,140 +27,203 @@ use crate::store::{StoreError, Writer};
 pub const EVIDENCE_DAYS: i64 = 30;
 
 /// What proposing did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangeProposal {
     pub alarm_change_id: i64,
     pub status: AlarmChangeStatus,
     /// False when a change of this point already awaited a decision; nothing new was written.
     pub created: bool,
     /// `twin` (applied to the sensor when approved) or `scada` (a record for the SCADA engineer).
-    pub applies: &'static str,
+    pub applies: String,
 }
 
-/// Parks a proposed change of `target`'s settings, with the replay as evidence; or
-/// returns the change of the same point already awaiting a decision.
-pub fn propose(
-    writer: &Writer,
-    target: &Target,
-    proposed: Settings,
-    reason: &str,
-    evidence: &Comparison,
-    by: &Proposer,
-    now: Timestamp,
+/// A proposed change as it is parked: on one node, or on both of a pair (`pair.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Parked {
+    pub change: Change,
+    pub reason: String,
+    pub evidence: serde_json::Value,
+    pub proposed_by: String,
+    /// The proposing agent run, on the node it ran on only.
+    pub run_id: Option<i64>,
+    pub proposed_at: i64,
+}
+
+/// A change of one point's settings at one level (`hh`, `h`, `l`, `ll`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SettingsChange {
+    pub sensor_id: String,
+    pub asset_id: String,
+    pub code: String,
+    pub level: String,
+    pub current: Settings,
+    pub proposed: Settings,
+}
+
+/// What a proposed change would change.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Change {
+    /// One point's settings at one level.
+    Settings(SettingsChange),
+    /// `follower` suppressed while `leader` is active.
+    Suppression { leader: Point, follower: Point },
+}
+
+impl Parked {
+    fn new(change: Change, reason: &str, evidence: serde_json::Value, by: &Proposer, now: Timestamp) -> Parked {
+        let (reason, proposed_by, run_id) = (reason.trim().to_string(), by.label(), by.run_id());
+        Parked { change, reason, evidence, proposed_by, run_id, proposed_at: now.unix() }
+    }
+
+    /// A change of `target`'s settings to `proposed`, with the replay as evidence.
+    pub fn settings(
+        target: &Target,
+        proposed: Settings,
+        reason: &str,
+        evidence: &Comparison,
+        by: &Proposer,
+        now: Timestamp,
+    ) -> Parked {
+        let change = Change::Settings(SettingsChange {
+            sensor_id: target.sensor_id.clone(),
+            asset_id: target.asset_id.clone(),
+            code: target.code.clone(),
+            level: target.level.key().to_string(),
+            current: target.current,
+            proposed,
+        });
+        let evidence = serde_json::to_value(evidence).expect("comparisons serialize");
+        Parked::new(change, reason, evidence, by, now)
+    }
+
+    /// A designed suppression of `follower` while `leader` is active.
+    pub fn suppression(
+        (leader, follower): (&Point, &Point),
+        reason: &str,
+        evidence: &impl Serialize,
+        by: &Proposer,
+        now: Timestamp,
+    ) -> Parked {
+        let change = Change::Suppression { leader: leader.clone(), follower: follower.clone() };
+        let evidence = serde_json::to_value(evidence).expect("evidence serializes");
+        Parked::new(change, reason, evidence, by, now)
+    }
+}
+
+/// Records `p` as `pending_approval` under `uid` (of a pair: the proposing decision's
+/// id, the same on both nodes), or returns the change with the same intent already
+/// awaiting a decision: a settings change of the same point and level, or a
+/// suppression of the same pair pending or in force. A suppression is enforced by
+/// twinops's own lifecycle (`applies` is `twin`); a SCADA's own alarm display is not
+/// changed by it.
+pub fn park(c: &Connection, p: &Parked, uid: Option<&str>) -> Result<ChangeProposal, StoreError> {
+    match &p.change {
+        Change::Settings(s) => park_settings(c, p, s, uid),
+        Change::Suppression { leader, follower } => park_suppression(c, p, (leader, follower), uid),
+    }
+}
+
+fn park_settings(
+    c: &Connection,
+    p: &Parked,
+    s: &SettingsChange,
+    uid: Option<&str>,
 ) -> Result<ChangeProposal, StoreError> {
-    let (t, reason, by) = (target.clone(), reason.trim().to_string(), by.clone());
-    let json = |v: serde_json::Result<String>| v.expect("settings and comparisons serialize");
-    let (current, proposed_json, evidence) = (
-        json(serde_json::to_string(&t.current)),
-        json(serde_json::to_string(&proposed)),
-        json(serde_json::to_string(evidence)),
-    );
-    writer.call(move |c| {
-        let applies = applies(c, &t.sensor_id)?;
-        let run_id = by.run_id();
-        let inserted = c
-            .prepare_cached(
-                "INSERT INTO alarm_changes (sensor_id, asset_id, code, level, current, proposed, reason, evidence, applies,
-                     status, proposed_by, run_id, proposed_at, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'pending_approval', ?10, ?11, ?12, ?13)
-                 ON CONFLICT (sensor_id, level) WHERE status = 'pending_approval' DO NOTHING",
+    let SettingsChange { sensor_id, asset_id, code, level, current, proposed } = s;
+    let json = |v: serde_json::Result<String>| v.expect("settings serialize");
+    let expires_at = p.proposed_at + DEFAULT_TTL_SECS;
+    let applies = applies(c, sensor_id)?;
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO alarm_changes (sensor_id, asset_id, code, level, current, proposed, reason, evidence, applies,
+                         status, proposed_by, run_id, proposed_at, expires_at, uid)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'pending_approval', ?10, ?11, ?12, ?13, ?14)
+                     ON CONFLICT (sensor_id, level) WHERE status = 'pending_approval' DO NOTHING",
+        )?
+        .execute(params![
+            sensor_id,
+            asset_id,
+            code,
+            level,
+            json(serde_json::to_string(current)),
+            json(serde_json::to_string(proposed)),
+            p.reason,
+            p.evidence.to_string(),
+            applies,
+            p.proposed_by,
+            p.run_id,
+            p.proposed_at,
+            expires_at,
+            uid
+        ])?;
+    let id: i64 = c
+        .prepare_cached(
+            "SELECT id FROM alarm_changes WHERE sensor_id = ?1 AND level = ?2 AND status = 'pending_approval'",
+        )?
+        .query_row(params![sensor_id, level], |r| r.get(0))?;
+    let (status, created, applies) = (AlarmChangeStatus::PendingApproval, inserted == 1, applies.to_string());
+    Ok(ChangeProposal { alarm_change_id: id, status, created, applies })
+}
+
+fn park_suppression(
+    c: &Connection,
+    p: &Parked,
+    (leader, follower): (&Point, &Point),
+    uid: Option<&str>,
+) -> Result<ChangeProposal, StoreError> {
+    let expires_at = p.proposed_at + DEFAULT_TTL_SECS;
+    let existing: Option<(i64, AlarmChangeStatus)> = c
+                .prepare_cached(
+                    "SELECT id, status FROM alarm_changes WHERE kind = 'suppression' AND status IN ('pending_approval', 'approved')
+                       AND asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
+                       AND while_asset_id = ?4 AND coalesce(while_sensor_id, '') = coalesce(?5, '') AND while_code = ?6",
+                )?
+                .query_row(
+                    params![
+                        follower.asset_id,
+                        follower.sensor_id,
+                        follower.code,
+                        leader.asset_id,
+                        leader.sensor_id,
+                        leader.code
+                    ],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+    if let Some((id, status)) = existing {
+        return Ok(ChangeProposal { alarm_change_id: id, status, created: false, applies: "twin".into() });
+    }
+    let proposed = serde_json::json!({"suppress_while_active": leader}).to_string();
+    c.prepare_cached(
+                "INSERT INTO alarm_changes (kind, sensor_id, asset_id, code, while_asset_id, while_sensor_id, while_code,
+                     current, proposed, reason, evidence, applies, status, proposed_by, run_id, proposed_at, expires_at, uid)
+                 VALUES ('suppression', ?1, ?2, ?3, ?4, ?5, ?6, '{}', ?7, ?8, ?9, 'twin', 'pending_approval', ?10, ?11, ?12, ?13, ?14)",
             )?
             .execute(params![
-                t.sensor_id,
-                t.asset_id,
-                t.code,
-                t.level.key(),
-                current,
-                proposed_json,
-                reason,
-                evidence,
-                applies,
-                by.label(),
-                run_id,
-                now.unix(),
-                now.unix() + DEFAULT_TTL_SECS
+                follower.sensor_id,
+                follower.asset_id,
+                follower.code,
+                leader.asset_id,
+                leader.sensor_id,
+                leader.code,
+                proposed,
+                p.reason,
+                p.evidence.to_string(),
+                p.proposed_by,
+                p.run_id,
+                p.proposed_at,
+                expires_at,
+                uid
             ])?;
-        let id: i64 = c
-            .prepare_cached(
-                "SELECT id FROM alarm_changes WHERE sensor_id = ?1 AND level = ?2 AND status = 'pending_approval'",
-            )?
-            .query_row(params![t.sensor_id, t.level.key()], |r| r.get(0))?;
-        Ok(ChangeProposal { alarm_change_id: id, status: AlarmChangeStatus::PendingApproval, created: inserted == 1, applies })
-    })
+    let (id, status) = (c.last_insert_rowid(), AlarmChangeStatus::PendingApproval);
+    Ok(ChangeProposal { alarm_change_id: id, status, created: true, applies: "twin".into() })
 }
 
 /// `twin` when twinops raises the sensor's alarms from its readings, else `scada`.
 fn applies(c: &Connection, sensor: &str) -> rusqlite::Result<&'static str> {
     let source: String = c.query_row("SELECT alarm_source FROM sensors WHERE id = ?1", [sensor], |r| r.get(0))?;
     Ok(if source == "limits" { "twin" } else { "scada" })
-}
-
-/// Parks a proposed designed suppression (`follower` suppressed while `leader` is
-/// active) with its evidence; or returns the suppression of the same pair already
-/// pending or in force. It is enforced by twinops's own lifecycle (`applies` is
-/// `twin`); a SCADA's own alarm display is not changed by it.
-pub fn propose_suppression(
-    writer: &Writer,
-    leader: &Point,
-    follower: &Point,
-    reason: &str,
-    evidence: &impl Serialize,
-    by: &Proposer,
-    now: Timestamp,
-) -> Result<ChangeProposal, StoreError> {
-    let (leader, follower, reason, by) = (leader.clone(), follower.clone(), reason.trim().to_string(), by.clone());
-    let evidence = serde_json::to_string(evidence).expect("evidence serializes");
-    writer.call(move |c| {
-        let existing: Option<(i64, AlarmChangeStatus)> = c
-            .prepare_cached(
-                "SELECT id, status FROM alarm_changes WHERE kind = 'suppression' AND status IN ('pending_approval', 'approved')
-                   AND asset_id = ?1 AND coalesce(sensor_id, '') = coalesce(?2, '') AND code = ?3
-                   AND while_asset_id = ?4 AND coalesce(while_sensor_id, '') = coalesce(?5, '') AND while_code = ?6",
-            )?
-            .query_row(
-                params![
-                    follower.asset_id,
-                    follower.sensor_id,
-                    follower.code,
-                    leader.asset_id,
-                    leader.sensor_id,
-                    leader.code
-                ],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        if let Some((id, status)) = existing {
-            return Ok(ChangeProposal { alarm_change_id: id, status, created: false, applies: "twin" });
-        }
-        let run_id = by.run_id();
-        let proposed = serde_json::json!({"suppress_while_active": &leader}).to_string();
-        c.prepare_cached(
-            "INSERT INTO alarm_changes (kind, sensor_id, asset_id, code, while_asset_id, while_sensor_id, while_code,
-                 current, proposed, reason, evidence, applies, status, proposed_by, run_id, proposed_at, expires_at)
-             VALUES ('suppression', ?1, ?2, ?3, ?4, ?5, ?6, '{}', ?7, ?8, ?9, 'twin', 'pending_approval', ?10, ?11, ?12, ?13)",
-        )?
-        .execute(params![
-            follower.sensor_id,
-            follower.asset_id,
-            follower.code,
-            leader.asset_id,
-            leader.sensor_id,
-            leader.code,
-            proposed,
-            reason,
-            evidence,
-            by.label(),
-            run_id,
-            now.unix(),
-            now.unix() + DEFAULT_TTL_SECS
-        ])?;
-        Ok(ChangeProposal {
-            alarm_change_id: c.last_insert_rowid(),
-            status: AlarmChangeStatus::PendingApproval,
-            created: true,
-            applies: "twin",
-        })
-    })
 }
 
 /// A supervisor approves or rejects a pending change (the caller has checked the role).
@@ -174,36 +237,44 @@ pub fn decide(
     reason: &str,
     now: Timestamp,
 ) -> Result<AlarmChangeStatus, DecisionError> {
+    let (supervisor, reason) = (supervisor.to_string(), reason.to_string());
+    writer.call(move |c| decide_in(c, id, &supervisor, approve, &reason, now))
+}
+
+/// [`decide`] on the write connection.
+pub fn decide_in(
+    c: &Connection,
+    id: i64,
+    supervisor: &str,
+    approve: bool,
+    reason: &str,
+    now: Timestamp,
+) -> Result<AlarmChangeStatus, DecisionError> {
     let reason = super::decision_reason(reason)?;
-    let supervisor = supervisor.to_string();
-    writer.call(move |c| {
-        let ChangeRow { status, kind, sensor, asset, code, level, proposed, applies, leader } = row(c, id)?;
-        if status != AlarmChangeStatus::PendingApproval {
-            return Err(DecisionError::NotPending { what: "alarm change", id, status: status.to_string() });
-        }
-        let next = if approve { AlarmChangeStatus::Approved } else { AlarmChangeStatus::Rejected };
-        let what = if kind == "suppression" {
-            format!("suppression {id} of {asset} {code} while {leader} is active")
-        } else {
-            let sensor = sensor.as_deref().unwrap_or_default();
-            let scada = if applies == "twin" || !approve { "" } else { " (for the SCADA engineer to make in the SCADA)" };
-            format!("alarm change {id} of {sensor} {code}{scada}")
-        };
-        if approve && applies == "twin" && kind == "settings" {
-            let (sensor, level) = (sensor.unwrap_or_default(), level.unwrap_or_default());
-            let s: Settings = serde_json::from_str(&proposed)
-                .map_err(|e| DecisionError::Conflict(format!("the proposal's settings are unreadable: {e}")))?;
-            apply(c, &sensor, &asset, &code, &level, s, &supervisor, &reason, now)?;
-        }
-        c.prepare_cached(
-            "UPDATE alarm_changes SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5 WHERE id = ?1",
-        )?
-        .execute(params![id, next, supervisor, now.unix(), reason])?;
-        c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(
-            params![now.unix(), supervisor, format!("alarm_change_{next}"), format!("{what}: {reason}")],
-        )?;
-        Ok(next)
-    })
+    let ChangeRow { status, kind, sensor, asset, code, level, proposed, applies, leader } = row(c, id)?;
+    if status != AlarmChangeStatus::PendingApproval {
+        return Err(DecisionError::NotPending { what: "alarm change", id, status: status.to_string() });
+    }
+    let next = if approve { AlarmChangeStatus::Approved } else { AlarmChangeStatus::Rejected };
+    let what = if kind == "suppression" {
+        format!("suppression {id} of {asset} {code} while {leader} is active")
+    } else {
+        let sensor = sensor.as_deref().unwrap_or_default();
+        let scada = if applies == "twin" || !approve { "" } else { " (for the SCADA engineer to make in the SCADA)" };
+        format!("alarm change {id} of {sensor} {code}{scada}")
+    };
+    if approve && applies == "twin" && kind == "settings" {
+        let (sensor, level) = (sensor.unwrap_or_default(), level.unwrap_or_default());
+        let s: Settings = serde_json::from_str(&proposed)
+            .map_err(|e| DecisionError::Conflict(format!("the proposal's settings are unreadable: {e}")))?;
+        apply(c, &sensor, &asset, &code, &level, s, supervisor, &reason, now)?;
+    }
+    c.prepare_cached(
+        "UPDATE alarm_changes SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5 WHERE id = ?1",
+    )?
+    .execute(params![id, next, supervisor, now.unix(), reason])?;
+    super::audit(c, now, supervisor, &format!("alarm_change_{next}"), &format!("{what}: {reason}"))?;
+    Ok(next)
 }
 
 /// An alarm change as deciding and lifting read it.
@@ -253,23 +324,34 @@ pub fn lift(
     now: Timestamp,
     policy: QueuePolicy,
 ) -> Result<Vec<i64>, DecisionError> {
+    let (supervisor, reason) = (supervisor.to_string(), reason.to_string());
+    writer.call(move |c| lift_in(c, id, &supervisor, &reason, now, policy))
+}
+
+/// [`lift`] on the write connection.
+pub fn lift_in(
+    c: &Connection,
+    id: i64,
+    supervisor: &str,
+    reason: &str,
+    now: Timestamp,
+    policy: QueuePolicy,
+) -> Result<Vec<i64>, DecisionError> {
     let reason = super::decision_reason(reason)?;
-    let supervisor = supervisor.to_string();
-    writer.call(move |c| {
-        let ChangeRow { status, kind, asset, code, leader, .. } = row(c, id)?;
-        if kind != "suppression" || status != AlarmChangeStatus::Approved {
-            return Err(DecisionError::Conflict(format!(
-                "alarm change {id} is a {kind} change, {status}: only a suppression in force (approved) can be lifted"
-            )));
-        }
-        c.prepare_cached(
-            "UPDATE alarm_changes SET status = 'lifted', lifted_by = ?2, lifted_at = ?3, lift_reason = ?4 WHERE id = ?1",
-        )?
-        .execute(params![id, supervisor, now.unix(), reason])?;
-        let why = format!("suppression {id} lifted by {supervisor}: {reason}");
-        let how = suppression::Release { at: now, received: now, actor: &supervisor, why, policy };
-        let released = suppression::release_lifted(c, id, &how)?;
-        c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(
+    let ChangeRow { status, kind, asset, code, leader, .. } = row(c, id)?;
+    if kind != "suppression" || status != AlarmChangeStatus::Approved {
+        return Err(DecisionError::Conflict(format!(
+            "alarm change {id} is a {kind} change, {status}: only a suppression in force (approved) can be lifted"
+        )));
+    }
+    c.prepare_cached(
+        "UPDATE alarm_changes SET status = 'lifted', lifted_by = ?2, lifted_at = ?3, lift_reason = ?4 WHERE id = ?1",
+    )?
+    .execute(params![id, supervisor, now.unix(), reason])?;
+    let why = format!("suppression {id} lifted by {supervisor}: {reason}");
+    let how = suppression::Release { at: now, received: now, actor: supervisor, why, policy };
+    let released = suppression::release_lifted(c, id, &how)?;
+    c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(
             params![
                 now.unix(),
                 supervisor,
@@ -280,8 +362,7 @@ pub fn lift(
                 )
             ],
         )?;
-        Ok(released)
-    })
+    Ok(released)
 }
 
 /// Writes an approved change to the sensor (its set point at `level`, its deadband and

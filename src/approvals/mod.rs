@@ -110,15 +110,12 @@ impl Approvals {
                 .flatten())
         })?;
         let op = pair::WorkOrderOp::Propose(pair::Proposed::of(&draft, event_id, &by, now));
-        let args = serde_json::to_value(op).map_err(|e| ProposeError::Refused(e.to_string()))?;
-        let (status, body) = tokio::runtime::Handle::current().block_on(log.submit(pair::KIND, args, &by.label()))?;
-        match serde_json::from_value::<Proposal>(body.clone()) {
-            Ok(p) if status == 200 => Ok(p),
-            _ => Err(ProposeError::Refused(body["error"].as_str().unwrap_or("refused by this node").to_string())),
-        }
+        submit_waiting(log, pair::KIND, &op, &by)
     }
 
-    /// Parks a proposed alarm change with its replay as evidence ([`alarm_changes::propose`]).
+    /// Parks a proposed change of a point's settings with its replay as evidence
+    /// ([`alarm_changes::park`]), or returns the change of the same point already
+    /// awaiting a decision.
     pub fn propose_alarm_change(
         &self,
         target: &crate::alarms::replay::Target,
@@ -127,11 +124,16 @@ impl Approvals {
         evidence: &crate::alarms::replay::Comparison,
         by: Proposer,
         now: Timestamp,
-    ) -> Result<alarm_changes::ChangeProposal, StoreError> {
-        alarm_changes::propose(&self.writer, target, proposed, reason, evidence, &by, now)
+    ) -> Result<alarm_changes::ChangeProposal, ProposeError> {
+        let parked = alarm_changes::Parked::settings(target, proposed, reason, evidence, &by, now);
+        let Some(log) = &self.log else {
+            return Ok(self.writer.call(move |c| alarm_changes::park(c, &parked, None))?);
+        };
+        submit_waiting(log, pair::CHANGE_KIND, &pair::AlarmChangeOp::Propose(Box::new(parked)), &by)
     }
 
-    /// Parks a proposed designed suppression with its evidence ([`alarm_changes::propose_suppression`]).
+    /// Parks a proposed designed suppression (`follower` suppressed while `leader` is
+    /// active) with its evidence ([`alarm_changes::park`]).
     pub fn propose_suppression(
         &self,
         leader: &crate::alarms::definitions::Point,
@@ -140,8 +142,12 @@ impl Approvals {
         evidence: &impl Serialize,
         by: Proposer,
         now: Timestamp,
-    ) -> Result<alarm_changes::ChangeProposal, StoreError> {
-        alarm_changes::propose_suppression(&self.writer, leader, follower, reason, evidence, &by, now)
+    ) -> Result<alarm_changes::ChangeProposal, ProposeError> {
+        let parked = alarm_changes::Parked::suppression((leader, follower), reason, evidence, &by, now);
+        let Some(log) = &self.log else {
+            return Ok(self.writer.call(move |c| alarm_changes::park(c, &parked, None))?);
+        };
+        submit_waiting(log, pair::CHANGE_KIND, &pair::AlarmChangeOp::Propose(Box::new(parked)), &by)
     }
 }
 
@@ -153,21 +159,64 @@ impl Approvals {
         let Some(log) = &self.log else {
             return Ok(self.writer.call_async(move |c| expire_in(c, now)).await?);
         };
+        let op = serde_json::to_value(pair::WorkOrderOp::Expire).unwrap_or_default();
+        self.expire_through(log, (pair::KIND, op), "work_orders", now).await
+    }
+
+    /// [`Approvals::expire_due`] for alarm changes ([`alarm_changes::expire_due`]).
+    pub async fn expire_changes_due(&self, now: Timestamp) -> Result<Vec<i64>, ProposeError> {
+        let Some(log) = &self.log else {
+            return Ok(self
+                .writer
+                .call_async(move |c| Ok::<_, StoreError>(alarm_changes::expire_due(c, now)?))
+                .await?);
+        };
+        let op = serde_json::to_value(pair::AlarmChangeOp::Expire).unwrap_or_default();
+        self.expire_through(log, (pair::CHANGE_KIND, op), "alarm_changes", now).await
+    }
+
+    /// Sends an expiry through the pair's log when `table` has something due here.
+    async fn expire_through(
+        &self,
+        log: &DecisionLog,
+        (kind, op): (&str, serde_json::Value),
+        table: &'static str,
+        now: Timestamp,
+    ) -> Result<Vec<i64>, ProposeError> {
+        // One statement per table: the name is a fixed identifier, never text from a row.
+        let sql = match table {
+            "work_orders" => {
+                "SELECT EXISTS (SELECT 1 FROM work_orders WHERE status = 'pending_approval' AND expires_at <= ?1)"
+            }
+            _ => "SELECT EXISTS (SELECT 1 FROM alarm_changes WHERE status = 'pending_approval' AND expires_at <= ?1)",
+        };
         let due: bool = self
             .writer
             .call_async(move |c| -> Result<bool, StoreError> {
-                Ok(c.prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM work_orders WHERE status = 'pending_approval' AND expires_at <= ?1)",
-                )?
-                .query_row([now.unix()], |r| r.get(0))?)
+                Ok(c.prepare_cached(sql)?.query_row([now.unix()], |r| r.get(0))?)
             })
             .await?;
         if !due {
             return Ok(Vec::new());
         }
-        let args = serde_json::to_value(pair::WorkOrderOp::Expire).unwrap_or_default();
-        let (_, body) = log.submit(pair::KIND, args, "twinops").await?;
+        let (_, body) = log.submit(kind, op, "twinops").await?;
         Ok(serde_json::from_value(body["expired"].clone()).unwrap_or_default())
+    }
+}
+
+/// Sends a proposal through a pair's `log` from a blocking thread of the runtime, and
+/// reads how it went on this node.
+fn submit_waiting<T: serde::de::DeserializeOwned>(
+    log: &DecisionLog,
+    kind: &str,
+    op: &impl Serialize,
+    by: &Proposer,
+) -> Result<T, ProposeError> {
+    let args = serde_json::to_value(op).map_err(|e| ProposeError::Refused(e.to_string()))?;
+    let (status, body) = tokio::runtime::Handle::current().block_on(log.submit(kind, args, &by.label()))?;
+    match serde_json::from_value::<T>(body.clone()) {
+        Ok(answer) if status == 200 => Ok(answer),
+        _ => Err(ProposeError::Refused(body["error"].as_str().unwrap_or("refused by this node").to_string())),
     }
 }
 
@@ -272,13 +321,19 @@ fn decide_in(
         "UPDATE work_orders SET status = ?2, decided_by = ?3, decided_at = ?4, decision_reason = ?5 WHERE id = ?1",
     )?
     .execute(params![id, next, supervisor, now.unix(), reason])?;
+    audit(c, now, supervisor, &format!("work_order_{next}"), &format!("work order {id}: {reason}"))?;
+    Ok(next)
+}
+
+/// One line of the audit log: who did what, when.
+fn audit(c: &Connection, now: Timestamp, actor: &str, action: &str, detail: &str) -> rusqlite::Result<()> {
     c.prepare_cached("INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
         now.unix(),
-        supervisor,
-        format!("work_order_{next}"),
-        format!("work order {id}: {reason}")
+        actor,
+        action,
+        detail
     ])?;
-    Ok(next)
+    Ok(())
 }
 
 fn propose_in(

@@ -1,19 +1,93 @@
-//! Work orders of a redundant pair: proposed, decided, published and expired through
-//! the pair's decision log (`cluster::log`), and applied by both nodes in its order, so
-//! that either node's HMI shows the same orders and a second approval is a 409 on both.
-//! An order is named on both nodes by its intent key (`work_orders.idempotency_key`),
-//! made from its alarm's event id, since local ids differ; its alarm by that event id.
+//! Work orders and alarm changes of a redundant pair: proposed, decided (published,
+//! lifted) and expired through the pair's decision log (`cluster::log`), and applied by
+//! both nodes in its order, so that either node's HMI shows the same and a second
+//! approval is a 409 on both. Local ids differ between the nodes: an order is named on
+//! both by its intent key (`work_orders.idempotency_key`), made from its alarm's event
+//! id; an alarm change by the id of the decision that proposed it (`alarm_changes.uid`).
 
 use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::alarm_changes::{self, Parked};
 use super::{DecisionError, Proposer};
 use crate::domain::{Timestamp, WorkAction, WorkOrderDraft, WorkPriority};
 use crate::store::StoreError;
 
 /// The decision log's kind for [`WorkOrderOp`]s.
 pub const KIND: &str = "work_order";
+
+/// The decision log's kind for [`AlarmChangeOp`]s.
+pub const CHANGE_KIND: &str = "alarm_change";
+
+/// What a decision about alarm changes does.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AlarmChangeOp {
+    /// Park a proposed change (or find the one with the same intent).
+    Propose(Box<Parked>),
+    /// A supervisor's approval or rejection (an approved settings change is applied).
+    Decide { uid: String, approve: bool, reason: String },
+    /// A supervisor lifts a suppression in force.
+    Lift { uid: String, reason: String },
+    /// Changes still pending past their expiry, as of the decision's time, expire.
+    Expire,
+}
+
+/// Applies `op`, decided as `d` says (its id names a proposal on both nodes), to this
+/// node (`here`); the outcome is an HTTP status and the body to answer with.
+pub fn apply_change(
+    c: &Connection,
+    op: &AlarmChangeOp,
+    d: &crate::cluster::log::Decision,
+    here: &str,
+    queue: crate::alarms::QueuePolicy,
+) -> Result<(u16, Value), StoreError> {
+    let at = Timestamp::from_unix(d.at);
+    let refused = |e: DecisionError| match e {
+        DecisionError::Store(e) => Err(e),
+        e => Ok((super::status_of(&e), json!({"error": e.to_string()}))),
+    };
+    match op {
+        AlarmChangeOp::Propose(p) => {
+            let p = Parked { run_id: p.run_id.filter(|_| d.node == here), ..(**p).clone() };
+            Ok((200, serde_json::to_value(alarm_changes::park(c, &p, Some(&d.id))?).unwrap_or(Value::Null)))
+        }
+        AlarmChangeOp::Decide { uid, approve, reason } => {
+            let Some(id) = change_of(c, uid)? else { return Ok(unknown_change(uid)) };
+            match alarm_changes::decide_in(c, id, &d.actor, *approve, reason, at) {
+                Ok(status) => Ok((200, json!({"id": id, "status": status}))),
+                Err(e) => refused(e),
+            }
+        }
+        AlarmChangeOp::Lift { uid, reason } => {
+            let Some(id) = change_of(c, uid)? else { return Ok(unknown_change(uid)) };
+            match alarm_changes::lift_in(c, id, &d.actor, reason, at, queue) {
+                Ok(released) => Ok((200, json!({"id": id, "status": "lifted", "annunciated": released}))),
+                Err(e) => refused(e),
+            }
+        }
+        AlarmChangeOp::Expire => Ok((200, json!({"expired": alarm_changes::expire_due(c, at)?}))),
+    }
+}
+
+fn change_of(c: &Connection, uid: &str) -> Result<Option<i64>, StoreError> {
+    Ok(c.prepare_cached("SELECT id FROM alarm_changes WHERE uid = ?1")?.query_row([uid], |r| r.get(0)).optional()?)
+}
+
+fn unknown_change(uid: &str) -> (u16, Value) {
+    let error = format!("no alarm change named '{uid}' on this node; GET /api/alarm-changes lists them");
+    (404, json!({"error": error}))
+}
+
+/// The id that names alarm change `id` on both nodes of a pair; none for a change made
+/// before the node was one of a pair.
+pub fn uid_of(c: &Connection, id: i64) -> Result<Option<String>, StoreError> {
+    Ok(c.prepare_cached("SELECT uid FROM alarm_changes WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?
+        .flatten())
+}
 
 /// What a decision about work orders does.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -54,6 +54,8 @@ pub struct Node {
     db: PathBuf,
     http: crate::agent::http::Http,
     config: PathBuf,
+    /// Set in its environment at every start (a clock put off by libfaketime, say).
+    env: Vec<(String, String)>,
     child: Option<std::process::Child>,
 }
 
@@ -104,9 +106,15 @@ impl Node {
         let config = db.with_extension("toml");
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
         let http = crate::agent::http::Http::new();
-        let mut node = Node { name: name.into(), web, exe: exe.into(), db: db.into(), http, config, child: None };
+        let (exe, db, env) = (exe.into(), db.into(), Vec::new());
+        let mut node = Node { name: name.into(), web, exe, db, http, config, env, child: None };
         node.restart()?;
         Ok(node)
+    }
+
+    /// From its next start on, runs with `key=value` in its environment.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.push((key.into(), value.into()));
     }
 
     pub fn restart(&mut self) -> anyhow::Result<()> {
@@ -119,6 +127,7 @@ impl Node {
             .arg("serve")
             .env_remove("TWINOPS_LLM_KIND")
             .env("TWINOPS_LOG", std::env::var("TWINOPS_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stderr(log)
             .stdout(std::process::Stdio::null())
             .spawn()

@@ -753,6 +753,10 @@ const MIGRATIONS: &[&str] = &[
     // 37: the decisions waiting here for an occurrence that has not arrived yet (202),
     // looked at every second.
     "CREATE INDEX decisions_waiting ON decisions (kind) WHERE status = 202;",
+    // 38: an alarm change proposed through a redundant pair's decision log is named on
+    // both nodes by that decision's id (local ids differ).
+    "ALTER TABLE alarm_changes ADD COLUMN uid TEXT;
+     CREATE UNIQUE INDEX alarm_changes_uid ON alarm_changes (uid);",
 ];
 
 /// The schema version this build writes.

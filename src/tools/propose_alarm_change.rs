@@ -151,7 +151,7 @@ fn settings(ctx: &ToolContext, args: &Args, reason: &str) -> Result<Value, ToolE
     let evidence = replay::replay_sensor(ctx.db, target.sensor_key, from, target.level, c, proposed)?;
     let proposal =
         ctx.approvals.propose_alarm_change(&target, proposed, reason, &evidence, ctx.caller.clone(), ctx.now)?;
-    let message = match (proposal.created, proposal.applies) {
+    let message = match (proposal.created, proposal.applies.as_str()) {
         (false, _) => "A change of this point already awaits a decision; no new proposal was made. Refer to this \
             alarm_change_id."
             .to_string(),

@@ -224,7 +224,9 @@ async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) 
     // Made on either node: they go through the pair's decision log.
     let shared = (path.starts_with("/api/alarms/")
         && ["/ack", "/shelve", "/unshelve", "/out-of-service", "/in-service"].iter().any(|a| path.ends_with(a)))
-        || (path.starts_with("/api/work_orders/") && ["/approve", "/reject"].iter().any(|a| path.ends_with(a)));
+        || (path.starts_with("/api/work_orders/") && ["/approve", "/reject"].iter().any(|a| path.ends_with(a)))
+        || (path.starts_with("/api/alarm-changes/")
+            && ["/approve", "/reject", "/lift"].iter().any(|a| path.ends_with(a)));
     let Some(pair) = state.cluster.as_ref().filter(|_| !reads && !session && !shared) else {
         return next.run(req).await;
     };
@@ -238,7 +240,8 @@ async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) 
         StatusCode::SERVICE_UNAVAILABLE,
         format!(
             "this node ({}) stands by: {active} acts (term {}). Make this change on the acting node's HMI{there}; \
-             reads, alarm actions (acknowledge, shelve, out of service) and work-order decisions work here",
+             reads, alarm actions (acknowledge, shelve, out of service) and decisions on work orders and alarm \
+             changes work here",
             pair.cfg.node, now.term
         ),
     )

@@ -119,8 +119,38 @@ pub(super) async fn alarm_changes(
     Ok(Json(json!({"alarm_changes": rows})))
 }
 
+/// Of a redundant pair: an alarm-change decision through its decision log, the change
+/// named by the id both nodes know it by.
+async fn change_through_pair(
+    s: &S,
+    user: &User,
+    id: i64,
+    op: impl FnOnce(String) -> approvals::pair::AlarmChangeOp,
+) -> Option<Result<Json<Value>, ApiError>> {
+    let pair = s.cluster.as_ref()?;
+    let uid = match s.store.read().map_err(ApiError::from).and_then(|db| Ok(approvals::pair::uid_of(&db, id)?)) {
+        Ok(Some(uid)) => uid,
+        Ok(None) => {
+            return Some(Err(ApiError::not_found(format!(
+                "no alarm change {id} shared by the pair (one made before this node joined a pair is decided on the \
+                 node that has it); GET /api/alarm-changes lists them"
+            ))));
+        }
+        Err(e) => return Some(Err(e)),
+    };
+    let args = match serde_json::to_value(op(uid)) {
+        Ok(a) => a,
+        Err(e) => return Some(Err(ApiError::internal(anyhow::Error::from(e)))),
+    };
+    Some(pair.decide(approvals::pair::CHANGE_KIND, args, &user.name).await)
+}
+
 async fn decide_change(s: S, user: User, id: i64, approve: bool, reason: String) -> Result<Json<Value>, ApiError> {
     use approvals::alarm_changes;
+    let shared = |uid| approvals::pair::AlarmChangeOp::Decide { uid, approve, reason: reason.clone() };
+    if let Some(answer) = change_through_pair(&s, &user, id, shared).await {
+        return answer;
+    }
     let w = s.store.writer().clone();
     let status = tokio::task::spawn_blocking(move || {
         alarm_changes::decide(&w, id, &user.name, approve, &reason, Timestamp::now())
@@ -147,6 +177,10 @@ pub(super) async fn lift_change(
     Path(id): Path<i64>,
     Json(req): Json<ReasonRequest>,
 ) -> Result<Json<Value>, ApiError> {
+    let shared = |uid| approvals::pair::AlarmChangeOp::Lift { uid, reason: req.reason.clone() };
+    if let Some(answer) = change_through_pair(&s, &user, id, shared).await {
+        return answer;
+    }
     let (w, queue) = (s.store.writer().clone(), s.queue);
     let released = tokio::task::spawn_blocking(move || {
         approvals::alarm_changes::lift(&w, id, &user.name, &req.reason, Timestamp::now(), queue)
