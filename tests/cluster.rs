@@ -259,6 +259,75 @@ async fn mosquitto_one_node_acts_through_kills_and_a_cut_link() {
     pair(Some(url)).await;
 }
 
+/// Two `twinops serve` of one pair on twins of their own, with an operator's and a
+/// supervisor's API token on each, and a publisher of the SCADA's alarms.
+struct TestPair {
+    spec: PairSpec,
+    /// Kept: the twins' directories live as long as the pair.
+    plants: Vec<common::Plant>,
+    tokens: Vec<String>,
+    sups: Vec<String>,
+    nodes: [failover::Node; 2],
+    scada: Scada,
+}
+
+/// The SCADA of a test: a publisher of alarms on the pair's topic.
+struct Scada {
+    publisher: rumqttc::AsyncClient,
+    topic: String,
+    /// Points alarms can be raised on: (asset, sensor).
+    points: Vec<(String, String)>,
+}
+
+impl Scada {
+    /// Raises an alarm on point `k` under `event_id`, with `code`.
+    async fn raise(&self, event_id: &str, k: usize, code: &str) {
+        let (asset, sensor) = &self.points[k % self.points.len()];
+        let ev = json!({"type": "alarm", "event_id": event_id, "asset_id": asset, "sensor_id": sensor,
+                        "code": code, "severity": "high", "state": "raised",
+                        "time": twinops::domain::Timestamp::now().to_rfc3339(), "message": "test"});
+        self.publisher.publish(&self.topic, rumqttc::QoS::AtLeastOnce, false, ev.to_string()).await.unwrap();
+    }
+}
+
+impl TestPair {
+    fn start(spec: PairSpec) -> TestPair {
+        let (wa, wb) = (common::free_port(), common::free_port());
+        let plants: Vec<common::Plant> = (0..2).map(|_| common::Plant::new()).collect();
+        let token = |p: &common::Plant, name: &str, role| {
+            twinops::accounts::add_user(&p.store, name, role, "a long enough password", "test").unwrap();
+            twinops::accounts::create_token(&p.store, name, "test", "test").unwrap().1
+        };
+        let tokens = plants.iter().map(|p| token(p, "op", twinops::domain::Role::Operator)).collect();
+        let sups = plants.iter().map(|p| token(p, "sup", twinops::domain::Role::Supervisor)).collect();
+        let exe = std::path::Path::new(env!("CARGO_BIN_EXE_twinops"));
+        let nodes = [
+            failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, Some(wb)).unwrap(),
+            failover::Node::start(exe, &spec, "b", &plants[1].db_path(), wb, Some(wa)).unwrap(),
+        ];
+        let points: Vec<(String, String)> = {
+            let db = plants[0].store.read().unwrap();
+            let mut stmt = db.prepare("SELECT asset_id, id FROM sensors ORDER BY id LIMIT 12").unwrap();
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+        };
+        let opts = twinops::ingest::mqtt::options(
+            &MqttConfig { url: spec.broker.clone(), ..Default::default() },
+            &format!("pub-{}", spec.run),
+        )
+        .unwrap();
+        let (publisher, mut pub_events) = rumqttc::AsyncClient::new(opts, 100);
+        tokio::spawn(async move {
+            loop {
+                if pub_events.poll().await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        });
+        let scada = Scada { publisher, topic: spec.alarms_topic(), points };
+        TestPair { spec, plants, tokens, sups, nodes, scada }
+    }
+}
+
 /// Two `twinops serve` of one pair while alarms arrive: the acting one is SIGKILLed
 /// again and again (and restarted); every occurrence gets a note, on both twins, and
 /// none gets two; the standby refuses writes, saying where to make them.
@@ -271,32 +340,8 @@ async fn two_daemons(url: Option<String>) {
 async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
     let spec =
         PairSpec { broker: broker(url), run: format!("p{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
-    let (wa, wb) = (common::free_port(), common::free_port());
     let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
-    // Each node's twin, with an operator's API token on it.
-    let (plants, tokens): (Vec<common::Plant>, Vec<String>) = (0..2)
-        .map(|_| {
-            let plant = common::Plant::new();
-            let role = twinops::domain::Role::Operator;
-            twinops::accounts::add_user(&plant.store, "op", role, "a long enough password", "test").unwrap();
-            let token = twinops::accounts::create_token(&plant.store, "op", "test", "test").unwrap().1;
-            (plant, token)
-        })
-        .unzip();
-    // And a supervisor's, for work orders.
-    let sups: Vec<String> = plants
-        .iter()
-        .map(|p| {
-            let role = twinops::domain::Role::Supervisor;
-            twinops::accounts::add_user(&p.store, "sup", role, "another long password", "test").unwrap();
-            twinops::accounts::create_token(&p.store, "sup", "test", "test").unwrap().1
-        })
-        .collect();
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_twinops"));
-    let mut nodes = [
-        failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, Some(wb)).unwrap(),
-        failover::Node::start(exe, &spec, "b", &plants[1].db_path(), wb, Some(wa)).unwrap(),
-    ];
+    let TestPair { spec, plants: _plants, tokens, sups, mut nodes, scada } = TestPair::start(spec);
     if let Some((lib, offset)) = skew {
         // Node b again, its wall clock off from the first start on (the lease runs on
         // each node's monotonic clock; the journal takes the wall clock of the node
@@ -319,19 +364,6 @@ async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
         };
         assert!(common::eventually(Duration::from_secs(15), ahead).await, "node b's clock is not ahead");
     }
-    let points: Vec<(String, String)> = {
-        let db = plants[0].store.read().unwrap();
-        let mut stmt = db.prepare("SELECT asset_id, id FROM sensors ORDER BY id LIMIT 12").unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
-    };
-    let opts = twinops::ingest::mqtt::options(
-        &MqttConfig { url: spec.broker.clone(), ..Default::default() },
-        &format!("pub-{}", spec.run),
-    )
-    .unwrap();
-    let (publisher, mut pub_events) = rumqttc::AsyncClient::new(opts, 100);
-    tokio::spawn(async move { while pub_events.poll().await.is_ok() {} });
-
     let mut events = Vec::new();
     // Which node acted in each round, and how long after the last kill it did.
     let (mut actives, mut takeovers) = (Vec::new(), Vec::new());
@@ -357,15 +389,12 @@ async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
             let pair = standby.pair().await.unwrap();
             assert_eq!((&pair["acting"], &pair["active_node"]), (&json!(false), &json!(nodes[active].name)));
         }
-        for (k, (asset, sensor)) in points.iter().enumerate() {
+        for k in 0..scada.points.len() {
             let event_id = format!("{}-{round}-{k}", spec.run);
-            let ev = json!({"type": "alarm", "event_id": event_id, "asset_id": asset, "sensor_id": sensor,
-                            "code": format!("T{round}"), "severity": "high", "state": "raised",
-                            "time": twinops::domain::Timestamp::now().to_rfc3339(), "message": "test"});
-            publisher.publish(spec.alarms_topic(), rumqttc::QoS::AtLeastOnce, false, ev.to_string()).await.unwrap();
+            scada.raise(&event_id, k, &format!("T{round}")).await;
             events.push(event_id);
             tokio::time::sleep(Duration::from_millis(60)).await;
-            if k == points.len() / 2 {
+            if k == scada.points.len() / 2 {
                 nodes[active].kill();
                 killed = Some(Instant::now());
             }
@@ -397,7 +426,7 @@ async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
     assert!(actives.windows(2).all(|w| w[0] != w[1]), "the other node took over after each kill: {actives:?}");
     assert!(takeovers.iter().all(|t| *t < Duration::from_secs(10)), "{takeovers:?}");
     decisions_reach_both(&nodes, &tokens, &events).await;
-    work_order_approved_on_the_standby(&nodes, &sups, (&publisher, &spec.run)).await;
+    work_order_approved_on_the_standby(&nodes, &sups, (&scada.publisher, &spec.run)).await;
     // Each node says how far behind the other is: level, once all has come through.
     let start = Instant::now();
     loop {
@@ -943,4 +972,74 @@ async fn embedded_broker_primary_host_follows_the_acting_node() {
 async fn mosquitto_primary_host_follows_the_acting_node() {
     let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
     primary_host_follows_the_acting_node(Some(url)).await;
+}
+
+/// A pair through a restart of its broker (Mosquitto with persistence, stopped as a
+/// service manager stops it): while it is away both nodes serve reads, neither acts,
+/// and a decision is refused with what to do; when it is back one node acts again, the
+/// decision made before is on both twins, and every occurrence, before and after, has
+/// its note on both, none in two notes.
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_a_pair_through_a_broker_restart() {
+    let Some(bin) = common::external("TWINOPS_TEST_MOSQUITTO", "the mosquitto program") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = common::OwnBroker::mosquitto(bin, dir.path()).await;
+    let spec =
+        PairSpec { broker: broker.url(), run: format!("r{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
+    let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
+    let pair = TestPair::start(spec);
+    let (nodes, http) = (&pair.nodes, twinops::agent::http::Http::new());
+    failover::acting_one(nodes, Duration::from_secs(30)).await.unwrap();
+    let mut events = Vec::new();
+    let raise = async |events: &mut Vec<String>, round: &str| {
+        for k in 0..pair.scada.points.len() {
+            let event_id = format!("{}-{round}-{k}", pair.spec.run);
+            pair.scada.raise(&event_id, k, &format!("R{round}")).await;
+            events.push(event_id);
+        }
+    };
+    raise(&mut events, "before").await;
+    let noted = |events: &[String]| nodes.iter().all(|n| n.without_note(events).unwrap().is_empty());
+    assert!(common::eventually(Duration::from_secs(60), || noted(&events)).await, "notes before the restart");
+    let ack = |i: usize, event: &str| {
+        let db = rusqlite::Connection::open(nodes[i].db()).unwrap();
+        let id: i64 = db.query_row("SELECT id FROM alarms WHERE event_id = ?1", [event], |r| r.get(0)).unwrap();
+        let url = format!("http://127.0.0.1:{}/api/alarms/{id}/ack", nodes[i].web);
+        http.client().post(url).bearer_auth(&pair.tokens[i]).send()
+    };
+    assert_eq!(ack(0, &events[0]).await.unwrap().status().as_u16(), 200);
+
+    // Away: reads served, nobody acts, decisions refused.
+    broker.stop();
+    let idle = async || {
+        for n in nodes {
+            if n.pair().await.is_none_or(|p| p["acting"] == true) {
+                return false;
+            }
+        }
+        true
+    };
+    let start = Instant::now();
+    while !idle().await {
+        assert!(start.elapsed() < Duration::from_secs(10), "a node still acts with the broker away");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = ack(1, &events[1]).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 503);
+    assert!(refused.text().await.unwrap().contains("broker"));
+    let r = http.client().get(format!("http://127.0.0.1:{}/api/alarms", nodes[1].web)).bearer_auth(&pair.tokens[1]);
+    assert_eq!(r.send().await.unwrap().status().as_u16(), 200, "reads are served");
+
+    // Back: one node acts; what came before and after is noted once, on both.
+    broker.start().await;
+    failover::acting_one(nodes, Duration::from_secs(30)).await.unwrap();
+    raise(&mut events, "after").await;
+    assert!(common::eventually(Duration::from_secs(60), || noted(&events)).await, "notes after the restart");
+    let acked = |n: &failover::Node| {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        db.query_row("SELECT state FROM alarms WHERE event_id = ?1", [&events[0]], |r| r.get::<_, String>(0)).unwrap()
+    };
+    assert!(nodes.iter().all(|n| acked(n) == "acknowledged"), "the decision made before is on both");
+    let t = failover::tally(&notes.lock().unwrap(), &events);
+    assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
 }

@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Plant, eventually, free_port};
+use common::{OwnBroker, Plant, eventually, free_port};
 use serde_json::json;
 use twinops::app::{Daemon, ServeOptions};
 use twinops::config::Config;
@@ -957,93 +957,6 @@ async fn publish_retained(url: &str, topic: &str, payload: &[u8]) {
     assert!(acked.is_ok(), "the broker at {url} took the retained message");
     client.disconnect().await.unwrap();
     let _ = tokio::time::timeout(Duration::from_secs(2), eventloop.poll()).await;
-}
-
-/// A broker in a process of its own that the test can restart on the same port.
-enum OwnBroker {
-    /// `twinops broker`: in memory, so its retained messages do not survive a restart.
-    Embedded { listen: String, process: std::process::Child },
-    /// Mosquitto with persistence: retained messages survive a restart.
-    Mosquitto { listen: String, bin: String, conf: std::path::PathBuf, process: std::process::Child },
-}
-
-impl OwnBroker {
-    async fn embedded() -> OwnBroker {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let process = Self::spawn_embedded(&listen);
-        let broker = OwnBroker::Embedded { listen, process };
-        broker.listening().await;
-        broker
-    }
-
-    async fn mosquitto(bin: String, dir: &std::path::Path) -> OwnBroker {
-        use std::os::unix::fs::MetadataExt;
-        let port = free_port();
-        let conf = dir.join("mosquitto.conf");
-        // As root, Mosquitto would switch to its own user, which cannot write here.
-        let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
-        let text = format!(
-            "{}listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
-            if root { "user root\n" } else { "" },
-            dir.display()
-        );
-        std::fs::write(&conf, text).unwrap();
-        let process = Self::spawn_mosquitto(&bin, &conf);
-        let broker = OwnBroker::Mosquitto { listen: format!("127.0.0.1:{port}"), bin, conf, process };
-        broker.listening().await;
-        broker
-    }
-
-    fn spawn_embedded(listen: &str) -> std::process::Child {
-        std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
-            .args(["broker", "--listen", listen])
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    }
-
-    fn spawn_mosquitto(bin: &str, conf: &std::path::Path) -> std::process::Child {
-        std::process::Command::new(bin)
-            .arg("-c")
-            .arg(conf)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("TWINOPS_TEST_MOSQUITTO runs")
-    }
-
-    fn url(&self) -> String {
-        let (OwnBroker::Embedded { listen, .. } | OwnBroker::Mosquitto { listen, .. }) = self;
-        format!("mqtt://{listen}")
-    }
-
-    async fn listening(&self) {
-        let (OwnBroker::Embedded { listen, .. } | OwnBroker::Mosquitto { listen, .. }) = self;
-        let up = eventually(Duration::from_secs(10), || std::net::TcpStream::connect(listen).is_ok()).await;
-        assert!(up, "the broker listens on {listen}");
-    }
-
-    /// Stops the broker as a service manager would (SIGTERM: Mosquitto saves its
-    /// state) and starts it again on the same port.
-    async fn restart(&mut self) {
-        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
-        let _ = std::process::Command::new("kill").args(["-TERM", &process.id().to_string()]).status();
-        process.wait().unwrap();
-        let next = match self {
-            OwnBroker::Embedded { listen, .. } => Self::spawn_embedded(listen),
-            OwnBroker::Mosquitto { bin, conf, .. } => Self::spawn_mosquitto(bin, conf),
-        };
-        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
-        *process = next;
-        self.listening().await;
-    }
-}
-
-impl Drop for OwnBroker {
-    fn drop(&mut self) {
-        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
-        let _ = process.kill();
-        let _ = process.wait();
-    }
 }
 
 /// A retained bad message is resent by Mosquitto at every subscribe. It stays one dead

@@ -262,3 +262,100 @@ pub fn test_config(label: &str) -> twinops::config::Config {
     config.web.listen = "127.0.0.1:0".into();
     config
 }
+
+/// A broker in a process of its own that the test can restart on the same port.
+pub enum OwnBroker {
+    /// `twinops broker`: in memory, so its retained messages do not survive a restart.
+    Embedded { listen: String, process: std::process::Child },
+    /// Mosquitto with persistence: retained messages survive a restart.
+    Mosquitto { listen: String, bin: String, conf: std::path::PathBuf, process: std::process::Child },
+}
+
+impl OwnBroker {
+    pub async fn embedded() -> OwnBroker {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let process = Self::spawn_embedded(&listen);
+        let broker = OwnBroker::Embedded { listen, process };
+        broker.listening().await;
+        broker
+    }
+
+    pub async fn mosquitto(bin: String, dir: &std::path::Path) -> OwnBroker {
+        use std::os::unix::fs::MetadataExt;
+        let port = free_port();
+        let conf = dir.join("mosquitto.conf");
+        // As root, Mosquitto would switch to its own user, which cannot write here.
+        let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+        let text = format!(
+            "{}listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
+            if root { "user root\n" } else { "" },
+            dir.display()
+        );
+        std::fs::write(&conf, text).unwrap();
+        let process = Self::spawn_mosquitto(&bin, &conf);
+        let broker = OwnBroker::Mosquitto { listen: format!("127.0.0.1:{port}"), bin, conf, process };
+        broker.listening().await;
+        broker
+    }
+
+    fn spawn_embedded(listen: &str) -> std::process::Child {
+        std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .args(["broker", "--listen", listen])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn spawn_mosquitto(bin: &str, conf: &std::path::Path) -> std::process::Child {
+        std::process::Command::new(bin)
+            .arg("-c")
+            .arg(conf)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("TWINOPS_TEST_MOSQUITTO runs")
+    }
+
+    pub fn url(&self) -> String {
+        let (OwnBroker::Embedded { listen, .. } | OwnBroker::Mosquitto { listen, .. }) = self;
+        format!("mqtt://{listen}")
+    }
+
+    pub async fn listening(&self) {
+        let (OwnBroker::Embedded { listen, .. } | OwnBroker::Mosquitto { listen, .. }) = self;
+        let up = eventually(std::time::Duration::from_secs(10), || std::net::TcpStream::connect(listen).is_ok()).await;
+        assert!(up, "the broker listens on {listen}");
+    }
+
+    /// Stops the broker as a service manager would (SIGTERM: Mosquitto saves its
+    /// state) and starts it again on the same port.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.start().await;
+    }
+
+    /// Stops the broker as a service manager would (SIGTERM: Mosquitto saves its state).
+    pub fn stop(&mut self) {
+        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
+        let _ = std::process::Command::new("kill").args(["-TERM", &process.id().to_string()]).status();
+        process.wait().unwrap();
+    }
+
+    /// Starts it again on the same port, after [`OwnBroker::stop`].
+    pub async fn start(&mut self) {
+        let next = match self {
+            OwnBroker::Embedded { listen, .. } => Self::spawn_embedded(listen),
+            OwnBroker::Mosquitto { bin, conf, .. } => Self::spawn_mosquitto(bin, conf),
+        };
+        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
+        *process = next;
+        self.listening().await;
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let (OwnBroker::Embedded { process, .. } | OwnBroker::Mosquitto { process, .. }) = self;
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+}
