@@ -1043,3 +1043,51 @@ async fn mosquitto_a_pair_through_a_broker_restart() {
     let t = failover::tally(&notes.lock().unwrap(), &events);
     assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
 }
+
+/// Both nodes of a pair stopped at once (SIGKILL) while alarms keep coming, then both
+/// started again: the broker kept what came meanwhile for each node's session, one
+/// node acts, and every occurrence, before, during and after, has its note on both
+/// twins, none in two notes.
+async fn both_restarted(url: Option<String>) {
+    let spec = PairSpec {
+        broker: broker(url),
+        run: format!("both{}", common::free_port()),
+        lease_ms: LEASE_MS,
+        renew_ms: 200,
+    };
+    let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
+    let mut pair = TestPair::start(spec);
+    failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
+    let mut events = Vec::new();
+    for round in ["before", "down", "after"] {
+        if round == "down" {
+            pair.nodes.iter_mut().for_each(failover::Node::kill);
+        }
+        for k in 0..pair.scada.points.len() {
+            let event_id = format!("{}-{round}-{k}", pair.spec.run);
+            pair.scada.raise(&event_id, k, &format!("B{round}")).await;
+            events.push(event_id);
+        }
+        if round == "down" {
+            for n in pair.nodes.iter_mut() {
+                n.restart().unwrap();
+            }
+            failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
+        }
+    }
+    let noted = || pair.nodes.iter().all(|n| n.without_note(&events).unwrap().is_empty());
+    assert!(common::eventually(Duration::from_secs(60), noted).await, "every occurrence noted on both");
+    let t = failover::tally(&notes.lock().unwrap(), &events);
+    assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_both_nodes_restarted() {
+    both_restarted(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_both_nodes_restarted() {
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    both_restarted(Some(url)).await;
+}

@@ -301,9 +301,11 @@ async fn run(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let what = (spec.broker.clone(), spec.alarms_topic(), args.rate);
     let flood = tokio::spawn(flood(what, points, Arc::clone(&published), Arc::clone(&stop)));
+    // Before the watch on both nodes starts: its 50 requests a second to each node of
+    // the pair, and none to the node alone, would be counted as the pair's cost.
+    let cpu = steady(&nodes, &alone, &published, Duration::from_secs(args.steady_secs)).await;
     let both = Arc::new(AtomicUsize::new(0));
     let watch = tokio::spawn(watch_both(nodes.iter().map(|n| n.web).collect(), Arc::clone(&both), Arc::clone(&stop)));
-    let cpu = steady(&nodes, &alone, &published, Duration::from_secs(args.steady_secs)).await;
     let failovers = kills(&mut nodes, args.kills).await;
     stop.store(true, Ordering::Relaxed);
     let failovers = failovers?;
