@@ -30,6 +30,16 @@ use crate::store::{Store, StoreError, Writer};
 /// The decision log's kind for [`AlarmAction`]s.
 pub const ALARM: &str = "alarm";
 
+/// The decision log's kind for acknowledging a point's returned occurrences at once
+/// ([`returned_args`]).
+pub const RETURNED: &str = "alarm_returned";
+
+/// The log's arguments for acknowledging, from the occurrence `event_id`, its point's
+/// returned occurrences `event_ids` as the node where it was made saw them.
+pub fn returned_args(event_id: &str, event_ids: &[String]) -> Value {
+    json!({"event_id": event_id, "event_ids": event_ids})
+}
+
 /// An operator's action on one alarm occurrence.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "action", rename_all = "snake_case")]
@@ -101,6 +111,7 @@ pub fn apply(store: &Store, queue: QueuePolicy, here: &str, d: &Decision) -> Res
     }
     match d.kind.as_str() {
         ALARM => apply_alarm(store, &db, queue, d),
+        RETURNED => apply_returned(store, &db, d),
         approvals::pair::KIND => {
             let op: WorkOrderOp = match serde_json::from_value(d.args.clone()) {
                 Ok(op) => op,
@@ -191,6 +202,34 @@ fn apply_alarm_to(writer: &Writer, queue: QueuePolicy, d: &Decision, id: i64) ->
     };
     Ok(match action.apply(writer, queue, id, &d.actor, Timestamp::from_unix(d.at)) {
         Ok(state) => (200, json!({"id": id, "state": state})),
+        Err(ActionError::Store(e)) => return Err(e),
+        Err(e) => (status_of(&e), json!({"error": e.to_string()})),
+    })
+}
+
+/// Acknowledges, of the occurrences the decision names, those returned unacknowledged
+/// here (one this node has not ingested is left out).
+fn apply_returned(store: &Store, db: &rusqlite::Connection, d: &Decision) -> Result<Outcome, StoreError> {
+    let local = |event: &str| -> Result<Option<i64>, StoreError> {
+        Ok(db
+            .prepare_cached("SELECT id FROM alarms WHERE event_id = ?1")?
+            .query_row([event], |r| r.get(0))
+            .optional()?)
+    };
+    let events: Vec<String> = serde_json::from_value(d.args["event_ids"].clone()).unwrap_or_default();
+    let mut ids = Vec::new();
+    for e in &events {
+        ids.extend(local(e)?);
+    }
+    let Some(id) = local(d.args["event_id"].as_str().unwrap_or_default())?.or(ids.first().copied()) else {
+        let error = "none of the occurrences this acknowledges has arrived on this node";
+        return Ok((404, json!({"error": error})));
+    };
+    let (actor, at) = (d.actor.clone(), Timestamp::from_unix(d.at));
+    let done =
+        store.writer().call(move |c| Ok::<_, StoreError>(alarms::acknowledge_these_returned(c, id, &ids, &actor, at)));
+    Ok(match done? {
+        Ok(acknowledged) => (200, json!({"acknowledged": acknowledged})),
         Err(ActionError::Store(e)) => return Err(e),
         Err(e) => (status_of(&e), json!({"error": e.to_string()})),
     })

@@ -1091,3 +1091,38 @@ async fn mosquitto_both_nodes_restarted() {
     let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
     both_restarted(Some(url)).await;
 }
+
+/// A point's returned occurrences acknowledged at once, through the log: those the
+/// deciding node named (by event id) are acknowledged here, one this node lacks is
+/// left out, and the same again is a 409.
+#[test]
+fn a_points_returned_occurrences_are_acknowledged_by_event_id() {
+    use twinops::cluster::log::Decision;
+    use twinops::decisions;
+    let p = common::Plant::new();
+    let point = "asset_id = 'PUMP-004' AND code = 'PRESS-SUC-LO' AND state = 'rtn_unacknowledged'";
+    let name = format!("UPDATE alarms SET event_id = 'ret-' || id WHERE {point} AND event_id IS NULL");
+    p.store.writer().call(move |c| -> Result<usize, twinops::store::StoreError> { Ok(c.execute(&name, [])?) }).unwrap();
+    let mut events: Vec<String> = {
+        let db = p.store.read().unwrap();
+        let mut stmt = db.prepare(&format!("SELECT event_id FROM alarms WHERE {point} ORDER BY id")).unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    let waiting = events.len();
+    assert!(waiting > 1, "the seeded plant has repeats: {waiting}");
+    events.push("ret-not-here".into());
+    let (queue, now) = (twinops::alarms::QueuePolicy::default(), twinops::domain::Timestamp::now());
+    let decision = |id: &str| Decision {
+        id: id.into(),
+        node: "a".into(),
+        kind: decisions::RETURNED.into(),
+        args: decisions::returned_args(&events[0], &events),
+        actor: "opa".into(),
+        at: now.unix(),
+    };
+    let (status, body) = decisions::apply(&p.store, queue, "b", &decision("d-ret-1")).unwrap();
+    assert_eq!((status, body["acknowledged"].as_array().map(Vec::len)), (200, Some(waiting)), "{body}");
+    assert_eq!(p.count(&format!("SELECT count(*) FROM alarms WHERE {point}")), 0);
+    let (status, body) = decisions::apply(&p.store, queue, "b", &decision("d-ret-2")).unwrap();
+    assert_eq!(status, 409, "{body}");
+}

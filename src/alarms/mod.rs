@@ -513,30 +513,55 @@ pub fn acknowledged_at_source(
 pub fn acknowledge_returned(writer: &Writer, id: i64, user: &str, now: Timestamp) -> Result<Vec<i64>, ActionError> {
     let user = user.to_string();
     writer.call(move |conn| {
-        let (state, ..) = state_of(conn, id)?;
-        let ids: Vec<i64> = conn
-            .prepare_cached(concat!(
-                "SELECT p.id FROM alarms a",
-                same_point!(),
-                "WHERE a.id = ?1 AND p.state = 'rtn_unacknowledged' ORDER BY p.id"
-            ))?
-            .query_map([id], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        if ids.is_empty() {
-            // A state, not a bad request: the HTTP answer is 409.
-            return Err(ActionError::WrongState {
-                id,
-                state,
-                hint: "its point has no returned-to-normal alarm waiting for acknowledgement",
-            });
-        }
-        for &alarm in &ids {
-            conn.prepare_cached("UPDATE alarms SET state = 'cleared', acked_at = ?2, acked_by = ?3 WHERE id = ?1")?
-                .execute(params![alarm, now.unix(), user])?;
-            journal(conn, alarm, None, "acknowledged", now.unix(), &user, "with its point's returned alarms")?;
-        }
-        Ok(ids)
+        let ids: Vec<i64> = returned_of(conn, id)?.into_iter().map(|(id, _)| id).collect();
+        acknowledge_these_returned(conn, id, &ids, &user, now)
     })
+}
+
+/// The occurrences of alarm `id`'s point that returned to normal unacknowledged, with
+/// their event ids (what a redundant pair shares).
+pub fn returned_of(conn: &Connection, id: i64) -> rusqlite::Result<Vec<(i64, Option<String>)>> {
+    conn.prepare_cached(concat!(
+        "SELECT p.id, p.event_id FROM alarms a",
+        same_point!(),
+        "WHERE a.id = ?1 AND p.state = 'rtn_unacknowledged' ORDER BY p.id"
+    ))?
+    .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+    .collect()
+}
+
+/// Acknowledges those of `ids` (alarm `id`'s point's) still returned unacknowledged;
+/// none left is a 409, a state.
+pub fn acknowledge_these_returned(
+    conn: &Connection,
+    id: i64,
+    ids: &[i64],
+    user: &str,
+    now: Timestamp,
+) -> Result<Vec<i64>, ActionError> {
+    let mut done = Vec::new();
+    for &alarm in ids {
+        let changed = conn
+            .prepare_cached(
+                "UPDATE alarms SET state = 'cleared', acked_at = ?2, acked_by = ?3
+                 WHERE id = ?1 AND state = 'rtn_unacknowledged'",
+            )?
+            .execute(params![alarm, now.unix(), user])?;
+        if changed == 1 {
+            journal(conn, alarm, None, "acknowledged", now.unix(), user, "with its point's returned alarms")?;
+            done.push(alarm);
+        }
+    }
+    if done.is_empty() {
+        let (state, ..) = state_of(conn, id)?;
+        // A state, not a bad request: the HTTP answer is 409.
+        return Err(ActionError::WrongState {
+            id,
+            state,
+            hint: "its point has no returned-to-normal alarm waiting for acknowledgement",
+        });
+    }
+    Ok(done)
 }
 
 /// Shelves an active alarm for `secs` (at most 24 hours), with a reason.

@@ -167,6 +167,14 @@ pub(super) async fn ack_returned(
     Extension(user): Extension<User>,
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
+    if let Some(pair) = &s.cluster {
+        // The occurrences as this node sees them, named for both.
+        let event_id = decisions::event_id_of(&s.store, id)?
+            .ok_or_else(|| ApiError::not_found(format!("no alarm {id}; GET /api/alarms lists them")))?;
+        let returned = alarms::returned_of(&*s.store.read()?, id)?;
+        let events: Vec<String> = returned.into_iter().filter_map(|(_, e)| e).collect();
+        return pair.decide(decisions::RETURNED, decisions::returned_args(&event_id, &events), &user.name).await;
+    }
     let w = s.store.writer().clone();
     let ids = tokio::task::spawn_blocking(move || alarms::acknowledge_returned(&w, id, &user.name, Timestamp::now()))
         .await?

@@ -223,7 +223,9 @@ async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) 
     let session = matches!(path, "/login" | "/logout");
     // Made on either node: they go through the pair's decision log.
     let shared = (path.starts_with("/api/alarms/")
-        && ["/ack", "/shelve", "/unshelve", "/out-of-service", "/in-service"].iter().any(|a| path.ends_with(a)))
+        && ["/ack", "/ack-returned", "/shelve", "/unshelve", "/out-of-service", "/in-service"]
+            .iter()
+            .any(|a| path.ends_with(a)))
         || (path.starts_with("/api/work_orders/") && ["/approve", "/reject"].iter().any(|a| path.ends_with(a)))
         || (path.starts_with("/api/alarm-changes/")
             && ["/approve", "/reject", "/lift"].iter().any(|a| path.ends_with(a)));
