@@ -109,9 +109,20 @@ pub fn apply(store: &Store, queue: QueuePolicy, here: &str, d: &Decision) -> Res
     if let Some((status, body)) = before {
         return Ok((status, serde_json::from_str(&body).unwrap_or(Value::Null)));
     }
+    apply_kind(store, &db, queue, here, d)
+}
+
+/// What `d` does, by its kind.
+fn apply_kind(
+    store: &Store,
+    db: &rusqlite::Connection,
+    queue: QueuePolicy,
+    here: &str,
+    d: &Decision,
+) -> Result<Outcome, StoreError> {
     match d.kind.as_str() {
-        ALARM => apply_alarm(store, &db, queue, d),
-        RETURNED => apply_returned(store, &db, d),
+        ALARM => apply_alarm(store, db, queue, d),
+        RETURNED => apply_returned(store, db, d),
         approvals::pair::KIND => {
             let op: WorkOrderOp = match serde_json::from_value(d.args.clone()) {
                 Ok(op) => op,
@@ -237,29 +248,42 @@ fn apply_returned(store: &Store, db: &rusqlite::Connection, d: &Decision) -> Res
 
 /// Applies, in the log's order, the decisions that were waiting for an occurrence that
 /// has arrived since; returns how many.
-pub fn apply_waiting(store: &Store, queue: QueuePolicy) -> Result<usize, StoreError> {
-    let ready: Vec<(String, String, String, String, i64, i64)> = store
-        .read()?
+pub fn apply_waiting(store: &Store, queue: QueuePolicy, here: &str) -> Result<usize, StoreError> {
+    let db = store.read()?;
+    // An alarm action names its occurrence as `event_id`; a work order's proposal, as
+    // `alarm_event_id`.
+    let ready: Vec<(Decision, i64)> = db
         .prepare_cached(
-            "SELECT d.id, d.node, d.args, d.actor, d.at, a.id FROM decisions d
-             JOIN alarms a ON a.event_id = json_extract(d.args, '$.event_id')
-             WHERE d.status = 202 AND d.kind = 'alarm' ORDER BY d.rowid",
+            "SELECT d.id, d.node, d.kind, d.args, d.actor, d.at, a.id FROM decisions d
+             JOIN alarms a ON a.event_id = coalesce(json_extract(d.args, '$.event_id'),
+                                                    json_extract(d.args, '$.alarm_event_id'))
+             WHERE d.status = 202 ORDER BY d.rowid",
         )?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
+        .query_map([], |r| {
+            let args: String = r.get(3)?;
+            let args = serde_json::from_str(&args).unwrap_or(Value::Null);
+            let d = Decision { id: r.get(0)?, node: r.get(1)?, kind: r.get(2)?, args, actor: r.get(4)?, at: r.get(5)? };
+            Ok((d, r.get(6)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
-    for (id, node, args, actor, at, alarm) in &ready {
-        let args = serde_json::from_str(args).unwrap_or(Value::Null);
-        let d =
-            Decision { id: id.clone(), node: node.clone(), kind: ALARM.into(), args, actor: actor.clone(), at: *at };
-        let (status, body) = apply_alarm_to(store.writer(), queue, &d, *alarm)?;
-        let (id, body) = (id.clone(), body.to_string());
+    let mut applied = 0;
+    for (d, alarm) in &ready {
+        let (status, body) = match d.kind.as_str() {
+            ALARM => apply_alarm_to(store.writer(), queue, d, *alarm)?,
+            _ => apply_kind(store, &db, queue, here, d)?,
+        };
+        if status == WAITING {
+            continue;
+        }
+        applied += 1;
+        let (id, body) = (d.id.clone(), body.to_string());
         store.writer().call(move |c| {
             c.prepare_cached("UPDATE decisions SET status = ?2, body = ?3, applied_at = ?4 WHERE id = ?1")?
                 .execute(params![id, status, body, Timestamp::now().unix()])?;
             Ok::<_, StoreError>(())
         })?;
     }
-    Ok(ready.len())
+    Ok(applied)
 }
 
 /// How far this node has come ([`Progress`]): decisions applied, the newest occurrence.
@@ -302,8 +326,8 @@ pub async fn run(store: Store, queue: QueuePolicy, log: Arc<DecisionLog>, mut de
                 None => break,
             },
             _ = tick.tick() => {
-                let s = store.clone();
-                match tokio::task::spawn_blocking(move || apply_waiting(&s, queue)).await {
+                let (s, here) = (store.clone(), here.clone());
+                match tokio::task::spawn_blocking(move || apply_waiting(&s, queue, &here)).await {
                     Ok(Ok(0)) => {}
                     Ok(Ok(n)) => tracing::info!(stage = "decisions", n, "decisions applied once their occurrence arrived"),
                     Ok(Err(e)) => tracing::warn!(stage = "decisions", error = %e, "waiting decisions could not be applied; trying again"),

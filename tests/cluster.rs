@@ -623,7 +623,7 @@ fn a_decision_waits_for_its_occurrence_and_keeps_the_logs_order() {
         assert!(outcome.1["waiting"].as_str().unwrap().contains("ev-late"), "{outcome:?}");
         decisions::record(p.store.writer(), d, &outcome).unwrap();
     }
-    assert_eq!(decisions::apply_waiting(&p.store, queue).unwrap(), 0, "the occurrence has not come");
+    assert_eq!(decisions::apply_waiting(&p.store, queue, "b").unwrap(), 0, "the occurrence has not come");
     common::scada_event(&p.store, "ev-late", ("PUMP-007", Some("PUMP-007.VIB-DE"), "LATE-1"), "high", "raised", now);
     let state = "SELECT state FROM alarms WHERE event_id = 'ev-late'";
     assert_eq!(p.text(state), "unacknowledged");
@@ -632,8 +632,8 @@ fn a_decision_waits_for_its_occurrence_and_keeps_the_logs_order() {
     let outcome = decisions::apply(&p.store, queue, "b", &unshelve).unwrap();
     assert_eq!(outcome.0, 202, "behind the waiting ones: {outcome:?}");
     decisions::record(p.store.writer(), &unshelve, &outcome).unwrap();
-    assert_eq!(decisions::apply_waiting(&p.store, queue).unwrap(), 3);
-    assert_eq!(decisions::apply_waiting(&p.store, queue).unwrap(), 0, "each once");
+    assert_eq!(decisions::apply_waiting(&p.store, queue, "b").unwrap(), 3);
+    assert_eq!(decisions::apply_waiting(&p.store, queue, "b").unwrap(), 0, "each once");
     assert_eq!(p.text(state), "acknowledged", "acknowledged, shelved, unshelved: in the log's order");
     assert_eq!(p.count("SELECT count(*) FROM alarm_events WHERE kind = 'unshelved' AND actor = 'opa'"), 1);
     assert_eq!(
@@ -742,6 +742,30 @@ async fn approvals_reach_both(url: Option<String>) {
     let op = WorkOrderOp::Published { key: key.clone(), status: "approved".into() };
     assert_eq!(logs[0].submit(KIND, serde_json::to_value(op).unwrap(), "twinops").await.unwrap().0, 200);
     assert!(common::eventually(Duration::from_secs(10), || on_both("dispatched")).await);
+
+    // An order for an occurrence that has not reached node b yet waits there, and is
+    // linked to b's own alarm once it comes.
+    common::scada_event(&plants[0].store, "ev-late-wo", ("PUMP-007", None, "WO-LATE"), "high", "raised", now);
+    let late_alarm = plants[0].count("SELECT id FROM alarms WHERE event_id = 'ev-late-wo'");
+    let late = WorkOrderDraft::new(
+        AssetId::parse("PUMP-007").unwrap(),
+        Some(late_alarm),
+        WorkAction::Lubricate,
+        WorkPriority::Normal,
+        "Lubricate PUMP-007 bearings",
+        "Bearing temperature creeping up 2 degC a day since the last greasing round.",
+        Vec::new(),
+    )
+    .unwrap();
+    assert!(propose(late).await.unwrap().unwrap().created);
+    let waiting = "SELECT count(*) FROM decisions WHERE status = 202";
+    assert!(common::eventually(Duration::from_secs(10), || plants[1].count(waiting) == 1).await);
+    let linked = "SELECT count(*) FROM work_orders w JOIN alarms a ON a.id = w.alarm_id
+                  WHERE w.idempotency_key = 'event:ev-late-wo/PUMP-007/lubricate' AND a.event_id = 'ev-late-wo'";
+    assert_eq!(plants[1].count(linked), 0, "not on b before its alarm");
+    common::scada_event(&plants[1].store, "ev-late-wo", ("PUMP-007", None, "WO-LATE"), "high", "raised", now);
+    assert!(common::eventually(Duration::from_secs(10), || plants[1].count(linked) == 1).await, "linked on b");
+    assert_eq!(plants[1].count(waiting), 0);
 
     // A proposal three days old expires on both, whichever node asks.
     let stale = WorkOrderDraft::new(

@@ -174,10 +174,18 @@ pub fn apply(
 
 fn propose(c: &Connection, p: &Proposed, ours: bool) -> Result<(u16, Value), StoreError> {
     let alarm_id: Option<i64> = match &p.alarm_event_id {
-        Some(event) => c
-            .prepare_cached("SELECT id FROM alarms WHERE event_id = ?1")?
-            .query_row([event], |r| r.get(0))
-            .optional()?,
+        Some(event) => {
+            let id = c
+                .prepare_cached("SELECT id FROM alarms WHERE event_id = ?1")?
+                .query_row([event], |r| r.get(0))
+                .optional()?;
+            // Linked to its alarm on this node too: it waits until the alarm is here.
+            if id.is_none() {
+                let waiting = format!("the alarm occurrence '{event}' this order answers has not arrived here yet");
+                return Ok((202, json!({"waiting": waiting})));
+            }
+            id
+        }
         None => None,
     };
     let inserted = super::insert(c, p, alarm_id, p.run_id.filter(|_| ours))?;
