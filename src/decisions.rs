@@ -124,28 +124,38 @@ fn apply_kind(
         ALARM => apply_alarm(store, db, queue, d),
         RETURNED => apply_returned(store, db, d),
         approvals::pair::KIND => {
-            let op: WorkOrderOp = match serde_json::from_value(d.args.clone()) {
-                Ok(op) => op,
-                Err(e) => return Ok((400, json!({"error": format!("not a work-order decision: {e}")}))),
-            };
-            let (d, here) = (d.clone(), here.to_string());
-            store
-                .writer()
-                .call(move |c| approvals::pair::apply(c, &op, &d.actor, Timestamp::from_unix(d.at), (&here, &d.node)))
+            let here = here.to_string();
+            on_writer(store, d, "a work-order decision", move |c, op: WorkOrderOp, d| {
+                approvals::pair::apply(c, &op, d, &here)
+            })
         }
         approvals::pair::CHANGE_KIND => {
-            let op: AlarmChangeOp = match serde_json::from_value(d.args.clone()) {
-                Ok(op) => op,
-                Err(e) => return Ok((400, json!({"error": format!("not an alarm-change decision: {e}")}))),
-            };
-            let (d, here) = (d.clone(), here.to_string());
-            store.writer().call(move |c| approvals::pair::apply_change(c, &op, &d, &here, queue))
+            let here = here.to_string();
+            on_writer(store, d, "an alarm-change decision", move |c, op: AlarmChangeOp, d| {
+                approvals::pair::apply_change(c, &op, d, &here, queue)
+            })
         }
         kind => Ok((
             400,
             json!({"error": format!("a decision of kind '{kind}', which this node does not know: upgrade it")}),
         )),
     }
+}
+
+/// Reads `d`'s arguments as an `Op` (`what` it should be, for the refusal) and applies
+/// it with `f` on the write connection.
+fn on_writer<Op: serde::de::DeserializeOwned + Send + 'static>(
+    store: &Store,
+    d: &Decision,
+    what: &str,
+    f: impl FnOnce(&rusqlite::Connection, Op, &Decision) -> Result<Outcome, StoreError> + Send + 'static,
+) -> Result<Outcome, StoreError> {
+    let op: Op = match serde_json::from_value(d.args.clone()) {
+        Ok(op) => op,
+        Err(e) => return Ok((400, json!({"error": format!("not {what}: {e}")}))),
+    };
+    let d = d.clone();
+    store.writer().call(move |c| f(c, op, &d))
 }
 
 /// Records that `d` was applied here with `outcome`, or is waiting (status 202).
@@ -268,6 +278,8 @@ pub fn apply_waiting(store: &Store, queue: QueuePolicy, here: &str) -> Result<us
         .collect::<rusqlite::Result<_>>()?;
     let mut applied = 0;
     for (d, alarm) in &ready {
+        // An alarm action here is ready: its occurrence has come, and those before it in
+        // the log were applied just before it (`apply_alarm` would find itself waiting).
         let (status, body) = match d.kind.as_str() {
             ALARM => apply_alarm_to(store.writer(), queue, d, *alarm)?,
             _ => apply_kind(store, &db, queue, here, d)?,

@@ -160,7 +160,8 @@ impl Approvals {
             return Ok(self.writer.call_async(move |c| expire_in(c, now)).await?);
         };
         let op = serde_json::to_value(pair::WorkOrderOp::Expire).unwrap_or_default();
-        self.expire_through(log, (pair::KIND, op), "work_orders", now).await
+        let due = "SELECT EXISTS (SELECT 1 FROM work_orders WHERE status = 'pending_approval' AND expires_at <= ?1)";
+        self.expire_through(log, (pair::KIND, op), due, now).await
     }
 
     /// [`Approvals::expire_due`] for alarm changes ([`alarm_changes::expire_due`]).
@@ -172,28 +173,23 @@ impl Approvals {
                 .await?);
         };
         let op = serde_json::to_value(pair::AlarmChangeOp::Expire).unwrap_or_default();
-        self.expire_through(log, (pair::CHANGE_KIND, op), "alarm_changes", now).await
+        let due = "SELECT EXISTS (SELECT 1 FROM alarm_changes WHERE status = 'pending_approval' AND expires_at <= ?1)";
+        self.expire_through(log, (pair::CHANGE_KIND, op), due, now).await
     }
 
-    /// Sends an expiry through the pair's log when `table` has something due here.
+    /// Sends an expiry through the pair's log when `due` (a query of `?1`, now) says
+    /// something is due here.
     async fn expire_through(
         &self,
         log: &DecisionLog,
         (kind, op): (&str, serde_json::Value),
-        table: &'static str,
+        due: &'static str,
         now: Timestamp,
     ) -> Result<Vec<i64>, ProposeError> {
-        // One statement per table: the name is a fixed identifier, never text from a row.
-        let sql = match table {
-            "work_orders" => {
-                "SELECT EXISTS (SELECT 1 FROM work_orders WHERE status = 'pending_approval' AND expires_at <= ?1)"
-            }
-            _ => "SELECT EXISTS (SELECT 1 FROM alarm_changes WHERE status = 'pending_approval' AND expires_at <= ?1)",
-        };
         let due: bool = self
             .writer
             .call_async(move |c| -> Result<bool, StoreError> {
-                Ok(c.prepare_cached(sql)?.query_row([now.unix()], |r| r.get(0))?)
+                Ok(c.prepare_cached(due)?.query_row([now.unix()], |r| r.get(0))?)
             })
             .await?;
         if !due {

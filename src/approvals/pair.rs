@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::alarm_changes::{self, Parked};
 use super::{DecisionError, Proposer};
+use crate::cluster::log::Decision;
 use crate::domain::{Timestamp, WorkAction, WorkOrderDraft, WorkPriority};
 use crate::store::StoreError;
 
@@ -39,15 +40,11 @@ pub enum AlarmChangeOp {
 pub fn apply_change(
     c: &Connection,
     op: &AlarmChangeOp,
-    d: &crate::cluster::log::Decision,
+    d: &Decision,
     here: &str,
     queue: crate::alarms::QueuePolicy,
 ) -> Result<(u16, Value), StoreError> {
     let at = Timestamp::from_unix(d.at);
-    let refused = |e: DecisionError| match e {
-        DecisionError::Store(e) => Err(e),
-        e => Ok((super::status_of(&e), json!({"error": e.to_string()}))),
-    };
     match op {
         AlarmChangeOp::Propose(p) => {
             let p = Parked { run_id: p.run_id.filter(|_| d.node == here), ..(**p).clone() };
@@ -68,6 +65,14 @@ pub fn apply_change(
             }
         }
         AlarmChangeOp::Expire => Ok((200, json!({"expired": alarm_changes::expire_due(c, at)?}))),
+    }
+}
+
+/// A refused decision as its outcome; a store error stays one (the decision comes again).
+fn refused(e: DecisionError) -> Result<(u16, Value), StoreError> {
+    match e {
+        DecisionError::Store(e) => Err(e),
+        e => Ok((super::status_of(&e), json!({"error": e.to_string()}))),
     }
 }
 
@@ -144,24 +149,18 @@ impl Proposed {
     }
 }
 
-/// Applies `op`, decided by `actor` on node `from` at `at`, to this node (`here`); the
-/// outcome is an HTTP status and the body to answer with.
-pub fn apply(
-    c: &Connection,
-    op: &WorkOrderOp,
-    actor: &str,
-    at: Timestamp,
-    (here, from): (&str, &str),
-) -> Result<(u16, Value), StoreError> {
+/// Applies `op`, decided as `d` says, to this node (`here`); the outcome is an HTTP
+/// status and the body to answer with.
+pub fn apply(c: &Connection, op: &WorkOrderOp, d: &Decision, here: &str) -> Result<(u16, Value), StoreError> {
+    let at = Timestamp::from_unix(d.at);
     match op {
-        WorkOrderOp::Propose(p) => propose(c, p, here == from),
+        WorkOrderOp::Propose(p) => propose(c, p, here == d.node),
         WorkOrderOp::Decide { key, approve, reason } => {
             let Some(id) = id_of(c, key)? else { return Ok(unknown(key)) };
-            Ok(match super::decide_in(c, id, actor, *approve, reason, at) {
-                Ok(status) => (200, json!({"id": id, "status": status})),
-                Err(DecisionError::Store(e)) => return Err(e),
-                Err(e) => (super::status_of(&e), json!({"error": e.to_string()})),
-            })
+            match super::decide_in(c, id, &d.actor, *approve, reason, at) {
+                Ok(status) => Ok((200, json!({"id": id, "status": status}))),
+                Err(e) => refused(e),
+            }
         }
         WorkOrderOp::Published { key, status } => {
             let Some(id) = id_of(c, key)? else { return Ok(unknown(key)) };

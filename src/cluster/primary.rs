@@ -109,10 +109,10 @@ impl Session<'_> {
                 return;
             }
         };
+        let request = crate::sparkplug::rebirth_request(Timestamp::now());
         for (group, edge) in &edges {
-            let topic = format!("{}/{group}/NCMD/{edge}", crate::sparkplug::topic::NAMESPACE);
-            let _ =
-                client.try_publish(topic, QoS::AtMostOnce, false, crate::sparkplug::rebirth_request(Timestamp::now()));
+            let topic = crate::sparkplug::topic::ncmd(group, edge);
+            let _ = client.try_publish(topic, QoS::AtMostOnce, false, request.clone());
         }
         if !edges.is_empty() {
             crate::metrics::count("twinops_sparkplug_rebirth_requests_total", &[], edges.len() as f64);

@@ -106,8 +106,13 @@ impl Topic {
 
     /// Where a rebirth request for this message's edge node goes.
     pub fn ncmd(&self) -> String {
-        format!("{NAMESPACE}/{}/NCMD/{}", self.group, self.edge_node)
+        ncmd(&self.group, &self.edge_node)
     }
+}
+
+/// Where commands to edge node `edge_node` of `group` go (a rebirth request, say).
+pub fn ncmd(group: &str, edge_node: &str) -> String {
+    format!("{NAMESPACE}/{group}/NCMD/{edge_node}")
 }
 
 impl fmt::Display for Topic {

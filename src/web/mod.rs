@@ -111,7 +111,6 @@ pub struct Pair {
 }
 
 impl Pair {
-    /// The pair as the banner, `/readyz` and `twinops check` show it.
     /// Makes a decision through the pair's log, answered with how it went on this node
     /// once it has come back and been applied here.
     pub async fn decide(&self, kind: &str, args: Value, actor: &str) -> Result<axum::Json<Value>, ApiError> {
@@ -132,7 +131,8 @@ impl Pair {
         }
     }
 
-    /// `peer`: the other node as it last said, and how far behind this one it is
+    /// The pair as the banner, `/readyz` and `twinops check` show it. `peer`: the other
+    /// node as it last said, and how far behind this one it is
     /// (decisions of the log it has yet to apply, seconds of alarms it has yet to ingest).
     pub fn describe(&self) -> serde_json::Value {
         let now = self.view.standing.borrow().clone();
@@ -214,6 +214,14 @@ pub fn router(state: Arc<WebState>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
 }
 
+/// The changes made on either node of a pair, since they go through its decision log:
+/// (routes under, ending in).
+const SHARED: &[(&str, &[&str])] = &[
+    ("/api/alarms/", &["/ack", "/ack-returned", "/shelve", "/unshelve", "/out-of-service", "/in-service"]),
+    ("/api/work_orders/", &["/approve", "/reject"]),
+    ("/api/alarm-changes/", &["/approve", "/reject", "/lift"]),
+];
+
 /// The node of a pair that stands by serves reads and logins, and refuses what would
 /// change the twin or run a model (the acting node's twin would not have it), saying
 /// where to go instead.
@@ -221,14 +229,7 @@ async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) 
     let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let path = req.uri().path();
     let session = matches!(path, "/login" | "/logout");
-    // Made on either node: they go through the pair's decision log.
-    let shared = (path.starts_with("/api/alarms/")
-        && ["/ack", "/ack-returned", "/shelve", "/unshelve", "/out-of-service", "/in-service"]
-            .iter()
-            .any(|a| path.ends_with(a)))
-        || (path.starts_with("/api/work_orders/") && ["/approve", "/reject"].iter().any(|a| path.ends_with(a)))
-        || (path.starts_with("/api/alarm-changes/")
-            && ["/approve", "/reject", "/lift"].iter().any(|a| path.ends_with(a)));
+    let shared = SHARED.iter().any(|(under, ends)| path.starts_with(under) && ends.iter().any(|e| path.ends_with(e)));
     let Some(pair) = state.cluster.as_ref().filter(|_| !reads && !session && !shared) else {
         return next.run(req).await;
     };
