@@ -7,8 +7,9 @@
 //!
 //! Shared so far: the actions on one alarm occurrence (acknowledge, shelve, unshelve,
 //! out of service, back in service), and work orders (`approvals::pair`: proposed,
-//! decided, published, expired) and alarm changes (proposed, decided, lifted, expired). A decision about an occurrence that has not
-//! arrived on a node yet waits there, recorded, and is applied when it does.
+//! decided, published, expired), alarm changes (proposed, decided, lifted, expired), and
+//! accounts, sessions and tokens (`accounts::changes`). A decision about an occurrence
+//! that has not arrived on a node yet waits there, recorded, and is applied when it does.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+use crate::accounts::{self, AccountError, AccountOp};
 use crate::alarms::{self, ActionError, QueuePolicy};
 use crate::approvals::{
     self,
@@ -135,6 +137,14 @@ fn apply_kind(
                 approvals::pair::apply_change(c, &op, d, &here, queue)
             })
         }
+        accounts::changes::KIND => on_writer(store, d, "an account change", |c, op: AccountOp, d| {
+            let at = Timestamp::from_unix(d.at);
+            match accounts::changes::apply_in(c, &op, &d.actor, at) {
+                Ok(body) => Ok((200, body)),
+                Err(AccountError::Store(e)) => Err(e),
+                Err(e) => Ok((accounts::status_of(&e), json!({"error": e.to_string()}))),
+            }
+        }),
         kind => Ok((
             400,
             json!({"error": format!("a decision of kind '{kind}', which this node does not know: upgrade it")}),

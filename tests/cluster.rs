@@ -267,6 +267,7 @@ struct TestPair {
     plants: Vec<common::Plant>,
     tokens: Vec<String>,
     sups: Vec<String>,
+    admins: Vec<String>,
     nodes: [failover::Node; 2],
     scada: Scada,
 }
@@ -300,6 +301,7 @@ impl TestPair {
         };
         let tokens = plants.iter().map(|p| token(p, "op", twinops::domain::Role::Operator)).collect();
         let sups = plants.iter().map(|p| token(p, "sup", twinops::domain::Role::Supervisor)).collect();
+        let admins = plants.iter().map(|p| token(p, "adm", twinops::domain::Role::Admin)).collect();
         let exe = std::path::Path::new(env!("CARGO_BIN_EXE_twinops"));
         let nodes = [
             failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, Some(wb)).unwrap(),
@@ -324,7 +326,7 @@ impl TestPair {
             }
         });
         let scada = Scada { publisher, topic: spec.alarms_topic(), points };
-        TestPair { spec, plants, tokens, sups, nodes, scada }
+        TestPair { spec, plants, tokens, sups, admins, nodes, scada }
     }
 }
 
@@ -341,7 +343,7 @@ async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
     let spec =
         PairSpec { broker: broker(url), run: format!("p{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
     let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
-    let TestPair { spec, plants: _plants, tokens, sups, mut nodes, scada } = TestPair::start(spec);
+    let TestPair { spec, plants: _plants, tokens, sups, admins, mut nodes, scada } = TestPair::start(spec);
     if let Some((lib, offset)) = skew {
         // Node b again, its wall clock off from the first start on (the lease runs on
         // each node's monotonic clock; the journal takes the wall clock of the node
@@ -427,6 +429,7 @@ async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
     assert!(takeovers.iter().all(|t| *t < Duration::from_secs(10)), "{takeovers:?}");
     decisions_reach_both(&nodes, &tokens, &events).await;
     work_order_approved_on_the_standby(&nodes, &sups, (&scada.publisher, &spec.run)).await;
+    accounts_reach_both(&nodes, &admins).await;
     // Each node says how far behind the other is: level, once all has come through.
     let start = Instant::now();
     loop {
@@ -499,6 +502,132 @@ async fn work_order_approved_on_the_standby(
     assert_eq!(again.status().as_u16(), 409, "{}", again.text().await.unwrap());
     let approved = || nodes.iter().all(|n| row(n).is_some_and(|r| r.1 == "approved" || r.1 == "dispatched"));
     assert!(common::eventually(Duration::from_secs(10), approved).await);
+}
+
+/// Users, logins and tokens made on either node work on both, and no secret is in the
+/// log: a user added on the standby logs in on the acting node, and that session's
+/// cookie works on the standby (its use there keeps it alive on both); a token made on
+/// the acting node works on the standby until revoked there; failed logins on one node
+/// lock the name on the other, and an unlock on the one lifts it; a password changed on
+/// one is the password on both; disabling the user ends their sessions on both.
+async fn accounts_reach_both(nodes: &[failover::Node], admins: &[String]) {
+    use reqwest::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
+    let (first, second) = ("first pair password", "second pair password");
+    let a = failover::acting_one(nodes, Duration::from_secs(30)).await.unwrap();
+    let s = 1 - a;
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let base = |i: usize| format!("http://127.0.0.1:{}", nodes[i].web);
+    let admin = |i: usize, path: &str, body: serde_json::Value| {
+        http.post(format!("{}{path}", base(i))).bearer_auth(&admins[i]).json(&body).send()
+    };
+    let login = |i: usize, password: &'static str| {
+        let form = [("name", "op.pair"), ("password", password)];
+        http.post(format!("{}/login", base(i))).header(ORIGIN, base(i)).form(&form).send()
+    };
+    let cookie = |r: &reqwest::Response| -> Option<String> {
+        let set = r.headers().get(SET_COOKIE)?.to_str().ok()?;
+        set.split(';').next().filter(|c| !c.ends_with('=')).map(str::to_string)
+    };
+    let me = |i: usize, cookie: &str| http.get(format!("{}/api/me", base(i))).header(COOKIE, cookie).send();
+    let me_by_token = |i: usize, token: &str| http.get(format!("{}/api/me", base(i))).bearer_auth(token).send();
+
+    let r = admin(s, "/api/users", json!({"name": "op.pair", "role": "operator", "password": first})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 201, "added on the standby: {}", r.text().await.unwrap());
+    let r = login(a, first).await.unwrap();
+    let session = cookie(&r).unwrap_or_else(|| panic!("a session on the acting node: {:?}", r.headers()));
+    let r = me(s, &session).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "the acting node's session works on the standby");
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["name"], "op.pair");
+    // Used on the standby a while after it was last seen: the acting node hears of it.
+    let seen = |n: &failover::Node| -> i64 {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        db.query_row(
+            "SELECT max(last_seen_at) FROM sessions s JOIN users u ON u.id = s.user_id WHERE u.name = 'op.pair'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    for n in nodes {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        db.execute("UPDATE sessions SET last_seen_at = last_seen_at - 600 WHERE user_id = (SELECT id FROM users WHERE name = 'op.pair')", []).unwrap();
+    }
+    let before = seen(&nodes[a]);
+    assert_eq!(me(s, &session).await.unwrap().status().as_u16(), 200);
+    assert!(common::eventually(Duration::from_secs(10), || seen(&nodes[a]) >= before + 600).await, "seen on both");
+
+    let r = admin(a, "/api/tokens", json!({"user": "op.pair", "label": "pair token"})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let token = r.json::<serde_json::Value>().await.unwrap()["token"].as_str().unwrap().to_string();
+    assert_eq!(me_by_token(s, &token).await.unwrap().status().as_u16(), 200, "the token works on the standby");
+    let listed: serde_json::Value =
+        http.get(format!("{}/api/tokens", base(s))).bearer_auth(&admins[s]).send().await.unwrap().json().await.unwrap();
+    let id = listed.as_array().unwrap().iter().find(|t| t["label"] == "pair token").unwrap()["id"].clone();
+    let r = admin(s, &format!("/api/tokens/{id}/revoke"), json!({})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "revoked on the standby: {}", r.text().await.unwrap());
+    let status = status_becomes(401, || me_by_token(a, &token)).await;
+    assert_eq!(status, 401, "the revoked token still works on the acting node");
+
+    for _ in 0..twinops::accounts::lockout::PER_NAME_AND_ADDRESS {
+        let r = login(a, "a wrong guess at it").await.unwrap();
+        assert_eq!(r.headers()[LOCATION], "/?login=failed");
+    }
+    let r = login(s, first).await.unwrap();
+    assert_eq!(r.status().as_u16(), 429, "failed logins on one node lock the name on the other");
+    let r = admin(a, "/api/users/op.pair/unlock", json!({})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = login(s, first).await.unwrap();
+    let on_standby = cookie(&r).expect("unlocked on both");
+
+    let r = http
+        .post(format!("{}/api/me/password", base(s)))
+        .header(COOKIE, &on_standby)
+        .header(ORIGIN, base(s))
+        .json(&json!({"current": first, "new": second}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(login(a, first).await.unwrap().headers()[LOCATION], "/?login=failed", "the old password is gone");
+    let renewed = cookie(&login(a, second).await.unwrap()).expect("the new password works on the other node");
+    assert_eq!(me(s, &on_standby).await.unwrap().status().as_u16(), 200, "the changing session stays");
+
+    let r = admin(a, "/api/users/op.pair/disable", json!({})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    for (i, c) in [(s, &on_standby), (a, &renewed), (s, &renewed)] {
+        let status = status_becomes(401, || me(i, c)).await;
+        assert_eq!(status, 401, "a disabled user's session still works on node {}", nodes[i].name);
+    }
+    // Only hashes travelled: no password, token or cookie in either node's record of the log.
+    for n in nodes {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        let args: Vec<String> = db
+            .prepare("SELECT args FROM decisions WHERE kind = 'account'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(args.len() >= 10, "{args:?}");
+        let secrets =
+            [first, second, &token, session.split('=').nth(1).unwrap(), on_standby.split('=').nth(1).unwrap()];
+        assert!(args.iter().all(|a| secrets.iter().all(|s| !a.contains(s))), "a secret in the log: {args:?}");
+    }
+}
+
+/// Calls `call` until it answers `want`, for up to 10 s: the last status.
+async fn status_becomes<F>(want: u16, call: impl Fn() -> F) -> u16
+where
+    F: std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+{
+    let started = Instant::now();
+    loop {
+        let status = call().await.map_or(0, |r| r.status().as_u16());
+        if status == want || started.elapsed() > Duration::from_secs(10) {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// An acknowledgement made on the standby and a shelving made on the acting node go

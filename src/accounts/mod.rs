@@ -5,6 +5,7 @@
 //! Secrets (passwords, session and API tokens) are never stored or logged: passwords
 //! as argon2id PHC strings, tokens as their SHA-256.
 
+pub mod changes;
 pub mod directory;
 pub mod lockout;
 
@@ -13,19 +14,20 @@ use std::time::Duration;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use crate::domain::UserSource as Source;
 use crate::domain::{Role, Timestamp};
 use crate::store::{Store, StoreError};
 use crate::support::{hex, random_bytes};
+pub use changes::{AccountOp, Change, perform, status_of};
 
 /// A session lasts at most a long shift, and ends sooner when idle (`web.session_idle_minutes`).
 pub const SESSION_MAX_SECS: i64 = 14 * 3600;
 const MIN_PASSWORD_CHARS: usize = 12;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct User {
     pub id: i64,
     pub name: String,
@@ -51,6 +53,10 @@ pub enum AccountError {
     Disabled(String),
     #[error("{0} is the only admin left, and would leave nobody able to manage users; make another user admin first")]
     LastAdmin(String),
+    /// Of a redundant pair: its decision log did not carry the change, or this node
+    /// refused it there (the HTTP status, and why).
+    #[error("{1}")]
+    Pair(u16, String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -119,22 +125,8 @@ fn new_password_hash(password: &str) -> Result<String, AccountError> {
 
 /// Adds a user. `by` is who did it, for the audit log.
 pub fn add_user(store: &Store, name: &str, role: Role, password: &str, by: &str) -> Result<User, AccountError> {
-    check_name(name)?;
-    let hash = new_password_hash(password)?;
-    let (name, by) = (name.to_string(), by.to_string());
-    store.writer().call(move |c| {
-        let inserted = c
-            .prepare_cached(
-                "INSERT INTO users (name, password_hash, role, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name) DO NOTHING",
-            )?
-            .execute(params![name, hash, role, Timestamp::now().unix()])?;
-        if inserted == 0 {
-            return Err(AccountError::Exists(name));
-        }
-        let id = c.last_insert_rowid();
-        audit_in(c, &by, "user_added", &format!("{name} as {role}"), None)?;
-        Ok(User { id, name, role })
-    })
+    let added = perform(store, &AccountOp::add_user(name, role, password)?, by)?;
+    serde_json::from_value(added).map_err(|e| AccountError::Invalid(e.to_string()))
 }
 
 pub fn user_count(store: &Store) -> Result<i64, StoreError> {
@@ -181,85 +173,14 @@ pub fn accounts(store: &Store) -> Result<Vec<Account>, StoreError> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// What an administrator may change about a user.
-#[derive(Debug, Clone)]
-pub enum Change {
-    Role(Role),
-    /// A new password (a reset): the user's sessions end.
-    Password(String),
-    /// The user can no longer log in; their sessions end, their tokens stop working.
-    Disable,
-    Enable,
-    /// Lift the locks on the name: its failed logins no longer count.
-    Unlock,
-}
-
 /// Changes a user, journalled in the audit log as done by `by`. Refuses to leave no
 /// enabled admin, once there has been one.
 pub fn change_user(store: &Store, name: &str, change: Change, by: &str) -> Result<(), AccountError> {
-    let hash = match &change {
-        Change::Password(p) => Some(new_password_hash(p)?),
-        _ => None,
-    };
-    let (name, by) = (account_name(name), by.to_string());
-    store.writer().call(move |c| {
-        let row: Option<(i64, Role, bool, Source)> = c
-            .prepare_cached("SELECT id, role, disabled, source FROM users WHERE name = ?1")?
-            .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-            .optional()?;
-        let (id, role, disabled, source) = row.ok_or_else(|| AccountError::NoSuchUser(name.clone()))?;
-        if source == Source::Directory && matches!(change, Change::Role(_) | Change::Password(_)) {
-            return Err(AccountError::Invalid(format!(
-                "{name} logs in with the directory, which owns their password and role: change them there \
-                 (the role follows the directory groups at the next login, or within directory.recheck_secs)"
-            )));
-        }
-        let demotes = match change {
-            Change::Disable => true,
-            Change::Role(new) => new != Role::Admin,
-            Change::Password(_) | Change::Enable | Change::Unlock => false,
-        };
-        if role == Role::Admin && !disabled && demotes {
-            let admins: i64 =
-                c.query_row("SELECT count(*) FROM users WHERE role = 'admin' AND disabled = 0", [], |r| r.get(0))?;
-            if admins == 1 {
-                return Err(AccountError::LastAdmin(name));
-            }
-        }
-        let (action, detail) = match change {
-            Change::Role(new) => {
-                c.prepare_cached("UPDATE users SET role = ?2 WHERE id = ?1")?.execute(params![id, new])?;
-                ("user_role_changed", format!("{name}: {role} to {new}"))
-            }
-            Change::Password(_) => {
-                set_password_in(c, id, hash.as_deref().expect("hashed above"), "")?;
-                let detail = match lockout::unlock(c, &name)? {
-                    0 => name.clone(),
-                    cleared => format!("{name}; {cleared} failed logins cleared"),
-                };
-                ("password_set", detail)
-            }
-            Change::Unlock => {
-                let cleared = lockout::unlock(c, &name)?;
-                ("user_unlocked", format!("{name}: {cleared} failed logins cleared"))
-            }
-            Change::Disable => {
-                c.prepare_cached("UPDATE users SET disabled = 1 WHERE id = ?1")?.execute([id])?;
-                c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1")?.execute([id])?;
-                ("user_disabled", name.clone())
-            }
-            Change::Enable => {
-                c.prepare_cached("UPDATE users SET disabled = 0 WHERE id = ?1")?.execute([id])?;
-                ("user_enabled", name.clone())
-            }
-        };
-        audit_in(c, &by, action, &detail, None)?;
-        Ok(())
-    })
+    perform(store, &AccountOp::change(name, change), by).map(drop)
 }
 
 /// A user's own password change: the current password must be right. Their other
-/// sessions end; the one given as `keep` (the caller's) stays.
+/// sessions end; the one given as `keep` (the caller's cookie) stays.
 pub fn change_own_password(
     store: &Store,
     user: &User,
@@ -267,26 +188,26 @@ pub fn change_own_password(
     new: &str,
     keep: Option<&str>,
 ) -> Result<(), AccountError> {
+    perform(store, &own_password(store, user, current, new, keep)?, &user.name).map(drop)
+}
+
+/// The change of [`change_own_password`], once the current password is checked (a
+/// wrong one is audited here).
+pub fn own_password(
+    store: &Store,
+    user: &User,
+    current: &str,
+    new: &str,
+    keep: Option<&str>,
+) -> Result<AccountOp, AccountError> {
     let phc: String =
         store.read()?.query_row("SELECT password_hash FROM users WHERE id = ?1", [user.id], |r| r.get(0))?;
     if !verify_password(current, &phc) {
         audit(store, &user.name, "password_change_refused", "wrong current password", None)?;
         return Err(AccountError::WrongPassword);
     }
-    let hash = new_password_hash(new)?;
-    let (id, name, keep) = (user.id, user.name.clone(), keep.map(sha256_hex).unwrap_or_default());
-    store.writer().call(move |c| {
-        set_password_in(c, id, &hash, &keep)?;
-        Ok::<_, AccountError>(audit_in(c, &name, "password_changed", "", None)?)
-    })
-}
-
-/// Sets a user's password hash and ends their sessions, all but the one whose token
-/// hashes to `keep` (none when empty).
-fn set_password_in(c: &Connection, id: i64, hash: &str, keep: &str) -> rusqlite::Result<()> {
-    c.prepare_cached("UPDATE users SET password_hash = ?2 WHERE id = ?1")?.execute(params![id, hash])?;
-    c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1 AND token_hash != ?2")?.execute(params![id, keep])?;
-    Ok(())
+    let keep = keep.map(sha256_hex).unwrap_or_default();
+    Ok(AccountOp::OwnPassword { name: user.name.clone(), password_hash: new_password_hash(new)?, keep })
 }
 
 /// Appends to the security audit log.
@@ -326,13 +247,33 @@ pub enum LoginError {
     Store(#[from] StoreError),
 }
 
-/// Checks a password and, if right, starts a session. Returns the user and the new
-/// session token (the cookie value). A local user is checked against their hash; any
-/// other name, when a directory is configured, against the directory ([`directory`]).
-/// The name is taken in its one spelling ([`account_name`]) before anything else, so
-/// a locked account is locked however it is typed, and never tried against the
-/// directory. Failures count towards the locks of [`lockout`]; a user that does not
-/// exist costs the same hash as one that does.
+/// A login that passed: the change that starts its session, and the session's token
+/// (the cookie value, never in the change).
+pub struct Admitted {
+    pub op: AccountOp,
+    pub token: String,
+}
+
+/// A login refused: why, and the failed login to count towards the locks, when it is one.
+pub struct Refused {
+    pub error: LoginError,
+    pub failure: Option<Box<AccountOp>>,
+}
+
+impl From<StoreError> for Refused {
+    fn from(e: StoreError) -> Self {
+        Refused { error: LoginError::Store(e), failure: None }
+    }
+}
+
+impl From<rusqlite::Error> for Refused {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::from(e).into()
+    }
+}
+
+/// Checks a password and, if right, starts a session at once. Returns the user and the
+/// new session token (the cookie value).
 pub fn login(
     store: &Store,
     dir: Option<&directory::Directory>,
@@ -340,132 +281,129 @@ pub fn login(
     password: &str,
     address: &str,
 ) -> Result<(User, String), LoginError> {
+    login_with(store, dir, name, password, address, |op, by| perform(store, op, by))
+}
+
+/// [`login`], its changes (the session, or the failure) made by `apply`: at once, or
+/// through a redundant pair's decision log.
+pub fn login_with(
+    store: &Store,
+    dir: Option<&directory::Directory>,
+    name: &str,
+    password: &str,
+    address: &str,
+    apply: impl Fn(&AccountOp, &str) -> Result<serde_json::Value, AccountError>,
+) -> Result<(User, String), LoginError> {
+    let name = &account_name(name);
+    let refused = |e: AccountError| match e {
+        AccountError::Store(e) => LoginError::Store(e),
+        // Disabled or removed between the check and the session.
+        _ => LoginError::Wrong,
+    };
+    match admit(store, dir, name, password, address) {
+        Ok(Admitted { op, token }) => {
+            let user = apply(&op, name).map_err(refused)?;
+            Ok((serde_json::from_value(user).map_err(|_| LoginError::Wrong)?, token))
+        }
+        Err(Refused { error, failure }) => {
+            if let Some(failure) = failure {
+                apply(&failure, name).map_err(refused)?;
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Checks a password. A local user is checked against their hash; any other name, when
+/// a directory is configured, against the directory ([`directory`]). The name is taken
+/// in its one spelling ([`account_name`]) before anything else, so a locked account is
+/// locked however it is typed, and never tried against the directory. A user that does
+/// not exist costs the same hash as one that does. Changes nothing but the audit log:
+/// the session, or the failure, is the caller's to make.
+pub fn admit(
+    store: &Store,
+    dir: Option<&directory::Directory>,
+    name: &str,
+    password: &str,
+    address: &str,
+) -> Result<Admitted, Refused> {
     let name = &account_name(name);
     let now = Timestamp::now();
-    if let Some(lock) = lockout::lock_on(&*store.read()?, name, address, now).map_err(StoreError::from)? {
+    if let Some(lock) = lockout::lock_on(&*store.read()?, name, address, now)? {
         audit(store, name, "login_refused", &lock.to_string(), Some(address))?;
-        return Err(LoginError::Limited(Duration::from_secs((lock.until.unix() - now.unix()).max(1) as u64)));
+        let wait = Duration::from_secs((lock.until.unix() - now.unix()).max(1) as u64);
+        return Err(Refused { error: LoginError::Limited(wait), failure: None });
     }
-    let local: Option<(i64, String, Role, String)> = store
+    let local: Option<String> = store
         .read()?
         .query_row(
-            "SELECT id, name, role, password_hash FROM users WHERE name = ?1 AND disabled = 0 AND source = 'local'",
+            "SELECT password_hash FROM users WHERE name = ?1 AND disabled = 0 AND source = 'local'",
             [name],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            |r| r.get(0),
         )
-        .optional()
-        .map_err(StoreError::from)?;
+        .optional()?;
     if let (None, Some(dir)) = (&local, dir) {
-        return directory_login(store, dir, name, password, address);
+        return directory_admit(store, dir, name, password, address);
     }
     // A fixed hash to verify against when the user does not exist, so timing does not
     // tell which names exist.
     static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let phc = local.as_ref().map(|r| r.3.clone()).unwrap_or_else(|| DUMMY.get_or_init(|| hash_password("x")).clone());
-    let ok = verify_password(password, &phc) && local.is_some();
-    let Some((id, name, role, _)) = local.filter(|_| ok) else {
-        failed(store, name, address, now)?;
-        return Err(LoginError::Wrong);
-    };
-    let token = start_session(store, id, &name, Source::Local, address)?;
-    Ok((User { id, name, role }, token))
+    let phc = local.clone().unwrap_or_else(|| DUMMY.get_or_init(|| hash_password("x")).clone());
+    if !(verify_password(password, &phc) && local.is_some()) {
+        return Err(wrong(name, address));
+    }
+    Ok(session(name, address, None))
 }
 
-/// A failed login: audited, and counted towards the locks.
-fn failed(store: &Store, name: &str, address: &str, now: Timestamp) -> Result<(), StoreError> {
-    let (tried, addr) = (name.to_string(), address.to_string());
-    store.writer().call(move |c| {
-        audit_in(c, &tried, "login_failed", "", Some(&addr))?;
-        for lock in lockout::fail(c, &tried, &addr, now)? {
-            tracing::warn!(stage = "web", %lock, "failed logins locked a login; `twinops user unlock NAME` lifts it");
-            audit_in(c, &tried, "login_locked", &lock.to_string(), Some(&addr))?;
-        }
-        Ok::<_, StoreError>(())
-    })
+/// A wrong password (or user): refused, and counted.
+fn wrong(name: &str, address: &str) -> Refused {
+    let failure = AccountOp::Failed { name: name.to_string(), address: address.to_string() };
+    Refused { error: LoginError::Wrong, failure: Some(Box::new(failure)) }
 }
 
-/// A new session for user `id`; returns its token (the cookie value).
-fn start_session(store: &Store, id: i64, name: &str, source: Source, address: &str) -> Result<String, StoreError> {
+/// A new session for `name`, with a fresh token.
+fn session(name: &str, address: &str, directory: Option<changes::DirectoryEntry>) -> Admitted {
     let token = new_secret();
-    let (hash, now) = (sha256_hex(&token), Timestamp::now().unix());
-    let (actor, addr) = (name.to_string(), address.to_string());
-    store.writer().call(move |c| {
-        c.prepare_cached(
-            "INSERT INTO sessions (token_hash, user_id, created_at, last_seen_at, expires_at, source)
-             VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
-        )?
-        .execute(params![hash, id, now, now + SESSION_MAX_SECS, source])?;
-        lockout::succeeded(c, &actor, &addr)?;
-        let detail = if source == Source::Directory { "from the directory" } else { "" };
-        Ok::<_, StoreError>(audit_in(c, &actor, "login", detail, Some(&addr))?)
-    })?;
-    Ok(token)
+    let op = AccountOp::Login { token_hash: sha256_hex(&token), name: name.into(), address: address.into(), directory };
+    Admitted { op, token }
 }
 
 /// A login for a name that is not a local user's (in its [`account_name`] spelling):
-/// the directory checks the password and gives the role; the user's row is made or
-/// updated to match.
-fn directory_login(
+/// the directory checks the password and gives the role; the session's change makes
+/// or updates the user's row to match.
+fn directory_admit(
     store: &Store,
     dir: &directory::Directory,
     name: &str,
     password: &str,
     address: &str,
-) -> Result<(User, String), LoginError> {
+) -> Result<Admitted, Refused> {
     use directory::DirectoryError;
-    let name = name.to_string();
-    let now = Timestamp::now();
-    let (dn, role) = match directory::block_on(dir.authenticate(&name, password)) {
+    let refuse = |error| Err(Refused { error, failure: None });
+    let (dn, role) = match directory::block_on(dir.authenticate(name, password)) {
         Ok(found) => found,
-        Err(DirectoryError::Wrong) => {
-            failed(store, &name, address, now)?;
-            return Err(LoginError::Wrong);
-        }
+        Err(DirectoryError::Wrong) => return Err(wrong(name, address)),
         Err(e @ DirectoryError::NoRole { .. }) => {
-            audit(store, &name, "login_refused", "in no directory group mapped to a role", Some(address))?;
-            end_directory_access(store, &name, "in no directory group mapped to a role")?;
-            return Err(LoginError::NoRole(e.to_string()));
+            audit(store, name, "login_refused", "in no directory group mapped to a role", Some(address))?;
+            end_directory_access(store, name, "in no directory group mapped to a role")?;
+            return refuse(LoginError::NoRole(e.to_string()));
         }
         Err(e) => {
             tracing::warn!(stage = "directory", error = %e, "a directory login could not be checked");
-            audit(store, &name, "login_refused", "the directory did not answer", Some(address))?;
-            return Err(LoginError::DirectoryDown);
+            audit(store, name, "login_refused", "the directory did not answer", Some(address))?;
+            return refuse(LoginError::DirectoryDown);
         }
     };
-    let (user, by) = (name.clone(), name.clone());
-    let found: Option<(i64, bool)> = store.writer().call(move |c| {
-        let before: Option<(i64, Role, bool)> = c
-            .prepare_cached("SELECT id, role, disabled FROM users WHERE name = ?1 AND source = 'directory'")?
-            .query_row([&user], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?;
-        match before {
-            Some((id, old, disabled)) => {
-                c.prepare_cached("UPDATE users SET role = ?2, directory_dn = ?3 WHERE id = ?1")?
-                    .execute(params![id, role, dn])?;
-                if old != role {
-                    audit_in(c, &by, "directory_role", &format!("{} -> {}", old.as_str(), role.as_str()), None)?;
-                }
-                Ok::<_, StoreError>(Some((id, disabled)))
-            }
-            None => {
-                c.prepare_cached(
-                    "INSERT INTO users (name, password_hash, role, created_at, source, directory_dn)
-                     VALUES (?1, '', ?2, ?3, 'directory', ?4)",
-                )?
-                .execute(params![user, role, now.unix(), dn])?;
-                let id = c.last_insert_rowid();
-                audit_in(c, &by, "directory_user", &format!("first login, {}", role.as_str()), None)?;
-                Ok(Some((id, false)))
-            }
-        }
-    })?;
     // Disabled in twinops by an administrator: the directory's word does not lift it.
-    let Some((id, false)) = found else {
-        failed(store, &name, address, now)?;
-        return Err(LoginError::Wrong);
-    };
-    let token = start_session(store, id, &name, Source::Directory, address)?;
-    Ok((User { id, name, role }, token))
+    let disabled: bool = store
+        .read()?
+        .query_row("SELECT disabled FROM users WHERE name = ?1 AND source = 'directory'", [name], |r| r.get(0))
+        .optional()?
+        .unwrap_or(false);
+    if disabled {
+        return Err(wrong(name, address));
+    }
+    Ok(session(name, address, Some(changes::DirectoryEntry { dn, role })))
 }
 
 /// Reads again the role of every directory user with a live session or token: a changed
@@ -558,14 +496,24 @@ pub fn end_directory_access(store: &Store, name: &str, why: &str) -> Result<bool
 /// The user of a live session: not expired, not idle longer than `idle`. Touches it
 /// (at most once a minute) so activity keeps it alive.
 pub fn session_user(store: &Store, token: &str, idle: Duration) -> Result<Option<User>, StoreError> {
-    let hash = sha256_hex(token);
+    session_user_with(store, token, idle, |op| store_errors(perform(store, op, "twinops")))
+}
+
+/// [`session_user`], the touch (an [`AccountOp::Seen`]) made by `seen`: at once, or
+/// through a redundant pair's decision log, so that the session is idle on neither node.
+pub fn session_user_with(
+    store: &Store,
+    token: &str,
+    idle: Duration,
+    seen: impl FnOnce(&AccountOp) -> Result<(), StoreError>,
+) -> Result<Option<User>, StoreError> {
     let now = Timestamp::now().unix();
     let row: Option<(User, i64)> = store
         .read()?
         .query_row(
             "SELECT u.id, u.name, u.role, s.last_seen_at FROM sessions s JOIN users u ON u.id = s.user_id
              WHERE s.token_hash = ?1 AND s.expires_at > ?2 AND u.disabled = 0",
-            params![hash, now],
+            params![sha256_hex(token), now],
             |r| Ok((User { id: r.get(0)?, name: r.get(1)?, role: r.get(2)? }, r.get(3)?)),
         )
         .optional()?;
@@ -575,48 +523,31 @@ pub fn session_user(store: &Store, token: &str, idle: Duration) -> Result<Option
         return Ok(None);
     }
     if now - last_seen >= 60 {
-        store.writer().call(move |c| {
-            Ok::<_, StoreError>(
-                c.prepare_cached("UPDATE sessions SET last_seen_at = ?2 WHERE token_hash = ?1")?
-                    .execute(params![hash, now])?,
-            )
-        })?;
+        seen(&AccountOp::seen(token))?;
     }
     Ok(Some(user))
 }
 
 /// Ends a session; its cookie no longer works.
 pub fn end_session(store: &Store, token: &str) -> Result<(), StoreError> {
-    let hash = sha256_hex(token);
-    store.writer().call(move |c| {
-        c.prepare_cached("DELETE FROM sessions WHERE token_hash = ?1")?.execute([hash])?;
-        Ok::<_, StoreError>(())
-    })
+    store_errors(perform(store, &AccountOp::end_session(token, false), "twinops"))
 }
 
-/// Creates an API token for `user`, labelled; returns it (shown once, stored hashed).
-/// `by` is who did it, for the audit log.
-/// A new API token for `user`: its id (to revoke it by) and the token, shown once.
+/// The outcome of a change that cannot be refused for the caller's fault (a session
+/// ended or used): only the store's errors count.
+pub fn store_errors(done: Result<serde_json::Value, AccountError>) -> Result<(), StoreError> {
+    match done {
+        Err(AccountError::Store(e)) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// A new API token for `user`, labelled: its id (to revoke it by) and the token, shown
+/// once (only its hash is kept). `by` is who did it, for the audit log.
 pub fn create_token(store: &Store, user: &str, label: &str, by: &str) -> Result<(i64, String), AccountError> {
-    let token = format!("tw_{}", new_secret());
-    let (hash, user, label, by) = (sha256_hex(&token), user.to_string(), label.to_string(), by.to_string());
-    let id = store.writer().call(move |c| {
-        let found: Option<(i64, bool)> = c
-            .prepare_cached("SELECT id, disabled FROM users WHERE name = ?1")?
-            .query_row([&user], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        let id = match found {
-            None => return Err(AccountError::NoSuchUser(user)),
-            Some((_, true)) => return Err(AccountError::Disabled(user)),
-            Some((id, false)) => id,
-        };
-        c.prepare_cached("INSERT INTO api_tokens (token_hash, label, user_id, created_at) VALUES (?1, ?2, ?3, ?4)")?
-            .execute(params![hash, label, id, Timestamp::now().unix()])?;
-        let id = c.last_insert_rowid();
-        audit_in(c, &by, "token_created", &format!("{id} ({label}) for {user}"), None)?;
-        Ok::<_, AccountError>(id)
-    })?;
-    Ok((id, token))
+    let (op, token) = AccountOp::token(user, label);
+    let made = perform(store, &op, by)?;
+    Ok((made["id"].as_i64().unwrap_or_default(), token))
 }
 
 /// The user an API token belongs to, if it is valid. Notes its use (at most once a
@@ -676,21 +607,7 @@ pub fn tokens(store: &Store) -> Result<Vec<TokenInfo>, StoreError> {
 
 /// Revokes an API token for good; revoking it again changes nothing.
 pub fn revoke_token(store: &Store, id: i64, by: &str) -> Result<(), AccountError> {
-    let by = by.to_string();
-    store.writer().call(move |c| {
-        let found: Option<(String, String, bool)> = c
-            .prepare_cached(
-                "SELECT t.label, u.name, t.revoked FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = ?1",
-            )?
-            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?;
-        let (label, user, revoked) = found.ok_or(AccountError::NoSuchToken(id))?;
-        if !revoked {
-            c.prepare_cached("UPDATE api_tokens SET revoked = 1 WHERE id = ?1")?.execute([id])?;
-            audit_in(c, &by, "token_revoked", &format!("{id} ({label}) of {user}"), None)?;
-        }
-        Ok(())
-    })
+    perform(store, &AccountOp::revoke(store, id)?, by).map(drop)
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ pub(super) fn user(global: &Global, cmd: UserCommand) -> anyhow::Result<ExitCode
         }
         UserCommand::Passwd { name } => {
             let password = read_password(&format!("new password for {name}: "))?;
-            change_user(global, &name, Change::Password(password), "has a new password; their sessions have ended")?;
+            change_user(global, &name, Change::password(&password)?, "has a new password; their sessions have ended")?;
         }
         UserCommand::Disable { name } => {
             change_user(global, &name, Change::Disable, "is disabled: no login, no sessions, no tokens")?;

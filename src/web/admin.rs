@@ -11,20 +11,18 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, Credential, WebState};
-use crate::accounts::{self, Account, AccountError, Change, TokenInfo, User};
+use crate::accounts::{self, Account, AccountError, AccountOp, Change, TokenInfo, User};
 use crate::domain::Role;
 
 type S = Arc<WebState>;
 
 fn account_error(e: AccountError) -> ApiError {
     match e {
-        AccountError::Invalid(_) => ApiError::bad_request(e.to_string()),
-        AccountError::WrongPassword => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
-        AccountError::NoSuchUser(_) | AccountError::NoSuchToken(_) => ApiError::not_found(e.to_string()),
-        AccountError::Exists(_) | AccountError::LastAdmin(_) | AccountError::Disabled(_) => {
-            ApiError::new(StatusCode::CONFLICT, e.to_string())
-        }
         AccountError::Store(e) => e.into(),
+        e => ApiError::new(
+            StatusCode::from_u16(accounts::status_of(&e)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            e.to_string(),
+        ),
     }
 }
 
@@ -33,6 +31,45 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, AccountError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f).await?.map_err(account_error)
+}
+
+/// Makes an account change: of a redundant pair through its decision log, answered
+/// once applied here (both nodes have it); alone at once.
+async fn perform(s: &S, op: AccountOp, by: &str) -> Result<Value, ApiError> {
+    if let Some(pair) = &s.cluster {
+        let args = serde_json::to_value(&op).map_err(ApiError::internal)?;
+        return pair.submit(accounts::changes::KIND, args, by).await;
+    }
+    let (s, by) = (Arc::clone(s), by.to_string());
+    blocking(move || accounts::perform(&s.store, &op, &by)).await
+}
+
+/// A change a login makes (its session, a failed attempt, a session ended), from a
+/// blocking thread: of a pair through its decision log; while the broker is away, on
+/// this node alone, so that people can still log in to read.
+pub(super) fn access(s: &WebState, op: &AccountOp, by: &str) -> Result<Value, AccountError> {
+    let Some(pair) = s.cluster.as_ref().filter(|p| p.log.up()) else {
+        return accounts::perform(&s.store, op, by);
+    };
+    let args = serde_json::to_value(op).map_err(|e| AccountError::Invalid(e.to_string()))?;
+    tokio::runtime::Handle::current()
+        .block_on(pair.submit(accounts::changes::KIND, args, by))
+        .map_err(|e| AccountError::Pair(e.status.as_u16(), e.message))
+}
+
+/// A session in use: of a pair, said through its decision log without waiting (the
+/// request goes on), so that it is idle on neither node; alone, at once.
+pub(super) fn seen(s: &WebState, op: &AccountOp) -> Result<(), crate::store::StoreError> {
+    let Some(pair) = s.cluster.as_ref().filter(|p| p.log.up()) else {
+        return accounts::store_errors(accounts::perform(&s.store, op, "twinops"));
+    };
+    let (log, args) = (Arc::clone(&pair.log), serde_json::to_value(op).unwrap_or_default());
+    tokio::spawn(async move {
+        if let Err(e) = log.submit(accounts::changes::KIND, args, "twinops").await {
+            tracing::debug!(stage = "web", error = %e, "a session's use was not shared with the other node");
+        }
+    });
+    Ok(())
 }
 
 pub(super) async fn users(State(s): State<S>) -> Result<Json<Vec<Account>>, ApiError> {
@@ -56,9 +93,9 @@ pub(super) async fn add_user(
     State(s): State<S>,
     Extension(admin): Extension<User>,
     Json(req): Json<NewUser>,
-) -> Result<(StatusCode, Json<User>), ApiError> {
-    let user = blocking(move || accounts::add_user(&s.store, &req.name, req.role, &req.password, &admin.name)).await?;
-    Ok((StatusCode::CREATED, Json(user)))
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let op = blocking(move || AccountOp::add_user(&req.name, req.role, &req.password)).await?;
+    Ok((StatusCode::CREATED, Json(perform(&s, op, &admin.name).await?)))
 }
 
 /// A user's new role.
@@ -78,9 +115,7 @@ pub struct PasswordRequest {
 }
 
 async fn change(s: S, admin: User, name: String, change: Change) -> Result<Json<Value>, ApiError> {
-    let who = name.clone();
-    blocking(move || accounts::change_user(&s.store, &name, change, &admin.name)).await?;
-    Ok(Json(json!({"name": who, "changed": true})))
+    Ok(Json(perform(&s, AccountOp::change(&name, change), &admin.name).await?))
 }
 
 pub(super) async fn set_role(
@@ -98,7 +133,8 @@ pub(super) async fn reset_password(
     Path(name): Path<String>,
     Json(req): Json<PasswordRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    change(s, admin, name, Change::Password(req.password)).await
+    let reset = blocking(move || Change::password(&req.password)).await?;
+    change(s, admin, name, reset).await
 }
 
 pub(super) async fn disable(
@@ -145,8 +181,10 @@ pub(super) async fn change_own_password(
         Some(Extension(Credential::Session(token))) => Some(token),
         _ => None,
     };
-    blocking(move || accounts::change_own_password(&s.store, &user, &req.current, &req.new, keep.as_deref())).await?;
-    Ok(Json(json!({"changed": true})))
+    let (st, by) = (Arc::clone(&s), user.name.clone());
+    let op =
+        blocking(move || accounts::own_password(&st.store, &user, &req.current, &req.new, keep.as_deref())).await?;
+    Ok(Json(perform(&s, op, &by).await?))
 }
 
 pub(super) async fn tokens(State(s): State<S>) -> Result<Json<Vec<TokenInfo>>, ApiError> {
@@ -169,7 +207,8 @@ pub(super) async fn create_token(
     Extension(admin): Extension<User>,
     Json(req): Json<NewToken>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let (id, token) = blocking(move || accounts::create_token(&s.store, &req.user, &req.label, &admin.name)).await?;
+    let (op, token) = AccountOp::token(&req.user, &req.label);
+    let id = perform(&s, op, &admin.name).await?["id"].clone();
     Ok((
         StatusCode::CREATED,
         Json(
@@ -183,6 +222,8 @@ pub(super) async fn revoke_token(
     Extension(admin): Extension<User>,
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(move || accounts::revoke_token(&s.store, id, &admin.name)).await?;
+    let st = Arc::clone(&s);
+    let op = blocking(move || AccountOp::revoke(&st.store, id)).await?;
+    perform(&s, op, &admin.name).await?;
     Ok(Json(json!({"id": id, "revoked": true})))
 }

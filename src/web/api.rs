@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::endpoint::{Endpoint, ep};
 use super::{ApiError, Credential, SESSION_COOKIE, WebState, admin, empty, require};
-use crate::accounts::{self, LoginError, User};
+use crate::accounts::{self, AccountOp, LoginError, User};
 use crate::domain::Role;
 
 use super::alarms::*;
@@ -421,9 +421,17 @@ async fn login(
     let browser = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"));
     let result = tokio::task::spawn_blocking(move || {
         if let Some(Extension(Credential::Session(old))) = credential {
-            accounts::end_session(&st.store, &old)?;
+            accounts::store_errors(admin::access(&st, &AccountOp::end_session(&old, false), "twinops"))?;
         }
-        anyhow::Ok(accounts::login(&st.store, st.directory.as_ref(), form.name.trim(), &form.password, &address))
+        let by_pair = |op: &AccountOp, by: &str| admin::access(&st, op, by);
+        anyhow::Ok(accounts::login_with(
+            &st.store,
+            st.directory.as_ref(),
+            &form.name,
+            &form.password,
+            &address,
+            by_pair,
+        ))
     })
     .await?
     .map_err(ApiError::internal)?;
@@ -454,8 +462,7 @@ async fn logout(
     if let (Some(Extension(Credential::Session(token))), Some(Extension(user))) = (credential, user) {
         let st = Arc::clone(&s);
         tokio::task::spawn_blocking(move || {
-            accounts::end_session(&st.store, &token)?;
-            accounts::audit(&st.store, &user.name, "logout", "", None)
+            accounts::store_errors(admin::access(&st, &AccountOp::end_session(&token, true), &user.name))
         })
         .await?
         .map_err(ApiError::internal)?;

@@ -114,6 +114,11 @@ impl Pair {
     /// Makes a decision through the pair's log, answered with how it went on this node
     /// once it has come back and been applied here.
     pub async fn decide(&self, kind: &str, args: Value, actor: &str) -> Result<axum::Json<Value>, ApiError> {
+        self.submit(kind, args, actor).await.map(axum::Json)
+    }
+
+    /// [`Pair::decide`]: the body of a success, or the refusal (the log's, or this node's).
+    pub async fn submit(&self, kind: &str, args: Value, actor: &str) -> Result<Value, ApiError> {
         use crate::cluster::log::SubmitError;
         let (status, body) = self.log.submit(kind, args, actor).await.map_err(|e| {
             let status = match e {
@@ -123,7 +128,7 @@ impl Pair {
             ApiError::new(status, e.to_string())
         })?;
         match StatusCode::from_u16(status) {
-            Ok(ok) if ok.is_success() => Ok(axum::Json(body)),
+            Ok(ok) if ok.is_success() => Ok(body),
             code => Err(ApiError::new(
                 code.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 body["error"].as_str().unwrap_or("refused").to_string(),
@@ -217,6 +222,9 @@ pub fn router(state: Arc<WebState>) -> Router {
 /// The changes made on either node of a pair, since they go through its decision log:
 /// (routes under, ending in).
 const SHARED: &[(&str, &[&str])] = &[
+    ("/api/users", &[""]),
+    ("/api/tokens", &[""]),
+    ("/api/me/password", &[""]),
     ("/api/alarms/", &["/ack", "/ack-returned", "/shelve", "/unshelve", "/out-of-service", "/in-service"]),
     ("/api/work_orders/", &["/approve", "/reject"]),
     ("/api/alarm-changes/", &["/approve", "/reject", "/lift"]),
@@ -243,8 +251,8 @@ async fn stand_by(State(state): State<Arc<WebState>>, req: Request, next: Next) 
         StatusCode::SERVICE_UNAVAILABLE,
         format!(
             "this node ({}) stands by: {active} acts (term {}). Make this change on the acting node's HMI{there}; \
-             reads, alarm actions (acknowledge, shelve, out of service) and decisions on work orders and alarm \
-             changes work here",
+             reads, alarm actions (acknowledge, shelve, out of service), decisions on work orders and alarm \
+             changes, and users and tokens work here",
             pair.cfg.node, now.term
         ),
     )
@@ -332,7 +340,7 @@ impl Credential {
             Credential::Token(token) => accounts::token_user(&state.store, token),
             Credential::Session(session) => {
                 let idle = Duration::from_secs(state.cfg.session_idle_minutes * 60);
-                accounts::session_user(&state.store, session, idle)
+                accounts::session_user_with(&state.store, session, idle, |seen| admin::seen(state, seen))
             }
         }
     }
