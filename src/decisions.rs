@@ -8,7 +8,8 @@
 //! Shared so far: the actions on one alarm occurrence (acknowledge, shelve, unshelve,
 //! out of service, back in service), and work orders (`approvals::pair`: proposed,
 //! decided, published, expired), alarm changes (proposed, decided, lifted, expired), and
-//! accounts, sessions and tokens (`accounts::changes`). A decision about an occurrence
+//! accounts, sessions and tokens (`accounts::changes`), and plant imports (with the
+//! master alarm database's settings they carry). A decision about an occurrence
 //! that has not arrived on a node yet waits there, recorded, and is applied when it does.
 
 use std::sync::Arc;
@@ -24,9 +25,11 @@ use crate::approvals::{
     self,
     pair::{AlarmChangeOp, WorkOrderOp},
 };
-use crate::cluster::Progress;
-use crate::cluster::log::{Decision, DecisionLog, Delivered, Outcome};
+use crate::cluster::log::{Decision, DecisionLog, Delivered, Outcome, send_once};
+use crate::cluster::{ClusterConfig, Progress};
 use crate::domain::{AlarmState, Timestamp};
+use crate::ingest::mqtt::MqttConfig;
+use crate::plant;
 use crate::store::{Store, StoreError, Writer};
 
 /// The decision log's kind for [`AlarmAction`]s.
@@ -40,6 +43,18 @@ pub const RETURNED: &str = "alarm_returned";
 /// returned occurrences `event_ids` as the node where it was made saw them.
 pub fn returned_args(event_id: &str, event_ids: &[String]) -> Value {
     json!({"event_id": event_id, "event_ids": event_ids})
+}
+
+/// The decision log's kind for a plant import ([`PlantImport`]): the plant, its alarm
+/// points and the master alarm database's settings, as a site's files give them.
+pub const PLANT: &str = "plant_import";
+
+/// A plant import as the log carries it: the files themselves, which each node reads
+/// and imports alike.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlantImport {
+    pub files: plant::SiteFiles,
+    pub mode: plant::Mode,
 }
 
 /// An operator's action on one alarm occurrence.
@@ -137,6 +152,12 @@ fn apply_kind(
                 approvals::pair::apply_change(c, &op, d, &here, queue)
             })
         }
+        PLANT => on_writer(store, d, "a plant import", |c, op: PlantImport, d| {
+            Ok(match op.files.import_within(c, op.mode, &d.actor)? {
+                Ok(changes) => (200, json!({"changes": changes.to_string()})),
+                Err(e) => (422, json!({"error": e.to_string()})),
+            })
+        }),
         accounts::changes::KIND => on_writer(store, d, "an account change", |c, op: AccountOp, d| {
             let at = Timestamp::from_unix(d.at);
             match accounts::changes::apply_in(c, &op, &d.actor, at) {
@@ -306,6 +327,45 @@ pub fn apply_waiting(store: &Store, queue: QueuePolicy, here: &str) -> Result<us
         })?;
     }
     Ok(applied)
+}
+
+/// A decision made on the command line of a node of a pair: sent through the pair's
+/// log ([`send_once`]), then answered as this node applied it. With this node's daemon
+/// not running, it is applied here at once and recorded, so that the daemon does not
+/// apply it again when the log brings it.
+pub async fn from_command_line(
+    store: &Store,
+    (cfg, mqtt): (&ClusterConfig, &MqttConfig),
+    queue: QueuePolicy,
+    (kind, args): (&str, Value),
+    actor: &str,
+) -> anyhow::Result<Outcome> {
+    let d = Decision::new(&cfg.node, kind, args, actor);
+    if !send_once(cfg, mqtt, &d).await? {
+        let (s, here, decision) = (store.clone(), cfg.node.clone(), d.clone());
+        let outcome = tokio::task::spawn_blocking(move || apply(&s, queue, &here, &decision)).await??;
+        record(store.writer(), &d, &outcome)?;
+        return Ok(outcome);
+    }
+    let limit = std::time::Duration::from_secs(10);
+    let started = std::time::Instant::now();
+    loop {
+        let done: Option<(u16, String)> = store
+            .read()?
+            .prepare_cached("SELECT status, body FROM decisions WHERE id = ?1")?
+            .query_row([&d.id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((status, body)) = done {
+            return Ok((status, serde_json::from_str(&body).unwrap_or(Value::Null)));
+        }
+        anyhow::ensure!(
+            started.elapsed() < limit,
+            "the change went through the pair's log, but this node's daemon has not applied it within {} s; it \
+             does when it can (both nodes will have it): look before making it again",
+            limit.as_secs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// How far this node has come ([`Progress`]): decisions applied, the newest occurrence.

@@ -430,6 +430,7 @@ async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
     decisions_reach_both(&nodes, &tokens, &events).await;
     work_order_approved_on_the_standby(&nodes, &sups, (&scada.publisher, &spec.run)).await;
     accounts_reach_both(&nodes, &admins).await;
+    command_line_reaches_both(&mut nodes).await;
     // Each node says how far behind the other is: level, once all has come through.
     let start = Instant::now();
     loop {
@@ -533,8 +534,11 @@ async fn accounts_reach_both(nodes: &[failover::Node], admins: &[String]) {
 
     let r = admin(s, "/api/users", json!({"name": "op.pair", "role": "operator", "password": first})).await.unwrap();
     assert_eq!(r.status().as_u16(), 201, "added on the standby: {}", r.text().await.unwrap());
+    // A write is answered once applied on its node; the other applies it within moments.
+    level(nodes).await;
     let r = login(a, first).await.unwrap();
     let session = cookie(&r).unwrap_or_else(|| panic!("a session on the acting node: {:?}", r.headers()));
+    level(nodes).await;
     let r = me(s, &session).await.unwrap();
     assert_eq!(r.status().as_u16(), 200, "the acting node's session works on the standby");
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["name"], "op.pair");
@@ -559,6 +563,7 @@ async fn accounts_reach_both(nodes: &[failover::Node], admins: &[String]) {
     let r = admin(a, "/api/tokens", json!({"user": "op.pair", "label": "pair token"})).await.unwrap();
     assert_eq!(r.status().as_u16(), 201);
     let token = r.json::<serde_json::Value>().await.unwrap()["token"].as_str().unwrap().to_string();
+    level(nodes).await;
     assert_eq!(me_by_token(s, &token).await.unwrap().status().as_u16(), 200, "the token works on the standby");
     let listed: serde_json::Value =
         http.get(format!("{}/api/tokens", base(s))).bearer_auth(&admins[s]).send().await.unwrap().json().await.unwrap();
@@ -572,12 +577,15 @@ async fn accounts_reach_both(nodes: &[failover::Node], admins: &[String]) {
         let r = login(a, "a wrong guess at it").await.unwrap();
         assert_eq!(r.headers()[LOCATION], "/?login=failed");
     }
+    level(nodes).await;
     let r = login(s, first).await.unwrap();
     assert_eq!(r.status().as_u16(), 429, "failed logins on one node lock the name on the other");
     let r = admin(a, "/api/users/op.pair/unlock", json!({})).await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
+    level(nodes).await;
     let r = login(s, first).await.unwrap();
     let on_standby = cookie(&r).expect("unlocked on both");
+    level(nodes).await;
 
     let r = http
         .post(format!("{}/api/me/password", base(s)))
@@ -588,8 +596,10 @@ async fn accounts_reach_both(nodes: &[failover::Node], admins: &[String]) {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    level(nodes).await;
     assert_eq!(login(a, first).await.unwrap().headers()[LOCATION], "/?login=failed", "the old password is gone");
     let renewed = cookie(&login(a, second).await.unwrap()).expect("the new password works on the other node");
+    level(nodes).await;
     assert_eq!(me(s, &on_standby).await.unwrap().status().as_u16(), 200, "the changing session stays");
 
     let r = admin(a, "/api/users/op.pair/disable", json!({})).await.unwrap();
@@ -613,6 +623,83 @@ async fn accounts_reach_both(nodes: &[failover::Node], admins: &[String]) {
             [first, second, &token, session.split('=').nth(1).unwrap(), on_standby.split('=').nth(1).unwrap()];
         assert!(args.iter().all(|a| secrets.iter().all(|s| !a.contains(s))), "a secret in the log: {args:?}");
     }
+}
+
+/// Changes made with the command line of either node go through the pair's log: a user
+/// added beside the acting node and a plant import beside the standby are on both
+/// twins; with a node's daemon stopped, a user added beside it is made there at once
+/// and on the other through the log, and once the daemon is back (the log bringing it
+/// the same decision) it is not made twice.
+async fn command_line_reaches_both(nodes: &mut [failover::Node; 2]) {
+    use std::io::Write;
+    let cli = |n: &failover::Node, args: &[&str], stdin: &str| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+            .arg("--db")
+            .arg(n.db())
+            .arg("--config")
+            .arg(n.config())
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "twinops {args:?} beside node {}: {said}", n.name);
+        said
+    };
+    fn count(n: &failover::Node, sql: &str) -> i64 {
+        rusqlite::Connection::open(n.db()).unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+    async fn on_both(nodes: &[failover::Node], sql: &str) -> bool {
+        common::eventually(Duration::from_secs(10), || nodes.iter().all(|n| count(n, sql) == 1)).await
+    }
+    let a = failover::acting_one(&nodes[..], Duration::from_secs(30)).await.unwrap();
+    let s = 1 - a;
+    cli(&nodes[a], &["user", "add", "op.cli", "--role", "viewer"], "a command line password\n");
+    assert!(
+        on_both(&nodes[..], "SELECT count(*) FROM users WHERE name = 'op.cli'").await,
+        "a user added beside the acting node"
+    );
+    let sheet = nodes[s].db().with_file_name("one-tag.csv");
+    std::fs::write(&sheet, "Tag,Equipment,Units,Hi\nPIT-9999,PUMP-007,bar,4\n").unwrap();
+    let said = cli(&nodes[s], &["plant", "import", sheet.to_str().unwrap(), "--partial"], "");
+    assert!(said.contains("PIT-9999"), "{said}");
+    assert!(
+        on_both(&nodes[..], "SELECT count(*) FROM sensors WHERE id = 'PIT-9999'").await,
+        "imported beside the standby"
+    );
+
+    nodes[s].kill();
+    cli(&nodes[s], &["user", "add", "op.offline", "--role", "viewer"], "made while the daemon is down\n");
+    assert!(on_both(&nodes[..], "SELECT count(*) FROM users WHERE name = 'op.offline'").await, "made here and there");
+    nodes[s].restart().unwrap();
+    let back = || async { nodes[s].pair().await.is_some_and(|p| p["peer"]["decisions_behind"] == 0) };
+    let started = Instant::now();
+    while !back().await {
+        assert!(started.elapsed() < Duration::from_secs(30), "node {} did not come back level", nodes[s].name);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let added = "SELECT count(*) FROM audit_log WHERE action = 'user_added' AND detail LIKE 'op.offline %'";
+    assert_eq!((count(&nodes[a], added), count(&nodes[s], added)), (1, 1), "made once on each node");
+}
+
+/// Waits until both nodes have applied the same decisions (each applies every one):
+/// what one has answered, the other then has too.
+async fn level(nodes: &[failover::Node]) {
+    let applied = |n: &failover::Node| -> std::collections::BTreeSet<String> {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        let mut stmt = db.prepare("SELECT id FROM decisions WHERE status <> 202").unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    let level = common::eventually(Duration::from_secs(10), || applied(&nodes[0]) == applied(&nodes[1]));
+    assert!(
+        level.await,
+        "the nodes did not come level: {:?}",
+        applied(&nodes[0]).symmetric_difference(&applied(&nodes[1])).collect::<Vec<_>>()
+    );
 }
 
 /// Calls `call` until it answers `want`, for up to 10 s: the last status.

@@ -152,6 +152,11 @@ impl Node {
         &self.db
     }
 
+    /// Its configuration file (`[cluster]` and all), for a command run beside it.
+    pub fn config(&self) -> &Path {
+        &self.config
+    }
+
     /// The CPU time its process has used so far (user and system), if it runs.
     pub fn cpu(&self) -> Option<Duration> {
         cpu_time(self.child.as_ref()?.id())

@@ -3,6 +3,7 @@
 use super::*;
 use crate::alarms::kpi;
 use crate::alarms::list::{AlarmFilter, Scope};
+use crate::decisions::{self, AlarmAction};
 
 #[derive(Subcommand)]
 pub(super) enum AlarmsCommand {
@@ -148,39 +149,63 @@ pub(super) fn run(global: &Global, cmd: AlarmsCommand) -> anyhow::Result<ExitCod
         AlarmsCommand::Export { from, to, file } => export(global, (from, to), &file)?,
         AlarmsCommand::List { active, asset, limit } => list(global, active, asset, limit)?,
         AlarmsCommand::Ack { alarm_id, returned: false, user } => {
-            let store = global.open()?;
-            let state = alarms::acknowledge(store.writer(), alarm_id, &user, Timestamp::now())?;
-            println!("alarm {alarm_id} is now {state}");
+            act(global, alarm_id, AlarmAction::Acknowledge, &user)?;
         }
-        AlarmsCommand::Ack { alarm_id, returned: true, user } => {
-            let store = global.open()?;
-            let ids = alarms::acknowledge_returned(store.writer(), alarm_id, &user, Timestamp::now())?;
-            let list: Vec<String> = ids.iter().map(i64::to_string).collect();
-            println!("{} returned-to-normal alarm(s) acknowledged, now cleared: {}", ids.len(), list.join(", "));
-        }
+        AlarmsCommand::Ack { alarm_id, returned: true, user } => ack_returned(global, alarm_id, &user)?,
         AlarmsCommand::Shelve { alarm_id, minutes, reason, user } => {
-            let store = global.open()?;
-            alarms::shelve(store.writer(), alarm_id, &user, minutes * 60, &reason, Timestamp::now())?;
-            println!("alarm {alarm_id} is shelved for {minutes} minutes");
+            act(global, alarm_id, AlarmAction::Shelve { secs: minutes * 60, reason }, &user)?;
+            println!("for {minutes} minutes");
         }
         AlarmsCommand::Unshelve { alarm_id, user } => {
-            let store = global.open()?;
-            let state = alarms::unshelve(store.writer(), alarm_id, &user, Timestamp::now())?;
-            println!("alarm {alarm_id} is now {state}");
+            act(global, alarm_id, AlarmAction::Unshelve, &user)?;
         }
         AlarmsCommand::OutOfService { alarm_id, reason, user } => {
-            let store = global.open()?;
-            alarms::remove_from_service(store.writer(), alarm_id, &user, &reason, Timestamp::now())?;
-            println!("alarm {alarm_id} is out of service: its point's alarms are recorded, not annunciated or triaged");
+            act(global, alarm_id, AlarmAction::OutOfService { reason }, &user)?;
+            println!("its point's alarms are recorded, not annunciated or triaged, until it is back in service");
         }
         AlarmsCommand::InService { alarm_id, user } => {
-            let store = global.open()?;
-            let policy = global.config()?.ingest_policy().queue;
-            let state = alarms::return_to_service(store.writer(), alarm_id, &user, Timestamp::now(), policy)?;
-            println!("alarm {alarm_id} is back in service and now {state}");
+            act(global, alarm_id, AlarmAction::InService, &user)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An operator's action on occurrence `id`: of a redundant pair through its decision
+/// log (both nodes make it, naming the occurrence by its event id), alone here.
+fn act(global: &Global, id: i64, action: AlarmAction, user: &str) -> anyhow::Result<()> {
+    let store = global.open()?;
+    let change = || Ok((decisions::ALARM, decisions::alarm_args(&shared_name(&store, id)?, &action)));
+    let state = match global.through_pair(&store, change, user)? {
+        Some(done) => done["state"].as_str().unwrap_or("waiting").to_string(),
+        None => {
+            let queue = global.config()?.ingest_policy().queue;
+            action.apply(store.writer(), queue, id, user, Timestamp::now())?.to_string()
+        }
+    };
+    println!("alarm {id} is now {state}");
+    Ok(())
+}
+
+/// Acknowledges occurrence `id`'s point's returned-to-normal occurrences at once.
+fn ack_returned(global: &Global, id: i64, user: &str) -> anyhow::Result<()> {
+    let store = global.open()?;
+    let change = || {
+        let returned = alarms::returned_of(&*store.read()?, id)?;
+        let events: Vec<String> = returned.into_iter().filter_map(|(_, e)| e).collect();
+        Ok((decisions::RETURNED, decisions::returned_args(&shared_name(&store, id)?, &events)))
+    };
+    let ids: Vec<i64> = match global.through_pair(&store, change, user)? {
+        Some(done) => serde_json::from_value(done["acknowledged"].clone()).unwrap_or_default(),
+        None => alarms::acknowledge_returned(store.writer(), id, user, Timestamp::now())?,
+    };
+    let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+    println!("{} returned-to-normal alarm(s) acknowledged, now cleared: {}", ids.len(), list.join(", "));
+    Ok(())
+}
+
+/// The event id that names occurrence `id` on both nodes of a pair.
+fn shared_name(store: &Store, id: i64) -> anyhow::Result<String> {
+    decisions::event_id_of(store, id)?.ok_or_else(|| anyhow::anyhow!("no alarm {id}; `twinops alarms list` shows them"))
 }
 
 /// `alarms kpi`: the figures over the window, the cache brought up to date first.

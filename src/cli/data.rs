@@ -102,7 +102,17 @@ pub(super) fn plant(global: &Global, cmd: PlantCommand) -> anyhow::Result<ExitCo
         PlantCommand::Import { files, dry_run, partial, user } => {
             let store = global.open()?;
             let mode = if partial { crate::plant::Mode::Partial } else { crate::plant::Mode::Full };
-            let changes = crate::plant::import_files(store.writer(), &files, mode, dry_run, &user)?;
+            let files = crate::plant::SiteFiles::read(&files)?;
+            if !dry_run {
+                let import = crate::decisions::PlantImport { files: files.clone(), mode };
+                let change = || Ok((crate::decisions::PLANT, serde_json::to_value(import)?));
+                if let Some(done) = global.through_pair(&store, change, &user)? {
+                    println!("{}", done["changes"].as_str().unwrap_or_default());
+                    println!("(through the pair's decision log: both nodes import the same files)");
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            let changes = crate::plant::import(store.writer(), files.model()?, mode, dry_run, &user, &files.names())?;
             println!("{changes}");
             if dry_run {
                 println!("(dry run: nothing was written)");

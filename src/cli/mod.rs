@@ -96,6 +96,28 @@ impl Global {
         Config::load(&self.config, &|k| std::env::var(k).ok())
     }
 
+    /// Of a redundant pair (`[cluster]`): makes a change through the pair's decision
+    /// log, so that both nodes make it, and answers how it went on this node (a
+    /// refusal is the error). `None`: this node is alone, the change is the caller's.
+    fn through_pair(
+        &self,
+        store: &Store,
+        change: impl FnOnce() -> anyhow::Result<(&'static str, serde_json::Value)>,
+        actor: &str,
+    ) -> anyhow::Result<Option<serde_json::Value>> {
+        let config = self.config()?;
+        let Some(cluster) = &config.cluster else { return Ok(None) };
+        let (queue, pair) = (config.ingest_policy().queue, (cluster, &config.mqtt));
+        let change = change()?;
+        let (status, body) =
+            runtime()?.block_on(crate::decisions::from_command_line(store, pair, queue, change, actor))?;
+        anyhow::ensure!((200..300).contains(&status), "{}", body["error"].as_str().unwrap_or("refused by this node"));
+        if let Some(waiting) = body["waiting"].as_str() {
+            eprintln!("sent through the pair's decision log; {waiting}");
+        }
+        Ok(Some(body))
+    }
+
     fn agent(&self, now: Option<&str>) -> anyhow::Result<Agent> {
         let config = self.config()?;
         let store = self.open()?;

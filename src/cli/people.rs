@@ -2,6 +2,7 @@
 //! manages them on the box.
 
 use super::*;
+use crate::accounts::AccountOp;
 
 #[derive(Subcommand)]
 pub(super) enum UserCommand {
@@ -68,8 +69,8 @@ pub(super) fn user(global: &Global, cmd: UserCommand) -> anyhow::Result<ExitCode
             let role = crate::domain::Role::parse(&role).map_err(anyhow::Error::msg)?;
             let store = global.open()?;
             let password = read_password(&format!("password for {name}: "))?;
-            let user = crate::accounts::add_user(&store, &name, role, &password, "cli")?;
-            println!("added {} as {}", user.name, user.role);
+            account(global, &store, AccountOp::add_user(&name, role, &password)?)?;
+            println!("added {name} as {role}");
         }
         UserCommand::List => {
             let store = global.open()?;
@@ -119,7 +120,8 @@ pub(super) fn token(global: &Global, cmd: TokenCommand) -> anyhow::Result<ExitCo
     match cmd {
         TokenCommand::Create { user, label } => {
             let store = global.open()?;
-            let (id, token) = crate::accounts::create_token(&store, &user, &label, "cli")?;
+            let (op, token) = AccountOp::token(&user, &label);
+            let id = account(global, &store, op)?["id"].clone();
             println!("{token}");
             eprintln!(
                 "token {id}: send it as `Authorization: Bearer <token>`; it is not shown again (`twinops token revoke {id}` ends it)"
@@ -141,7 +143,8 @@ pub(super) fn token(global: &Global, cmd: TokenCommand) -> anyhow::Result<ExitCo
             }
         }
         TokenCommand::Revoke { id } => {
-            crate::accounts::revoke_token(&global.open()?, id, "cli")?;
+            let store = global.open()?;
+            account(global, &store, AccountOp::revoke(&store, id)?)?;
             println!("token {id} is revoked");
         }
     }
@@ -150,9 +153,19 @@ pub(super) fn token(global: &Global, cmd: TokenCommand) -> anyhow::Result<ExitCo
 
 /// An administrator's change to a user, from the command line; says what it did.
 fn change_user(global: &Global, name: &str, change: Change, done: &str) -> anyhow::Result<()> {
-    crate::accounts::change_user(&global.open()?, name, change, "cli")?;
+    account(global, &global.open()?, AccountOp::change(name, change))?;
     println!("{name} {done}");
     Ok(())
+}
+
+/// Makes an account change: of a redundant pair through its decision log (both nodes
+/// make it), alone here; what it answered.
+fn account(global: &Global, store: &Store, op: AccountOp) -> anyhow::Result<serde_json::Value> {
+    let change = || Ok((crate::accounts::changes::KIND, serde_json::to_value(&op)?));
+    match global.through_pair(store, change, "cli")? {
+        Some(answer) => Ok(answer),
+        None => Ok(crate::accounts::perform(store, &op, "cli")?),
+    }
 }
 
 /// A password from the terminal (no echo), or the first line of stdin when piped.

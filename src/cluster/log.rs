@@ -35,6 +35,77 @@ pub struct Decision {
     pub at: i64,
 }
 
+impl Decision {
+    /// A decision made now on `node`, under a fresh id.
+    pub fn new(node: &str, kind: &str, args: Value, actor: &str) -> Decision {
+        Decision {
+            id: format!("{node}-{}", crate::support::hex(&crate::support::random_bytes::<12>())),
+            node: node.into(),
+            kind: kind.into(),
+            args,
+            actor: actor.into(),
+            at: Timestamp::now().unix(),
+        }
+    }
+}
+
+/// Sends one decision from outside the daemon (the command line), on a connection of
+/// its own, and returns once the broker has put it in the log's order (it has come back
+/// on that connection, so both nodes' sessions hold it), with whether this node's
+/// daemon is online to apply it (its retained state says so).
+pub async fn send_once(cfg: &ClusterConfig, mqtt: &MqttConfig, decision: &Decision) -> Result<bool, SubmitError> {
+    let client_id = format!(
+        "twinops-cluster-{}-{}-cli-{}",
+        cfg.name,
+        cfg.node,
+        crate::support::hex(&crate::support::random_bytes::<4>())
+    );
+    let mut opts = crate::ingest::mqtt::options(mqtt, &client_id).map_err(|_| SubmitError::BrokerAway)?;
+    opts.set_clean_session(true);
+    opts.set_manual_acks(false);
+    // A plant import carries the site's files, up to what the daemon takes in.
+    let most = crate::ingest::payload::MAX_PACKET_BYTES;
+    opts.set_max_packet_size(most, most);
+    let (client, mut events) = AsyncClient::new(opts, 16);
+    let (topic, state) = (cfg.log_topic(), cfg.node_topic(&cfg.node));
+    let deadline = tokio::time::Instant::now() + 2 * ROUND_TRIP_LIMIT;
+    let (mut online, mut sent) = (false, false);
+    let came_back = loop {
+        let event = match tokio::time::timeout_at(deadline, events.poll()).await {
+            Ok(Ok(event)) => event,
+            _ => break false,
+        };
+        match event {
+            Event::Incoming(Incoming::ConnAck(_)) => {
+                let filters = [(&topic, QoS::AtLeastOnce), (&state, QoS::AtLeastOnce)];
+                let filters = filters.map(|(t, q)| rumqttc::SubscribeFilter::new(t.clone(), q));
+                let _ = client.try_subscribe_many(filters);
+            }
+            // The node's retained state comes with the subscription, before the decision.
+            Event::Incoming(Incoming::SubAck(_)) if !sent => {
+                let body = serde_json::to_vec(decision).unwrap_or_default();
+                sent = client.try_publish(&topic, QoS::AtLeastOnce, false, body).is_ok();
+            }
+            Event::Incoming(Incoming::Publish(p)) if p.topic == state => {
+                online = super::node_state(&p.payload).is_some_and(|s| s.online);
+            }
+            Event::Incoming(Incoming::Publish(p)) => {
+                let back = serde_json::from_slice::<Decision>(&p.payload).is_ok_and(|d| d.id == decision.id);
+                if back {
+                    break true;
+                }
+            }
+            _ => {}
+        }
+    };
+    let _ = client.try_disconnect();
+    match (came_back, sent) {
+        (true, _) => Ok(online),
+        (false, false) => Err(SubmitError::BrokerAway),
+        (false, true) => Err(SubmitError::NotBack((2 * ROUND_TRIP_LIMIT).as_secs())),
+    }
+}
+
 /// A decision come back from the broker, to apply and then [`Delivered::done`].
 pub struct Delivered {
     pub decision: Decision,
@@ -91,7 +162,7 @@ impl DecisionLog {
         let (up_tx, up) = watch::channel(false);
         let log = Arc::new(DecisionLog {
             node: cfg.node.clone(),
-            topic: format!("twinops/cluster/{}/log", cfg.name),
+            topic: cfg.log_topic(),
             client,
             up,
             waiting: Mutex::default(),
@@ -161,15 +232,8 @@ impl DecisionLog {
         if !self.up() {
             return Err(SubmitError::BrokerAway);
         }
-        let id = format!("{}-{}", self.node, crate::support::hex(&crate::support::random_bytes::<12>()));
-        let decision = Decision {
-            id: id.clone(),
-            node: self.node.clone(),
-            kind: kind.into(),
-            args,
-            actor: actor.into(),
-            at: Timestamp::now().unix(),
-        };
+        let decision = Decision::new(&self.node, kind, args, actor);
+        let id = decision.id.clone();
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().expect("waiting decisions").insert(id.clone(), tx);
         let body = serde_json::to_vec(&decision).unwrap_or_default();

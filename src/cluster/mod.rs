@@ -72,6 +72,11 @@ impl ClusterConfig {
         format!("twinops/cluster/{}/lease", self.name)
     }
 
+    /// The pair's decision log ([`log`]).
+    fn log_topic(&self) -> String {
+        format!("twinops/cluster/{}/log", self.name)
+    }
+
     fn node_topic(&self, node: &str) -> String {
         format!("twinops/cluster/{}/node/{node}", self.name)
     }

@@ -17,7 +17,8 @@ use crate::store::{StoreError, Writer};
 
 /// A full import describes the whole plant: what it leaves out is retired. A partial
 /// one adds and updates only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Mode {
     Full,
     Partial,

@@ -55,35 +55,77 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// Reads the files into one model: `.toml` as a plant file, `.csv` (or `.txt`) as an
-/// asset register or a tag export, told apart by their headers.
-pub fn read(files: &[PathBuf]) -> Result<PlantModel, ImportError> {
-    let mut model = PlantModel::default();
-    let mut problems = Vec::new();
-    for path in files {
-        let name = display_name(path);
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) => {
-                problems.push(Problem::file(&name, format!("cannot read the file: {e}")));
+/// A site's plant files as text, by name (`site.toml`, `tags.csv`): what a redundant
+/// pair's decision log carries of an import, so that both nodes read and import the
+/// same.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SiteFiles(pub Vec<(String, String)>);
+
+impl SiteFiles {
+    /// Reads the files as UTF-8 text (a byte-order mark dropped).
+    pub fn read(files: &[PathBuf]) -> Result<SiteFiles, ImportError> {
+        let mut texts = Vec::new();
+        let mut problems = Vec::new();
+        for path in files {
+            let name = display_name(path);
+            let bytes = match std::fs::read(path) {
+                Ok(b) => b,
+                Err(e) => {
+                    problems.push(Problem::file(&name, format!("cannot read the file: {e}")));
+                    continue;
+                }
+            };
+            let Ok(text) = String::from_utf8(bytes) else {
+                problems
+                    .push(Problem::file(&name, "the file is not UTF-8 text: save it as UTF-8 (with or without BOM)"));
                 continue;
+            };
+            texts.push((name, text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text)));
+        }
+        if problems.is_empty() { Ok(SiteFiles(texts)) } else { Err(ImportError(problems)) }
+    }
+
+    /// The files as one model: `.toml` as a plant file, `.csv` (or `.txt`) as an asset
+    /// register or a tag export, told apart by their headers.
+    pub fn model(&self) -> Result<PlantModel, ImportError> {
+        let mut model = PlantModel::default();
+        let mut problems = Vec::new();
+        for (name, text) in &self.0 {
+            let extension = Path::new(name).extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+            let read = match extension.as_deref() {
+                Some("toml") => toml::read(name, text, &mut model),
+                Some("csv" | "txt") => csv::read(name, text, &mut model),
+                _ => Err(vec![Problem::file(name, "not a plant file: give .toml or .csv files")]),
+            };
+            if let Err(p) = read {
+                problems.extend(p);
             }
-        };
-        let Ok(text) = String::from_utf8(bytes) else {
-            problems.push(Problem::file(&name, "the file is not UTF-8 text: save it as UTF-8 (with or without BOM)"));
-            continue;
-        };
-        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-        let read = match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-            Some("toml") => toml::read(&name, text, &mut model),
-            Some("csv" | "txt") => csv::read(&name, text, &mut model),
-            _ => Err(vec![Problem::file(&name, "not a plant file: give .toml or .csv files")]),
-        };
-        if let Err(p) = read {
-            problems.extend(p);
+        }
+        if problems.is_empty() { Ok(model) } else { Err(ImportError(problems)) }
+    }
+
+    /// The files' names, as the audit log says where an import came from.
+    pub fn names(&self) -> String {
+        self.0.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Imports the files inside the caller's transaction, as `actor`'s ([`import_within`]).
+    pub fn import_within(
+        &self,
+        c: &rusqlite::Connection,
+        mode: Mode,
+        actor: &str,
+    ) -> Result<Result<ChangeSet, ImportError>, crate::store::StoreError> {
+        match self.model() {
+            Ok(model) => import_within(c, &model, mode, actor, &self.names()),
+            Err(e) => Ok(Err(e)),
         }
     }
-    if problems.is_empty() { Ok(model) } else { Err(ImportError(problems)) }
+}
+
+/// Reads the files into one model ([`SiteFiles`]).
+pub fn read(files: &[PathBuf]) -> Result<PlantModel, ImportError> {
+    SiteFiles::read(files)?.model()
 }
 
 /// Reads the files and imports them: the one call behind `twinops plant import`.
@@ -94,9 +136,8 @@ pub fn import_files(
     dry_run: bool,
     actor: &str,
 ) -> Result<ChangeSet, ImportError> {
-    let model = read(files)?;
-    let names: Vec<String> = files.iter().map(|f| display_name(f)).collect();
-    import(writer, model, mode, dry_run, actor, &names.join(", "))
+    let files = SiteFiles::read(files)?;
+    import(writer, files.model()?, mode, dry_run, actor, &files.names())
 }
 
 /// The plant as the HMI shows it: the site, its stations, and each station's assets in
