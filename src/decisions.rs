@@ -166,10 +166,20 @@ fn apply_kind(
                 Err(e) => Ok((accounts::status_of(&e), json!({"error": e.to_string()}))),
             }
         }),
-        kind => Ok((
-            400,
-            json!({"error": format!("a decision of kind '{kind}', which this node does not know: upgrade it")}),
-        )),
+        // Made on a node of a later version (one upgraded first): kept here, not lost,
+        // and applied once this node is upgraded too ([`apply_waiting`]).
+        kind => {
+            tracing::warn!(
+                stage = "decisions",
+                kind,
+                "a decision of a kind this version does not know waits here: upgrade this node"
+            );
+            let waiting = format!(
+                "a decision of kind '{kind}', which this version of twinops does not know: it is applied here once \
+                 this node is upgraded to the other node's version"
+            );
+            Ok((WAITING, json!({"waiting": waiting, "unknown_kind": true})))
+        }
     }
 }
 
@@ -287,20 +297,30 @@ fn apply_returned(store: &Store, db: &rusqlite::Connection, d: &Decision) -> Res
     })
 }
 
+/// The kinds of decision this version applies.
+const KINDS: &[&str] =
+    &[ALARM, RETURNED, PLANT, approvals::pair::KIND, approvals::pair::CHANGE_KIND, accounts::changes::KIND];
+
 /// Applies, in the log's order, the decisions that were waiting for an occurrence that
-/// has arrived since; returns how many.
+/// has arrived since, or for this node to know their kind (it was upgraded); returns
+/// how many.
 pub fn apply_waiting(store: &Store, queue: QueuePolicy, here: &str) -> Result<usize, StoreError> {
     let db = store.read()?;
     // An alarm action names its occurrence as `event_id`; a work order's proposal, as
-    // `alarm_event_id`.
+    // `alarm_event_id`. One of a kind an earlier version did not know has no occurrence
+    // to wait for (0).
+    let kinds = json!(KINDS).to_string();
     let ready: Vec<(Decision, i64)> = db
         .prepare_cached(
-            "SELECT d.id, d.node, d.kind, d.args, d.actor, d.at, a.id FROM decisions d
-             JOIN alarms a ON a.event_id = coalesce(json_extract(d.args, '$.event_id'),
-                                                    json_extract(d.args, '$.alarm_event_id'))
-             WHERE d.status = 202 ORDER BY d.rowid",
+            "SELECT d.id, d.node, d.kind, d.args, d.actor, d.at, coalesce(a.id, 0) FROM decisions d
+             LEFT JOIN alarms a ON a.event_id = coalesce(json_extract(d.args, '$.event_id'),
+                                                         json_extract(d.args, '$.alarm_event_id'))
+             WHERE d.status = 202
+               AND (a.id IS NOT NULL
+                    OR (json_extract(d.body, '$.unknown_kind') AND d.kind IN (SELECT value FROM json_each(?1))))
+             ORDER BY d.rowid",
         )?
-        .query_map([], |r| {
+        .query_map([&kinds], |r| {
             let args: String = r.get(3)?;
             let args = serde_json::from_str(&args).unwrap_or(Value::Null);
             let d = Decision { id: r.get(0)?, node: r.get(1)?, kind: r.get(2)?, args, actor: r.get(4)?, at: r.get(5)? };
@@ -312,7 +332,7 @@ pub fn apply_waiting(store: &Store, queue: QueuePolicy, here: &str) -> Result<us
         // An alarm action here is ready: its occurrence has come, and those before it in
         // the log were applied just before it (`apply_alarm` would find itself waiting).
         let (status, body) = match d.kind.as_str() {
-            ALARM => apply_alarm_to(store.writer(), queue, d, *alarm)?,
+            ALARM if *alarm != 0 => apply_alarm_to(store.writer(), queue, d, *alarm)?,
             _ => apply_kind(store, &db, queue, here, d)?,
         };
         if status == WAITING {

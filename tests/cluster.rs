@@ -862,6 +862,34 @@ fn a_decision_waits_for_its_occurrence_and_keeps_the_logs_order() {
     assert_eq!(again.0, 200, "a redelivery answers as the decision went: {again:?}");
 }
 
+/// A node upgraded first may make a decision of a kind the other's version does not
+/// know: the other keeps it, waiting, instead of refusing and losing it, and applies it
+/// once upgraded (its record as the old version left it, read by this version).
+#[test]
+fn a_decision_of_a_later_version_waits_for_the_upgrade() {
+    use twinops::cluster::log::Decision;
+    use twinops::decisions;
+    let p = common::Plant::new();
+    let queue = twinops::alarms::QueuePolicy::default();
+    let later = Decision::new("a", "shift_roster", json!({"crew": "B"}), "sup");
+    let outcome = decisions::apply(&p.store, queue, "b", &later).unwrap();
+    assert_eq!((outcome.0, &outcome.1["unknown_kind"]), (202, &json!(true)), "{outcome:?}");
+    assert!(outcome.1["waiting"].as_str().unwrap().contains("upgraded"), "{outcome:?}");
+    decisions::record(p.store.writer(), &later, &outcome).unwrap();
+    assert_eq!(decisions::apply_waiting(&p.store, queue, "b").unwrap(), 0, "still unknown: it waits");
+
+    // What an older version recorded of a decision this one knows: a new user.
+    let op = twinops::accounts::AccountOp::add_user("op.later", twinops::domain::Role::Viewer, "a long password here")
+        .unwrap();
+    let user = Decision::new("a", twinops::accounts::changes::KIND, serde_json::to_value(op).unwrap(), "adm");
+    let old = (202, json!({"waiting": "a decision of kind 'account' ...", "unknown_kind": true}));
+    decisions::record(p.store.writer(), &user, &old).unwrap();
+    assert_eq!(decisions::apply_waiting(&p.store, queue, "b").unwrap(), 1, "known now: applied");
+    assert_eq!(p.count("SELECT count(*) FROM users WHERE name = 'op.later'"), 1);
+    assert_eq!(p.count(&format!("SELECT status FROM decisions WHERE id = '{}'", user.id)), 200);
+    assert_eq!(decisions::apply_waiting(&p.store, queue, "b").unwrap(), 0, "once");
+}
+
 /// Work orders of a pair, on a real broker: proposed on one node through the log (the
 /// same intent again is the same order), on both twins linked to each one's own alarm
 /// id; approved on the other node, and the second approval is a 409 there too;
@@ -1319,6 +1347,63 @@ async fn both_restarted(url: Option<String>) {
     assert!(common::eventually(Duration::from_secs(60), noted).await, "every occurrence noted on both");
     let t = failover::tally(&notes.lock().unwrap(), &events);
     assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
+}
+
+/// A pair upgraded one node at a time, as the guide says: the standby is stopped
+/// (SIGTERM), and started again (the new version) while the acting node works on,
+/// alarms coming and an acknowledgement made meanwhile; once it is level, the acting
+/// node is stopped the same way, the other takes over, and it comes back as the
+/// standby. Every occurrence has its note on both twins, none in two notes, and the
+/// acknowledgement made while one node was down is on both. (The same binary: what a
+/// node of the older version does with a decision it does not know is
+/// `a_decision_of_a_later_version_waits_for_the_upgrade`.)
+async fn upgraded_one_node_at_a_time(url: Option<String>) {
+    let spec =
+        PairSpec { broker: broker(url), run: format!("up{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
+    let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
+    let mut pair = TestPair::start(spec);
+    let first = failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
+    let (mut events, mut acked) = (Vec::new(), None);
+    for (round, down) in [("standby", 1 - first), ("acting", first)] {
+        pair.nodes[down].stop();
+        let acting = failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
+        assert_ne!(acting, down, "the node still up acts");
+        for k in 0..pair.scada.points.len() {
+            let event_id = format!("{}-{round}-{k}", pair.spec.run);
+            pair.scada.raise(&event_id, k, &format!("U{round}")).await;
+            events.push(event_id);
+        }
+        if acked.is_none() {
+            // Acknowledged on the acting node while the other is down.
+            let (node, event) = (&pair.nodes[acting], events[0].clone());
+            let id = || -> Option<i64> {
+                let db = rusqlite::Connection::open(node.db()).unwrap();
+                db.query_row("SELECT id FROM alarms WHERE event_id = ?1", [&event], |r| r.get(0)).ok()
+            };
+            assert!(common::eventually(Duration::from_secs(10), || id().is_some()).await);
+            let url = format!("http://127.0.0.1:{}/api/alarms/{}/ack", node.web, id().unwrap());
+            let r = reqwest::Client::new().post(url).bearer_auth(&pair.tokens[acting]).send().await.unwrap();
+            assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+            acked = Some(event);
+        }
+        pair.nodes[down].restart().unwrap();
+        level(&pair.nodes).await;
+    }
+    let noted = || pair.nodes.iter().all(|n| n.without_note(&events).unwrap().is_empty());
+    assert!(common::eventually(Duration::from_secs(60), noted).await, "every occurrence noted on both");
+    let t = failover::tally(&notes.lock().unwrap(), &events);
+    assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
+    let state = |n: &failover::Node| -> String {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        db.query_row("SELECT state FROM alarms WHERE event_id = ?1", [acked.as_ref().unwrap()], |r| r.get(0)).unwrap()
+    };
+    assert!(pair.nodes.iter().all(|n| state(n) == "acknowledged"), "the acknowledgement made meanwhile is on both");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_upgraded_one_node_at_a_time() {
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    upgraded_one_node_at_a_time(Some(url)).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

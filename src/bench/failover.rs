@@ -136,6 +136,19 @@ impl Node {
         Ok(())
     }
 
+    /// SIGTERM, as a service manager stops it for a patch or an upgrade: it finishes
+    /// what it is doing and says it is leaving. SIGKILL after 20 s.
+    pub fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else { return };
+        let _ = std::process::Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while matches!(c.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
     /// SIGKILL: gone without a word, as a host that dies.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
