@@ -323,6 +323,43 @@ fn demo_supervisor(store: &Store) -> anyhow::Result<Option<(String, String)>> {
     Ok(Some(("supervisor".to_string(), password)))
 }
 
+/// Of a pair, before the twin is opened: a node that was away longer than the broker
+/// kept its sessions copies the other node's twin first ([`cluster::copy`]).
+async fn catch_up(config: &Config, db: &std::path::Path) -> anyhow::Result<()> {
+    use cluster::copy::CaughtUp;
+    let Some(cfg) = &config.cluster else { return Ok(()) };
+    let ours = match db.exists() {
+        true => crate::decisions::progress(&Store::open(db).with_context(|| format!("opening {}", db.display()))?)?,
+        false => cluster::Progress::default(),
+    };
+    let mqtt = broker(config)?;
+    let mut ingest = mqtt.topics.clone();
+    ingest.extend(config.ingest_policy().sparkplug.map(|s| s.filters()).unwrap_or_default());
+    let sessions = [
+        (mqtt.client_id.clone(), ingest),
+        (format!("{}-peer-notes", mqtt.client_id), vec![format!("{}/#", mqtt.notes_topic)]),
+    ];
+    let token = cfg.peer_token(&|k| std::env::var(k).ok());
+    match cluster::copy::catch_up((cfg, &mqtt), db, ours, &sessions, token).await {
+        Ok(c @ (CaughtUp::SessionKept | CaughtUp::NothingToCopy)) => {
+            tracing::info!(stage = "cluster", caught_up = ?c, ?ours, "this node's sessions on the broker")
+        }
+        Ok(CaughtUp::Copied { bytes, kept }) => tracing::warn!(
+            stage = "cluster", bytes, kept = ?kept,
+            "this node was away longer than the broker kept its sessions: it starts on a copy of the other node's twin, its own kept aside"
+        ),
+        Ok(CaughtUp::NoToken { peer }) => tracing::warn!(
+            stage = "cluster", %peer,
+            "this node was away longer than the broker kept its sessions and node {peer} is ahead, but cluster.peer_token_file is not set, so it cannot copy that twin: it starts on its own, without what it missed. Set it to a file holding an admin's API token (`twinops token create --user ADMIN`)"
+        ),
+        // The broker away: nothing acts without it, and the sessions are looked at again next start.
+        Err(e) => {
+            tracing::warn!(stage = "cluster", error = %format!("{e:#}"), "could not see whether this node missed anything while it was away; starting on its own twin")
+        }
+    }
+    Ok(())
+}
+
 impl Daemon {
     /// Whether the twin holds a plant (an asset in service).
     pub fn has_plant(&self) -> anyhow::Result<bool> {
@@ -333,6 +370,7 @@ impl Daemon {
 
     /// Starts the broker (if embedded), ingest, triage workers and the note publisher.
     pub async fn start(opts: ServeOptions) -> anyhow::Result<Daemon> {
+        catch_up(&opts.config, &opts.db).await?;
         let store = Store::open(&opts.db).with_context(|| format!("opening {}", opts.db.display()))?;
         Daemon::start_on(store, opts).await
     }

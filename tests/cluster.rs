@@ -37,6 +37,7 @@ impl LeaseNode {
             peer_hmi: String::new(),
             lease_ms: LEASE_MS,
             renew_ms: 200,
+            peer_token_file: None,
         };
         let mqtt = MqttConfig { url: url.into(), ..Default::default() };
         let (stop, stop_rx) = watch::channel(false);
@@ -921,6 +922,7 @@ async fn approvals_reach_both(url: Option<String>) {
                 peer_hmi: String::new(),
                 lease_ms: LEASE_MS,
                 renew_ms: 200,
+                peer_token_file: None,
             };
             let (log, rx, _task) = DecisionLog::start(&cfg, &mqtt, stop_rx.clone()).unwrap();
             let queue = twinops::alarms::QueuePolicy::default();
@@ -1404,6 +1406,125 @@ async fn upgraded_one_node_at_a_time(url: Option<String>) {
 async fn mosquitto_upgraded_one_node_at_a_time() {
     let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
     upgraded_one_node_at_a_time(Some(url)).await;
+}
+
+/// A node away longer than the broker kept its sessions (wiped while it is stopped, as
+/// a broker restarted without persistence loses them) while alarms come and a decision
+/// is made: at its start it copies the other node's twin (its own kept aside) and has
+/// every occurrence, its note and the decision; none is noted twice. Restarted with its
+/// sessions whole, it copies nothing. On Mosquitto only: the embedded broker (rumqttd)
+/// does not say in its ConnAck whether it kept a session, and a pair runs on the site's
+/// broker anyway.
+async fn a_node_away_longer_than_the_broker_keeps(url: Option<String>) {
+    let spec = PairSpec {
+        broker: broker(url),
+        run: format!("away{}", common::free_port()),
+        lease_ms: LEASE_MS,
+        renew_ms: 200,
+    };
+    let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
+    let mut pair = TestPair::start(spec);
+    let a = failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
+    let s = 1 - a;
+    let copies = |n: &failover::Node| -> usize {
+        let dir = std::fs::read_dir(n.db().parent().unwrap()).unwrap();
+        dir.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains("before-copy")).count()
+    };
+    // Each node's first admin was made before the pair: node a's token works on a.
+    pair.nodes[s].set_env("TWINOPS_CLUSTER_PEER_TOKEN", &pair.admins[a]);
+    pair.nodes[s].set_env("TWINOPS_LOG", "warn,twinops::app=info");
+    pair.nodes[s].stop();
+    pair.nodes[s].restart().unwrap();
+    level(&pair.nodes).await;
+    assert_eq!(copies(&pair.nodes[s]), 0, "its sessions were whole: nothing copied");
+
+    pair.nodes[s].stop();
+    let (run, name) = (pair.spec.run.clone(), pair.nodes[s].name.clone());
+    for client in [
+        format!("twinops-cluster-{run}-{name}-log"),
+        format!("twinops-{run}-{name}"),
+        format!("twinops-{run}-{name}-peer-notes"),
+    ] {
+        forget_session(&pair.spec.broker, &client).await;
+    }
+    let mut events = Vec::new();
+    for k in 0..pair.scada.points.len() {
+        let event_id = format!("{run}-away-{k}");
+        pair.scada.raise(&event_id, k, "AWAY").await;
+        events.push(event_id);
+    }
+    let acting = &pair.nodes[a];
+    let id = || -> Option<i64> {
+        let db = rusqlite::Connection::open(acting.db()).unwrap();
+        db.query_row("SELECT id FROM alarms WHERE event_id = ?1", [&events[0]], |r| r.get(0)).ok()
+    };
+    assert!(common::eventually(Duration::from_secs(10), || id().is_some()).await);
+    let url = format!("http://127.0.0.1:{}/api/alarms/{}/ack", acting.web, id().unwrap());
+    let r = reqwest::Client::new().post(url).bearer_auth(&pair.tokens[a]).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let noted = || pair.nodes[a].without_note(&events).unwrap().is_empty();
+    assert!(common::eventually(Duration::from_secs(30), noted).await, "noted on the acting node");
+    // Its state on the broker says so (refreshed once a second): the node away sees it ahead.
+    let applied: i64 = rusqlite::Connection::open(acting.db())
+        .unwrap()
+        .query_row("SELECT count(*) FROM decisions WHERE status <> 202", [], |r| r.get(0))
+        .unwrap();
+    let cfg = ClusterConfig {
+        name: run.clone(),
+        node: "test".into(),
+        peer_hmi: String::new(),
+        lease_ms: LEASE_MS,
+        renew_ms: 200,
+        peer_token_file: None,
+    };
+    let mqtt = MqttConfig { url: pair.spec.broker.clone(), ..Default::default() };
+    let started = Instant::now();
+    loop {
+        let seen = cluster::observe(&cfg, &mqtt, Duration::from_millis(500)).await.unwrap();
+        let said = seen.nodes.iter().find(|n| n.node == acting.name).and_then(|n| n.progress);
+        if said.is_some_and(|p| p.decisions as i64 >= applied) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the acting node's state says {said:?}");
+    }
+
+    pair.nodes[s].restart().unwrap();
+    let noted = || pair.nodes.iter().all(|n| n.without_note(&events).unwrap().is_empty());
+    let ok = common::eventually(Duration::from_secs(60), noted).await;
+    let log = std::fs::read_to_string(pair.nodes[s].log()).unwrap_or_default();
+    assert!(ok, "every occurrence noted on both; node {}'s log:\n{log}", pair.nodes[s].name);
+    assert_eq!(copies(&pair.nodes[s]), 1, "its own twin kept aside");
+    let state = |n: &failover::Node| -> String {
+        let db = rusqlite::Connection::open(n.db()).unwrap();
+        db.query_row("SELECT state FROM alarms WHERE event_id = ?1", [&events[0]], |r| r.get(0)).unwrap()
+    };
+    assert_eq!(state(&pair.nodes[s]), "acknowledged", "the decision made while it was away");
+    level(&pair.nodes).await;
+    let t = failover::tally(&notes.lock().unwrap(), &events);
+    assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
+}
+
+/// Connects as `client_id` on a clean session and leaves: the broker forgets what it
+/// kept for that client.
+async fn forget_session(url: &str, client_id: &str) {
+    let mut opts =
+        twinops::ingest::mqtt::options(&MqttConfig { url: url.into(), ..Default::default() }, client_id).unwrap();
+    opts.set_clean_session(true);
+    let (client, mut events) = rumqttc::AsyncClient::new(opts, 10);
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.poll()).await.unwrap().unwrap();
+        if matches!(event, rumqttc::Event::Incoming(rumqttc::Incoming::ConnAck(_))) {
+            break;
+        }
+    }
+    client.disconnect().await.unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(1), async { while events.poll().await.is_ok() {} }).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_a_node_away_longer_than_the_broker_keeps_copies_the_other() {
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    a_node_away_longer_than_the_broker_keeps(Some(url)).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

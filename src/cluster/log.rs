@@ -150,7 +150,7 @@ impl DecisionLog {
         mqtt: &MqttConfig,
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<(Arc<DecisionLog>, mpsc::Receiver<Delivered>, tokio::task::JoinHandle<()>)> {
-        let mut opts = crate::ingest::mqtt::options(mqtt, &format!("twinops-cluster-{}-{}-log", cfg.name, cfg.node))?;
+        let mut opts = crate::ingest::mqtt::options(mqtt, &cfg.log_client())?;
         // Persistent, acknowledged after applying: a decision is not lost to a node that
         // stops or is away, and comes again if it stopped before applying it.
         opts.set_clean_session(false);

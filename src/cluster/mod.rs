@@ -12,6 +12,7 @@
 //! What this module gives the daemon is where the node stands ([`Standing`]), watched:
 //! the parts that act (triage, notes out) run only while it says `acting`.
 
+pub mod copy;
 pub mod lease;
 pub mod log;
 pub mod primary;
@@ -44,6 +45,12 @@ pub struct ClusterConfig {
     /// The active node renews its lease this often.
     #[serde(default = "default_renew_ms")]
     pub renew_ms: u64,
+    /// A file holding an admin's API token on the other node (accounts are shared, so
+    /// one made on either works): with it, a node away longer than the broker kept its
+    /// sessions takes a copy of the other's twin before it starts ([`copy`]).
+    /// `TWINOPS_CLUSTER_PEER_TOKEN` overrides it.
+    #[serde(default)]
+    pub peer_token_file: Option<std::path::PathBuf>,
 }
 
 fn default_lease_ms() -> u64 {
@@ -66,6 +73,21 @@ impl ClusterConfig {
             anyhow::ensure!(ok, "{key} '{value}': 1 to 64 letters, digits, '-' or '_' (it is part of MQTT topics)");
         }
         self.rules().validate().map_err(anyhow::Error::msg)
+    }
+
+    /// The other node's API token ([`ClusterConfig::peer_token_file`]), if set.
+    pub fn peer_token(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<Result<String, String>> {
+        let from_env = env("TWINOPS_CLUSTER_PEER_TOKEN");
+        if from_env.is_none() && self.peer_token_file.is_none() {
+            return None;
+        }
+        let token = crate::support::secret_from(from_env, None, self.peer_token_file.as_deref(), "cluster.peer_token");
+        Some(token.map(|t| t.expose().to_string()))
+    }
+
+    /// The client id of this node's end of the decision log ([`log`]).
+    fn log_client(&self) -> String {
+        format!("twinops-cluster-{}-{}-log", self.name, self.node)
     }
 
     fn lease_topic(&self) -> String {

@@ -69,7 +69,7 @@ fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
 }
 
 /// The copy's integrity check and schema version.
-fn check(copy: &Path) -> anyhow::Result<i64> {
+pub fn check(copy: &Path) -> anyhow::Result<i64> {
     let conn = Connection::open_with_flags(copy, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     let verdict: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
     ensure!(verdict == "ok", "the copy failed its integrity check ({verdict}); the database may be damaged");

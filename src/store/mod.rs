@@ -13,7 +13,7 @@ mod write;
 
 use std::path::{Path, PathBuf};
 
-pub use backup::{Backup, backup};
+pub use backup::{Backup, backup, check as check_copy};
 pub use filter::Filter;
 pub use migrate::{SCHEMA_VERSION, migrate};
 pub use read::{ReadConn, Readers};

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use axum::extract::{Extension, Json, Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -226,4 +227,43 @@ pub(super) async fn revoke_token(
     let op = blocking(move || AccountOp::revoke(&st.store, id)).await?;
     perform(&s, op, &admin.name).await?;
     Ok(Json(json!({"id": id, "revoked": true})))
+}
+
+/// A consistent copy of the twin, as `twinops backup` writes it, streamed: an
+/// administrator's backup over the network, and what the other node of a pair takes
+/// when it was away longer than the broker kept its sessions (`cluster::copy`).
+pub(super) async fn backup_copy(State(s): State<S>, Extension(admin): Extension<User>) -> Result<Response, ApiError> {
+    use std::io::Read;
+    let from = s.store.path().to_path_buf();
+    let to = from.with_extension(format!("copy-{}.db", crate::support::hex(&crate::support::random_bytes::<6>())));
+    let (src, dst) = (from.clone(), to.clone());
+    let made =
+        tokio::task::spawn_blocking(move || crate::store::backup(&src, &dst)).await?.map_err(ApiError::internal)?;
+    let file = std::fs::File::open(&to).map_err(ApiError::internal)?;
+    // Unlinked now: the open file stays readable, and nothing is left behind.
+    let _ = std::fs::remove_file(&to);
+    let detail = format!("{} bytes, schema {}", made.bytes, made.schema_version);
+    let (st, by) = (Arc::clone(&s), admin.name.clone());
+    tokio::task::spawn_blocking(move || accounts::audit(&st.store, &by, "backup_taken", &detail, None)).await??;
+    let chunks = futures_util::stream::unfold(Some(file), |file| async move {
+        let mut file = file?;
+        let read = tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0; 1 << 20];
+            let n = file.read(&mut buf);
+            (file, n.map(|n| buf[..n].to_vec()))
+        })
+        .await
+        .ok()?;
+        match read {
+            (_, Ok(chunk)) if chunk.is_empty() => None,
+            (file, Ok(chunk)) => Some((Ok(axum::body::Bytes::from(chunk)), Some(file))),
+            (_, Err(e)) => Some((Err(e), None)),
+        }
+    });
+    let headers = [
+        (header::CONTENT_TYPE, "application/vnd.sqlite3".to_string()),
+        (header::CONTENT_LENGTH, made.bytes.to_string()),
+        (header::CONTENT_DISPOSITION, "attachment; filename=\"twinops.db\"".to_string()),
+    ];
+    Ok((headers, axum::body::Body::from_stream(chunks)).into_response())
 }

@@ -96,6 +96,15 @@ fn accounts() -> Vec<Endpoint> {
             post(admin::unlock),
         ),
         ep(M::GET, "/api/tokens", admin, "API tokens (never the token itself)", get(admin::tokens)),
+        ep(
+            M::GET,
+            "/api/backup",
+            admin,
+            "A consistent copy of the twin (SQLite, as `twinops backup` writes it); the other node of a pair takes it \
+             when it was away longer than the broker kept its sessions",
+            get(admin::backup_copy),
+        )
+        .produces("application/vnd.sqlite3"),
         ep(M::POST, "/api/tokens", admin, "Create an API token for a user; shown once", post(admin::create_token))
             .body::<admin::NewToken>(),
         ep(M::POST, "/api/tokens/{id}/revoke", admin, "Revoke an API token for good", post(admin::revoke_token)),
