@@ -243,6 +243,9 @@ pub enum LoginError {
         "the directory does not answer, so directory accounts cannot log in now (local accounts can); try again later"
     )]
     DirectoryDown,
+    /// Of a redundant pair: the decision log did not carry the login (why).
+    #[error("{0}; try again in a few seconds")]
+    NotShared(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -297,6 +300,7 @@ pub fn login_with(
     let name = &account_name(name);
     let refused = |e: AccountError| match e {
         AccountError::Store(e) => LoginError::Store(e),
+        AccountError::Pair(503 | 504, why) => LoginError::NotShared(why),
         // Disabled or removed between the check and the session.
         _ => LoginError::Wrong,
     };

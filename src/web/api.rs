@@ -459,6 +459,7 @@ async fn login(
         Err(e @ LoginError::NoRole(_)) => Err(ApiError::new(StatusCode::FORBIDDEN, e.to_string())),
         Err(LoginError::DirectoryDown) if browser => Ok(redirect("/?login=directory")),
         Err(e @ LoginError::DirectoryDown) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+        Err(e @ LoginError::NotShared(_)) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
         Err(LoginError::Store(e)) => Err(e.into()),
     }
 }
