@@ -436,7 +436,7 @@ impl Daemon {
                     .clone()
                     .zip(log.clone())
                     .zip(view.clone())
-                    .map(|((cfg, log), view)| crate::web::Pair { cfg, view, log }),
+                    .map(|((cfg, log), view)| crate::web::Pair { cfg, view, log, seen: Default::default() }),
             };
             tasks.push(tokio::spawn(crate::web::serve(listener, Arc::new(state), stop_rx.clone())));
         }

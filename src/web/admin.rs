@@ -64,6 +64,11 @@ pub(super) fn seen(s: &WebState, op: &AccountOp) -> Result<(), crate::store::Sto
     let Some(pair) = s.cluster.as_ref().filter(|p| p.log.up()) else {
         return accounts::store_errors(accounts::perform(&s.store, op, "twinops"));
     };
+    if let AccountOp::Seen { token_hash } = op
+        && !pair.first_seen(token_hash)
+    {
+        return Ok(());
+    }
     let (log, args) = (Arc::clone(&pair.log), serde_json::to_value(op).unwrap_or_default());
     tokio::spawn(async move {
         if let Err(e) = log.submit(accounts::changes::KIND, args, "twinops").await {

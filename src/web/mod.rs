@@ -108,6 +108,9 @@ pub struct Pair {
     pub view: crate::cluster::PairView,
     /// Where the alarm actions go, on either node.
     pub log: Arc<crate::cluster::log::DecisionLog>,
+    /// Sessions whose use went into the log in the last minute, by cookie hash: the
+    /// page's burst of requests says it once.
+    pub seen: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl Pair {
@@ -134,6 +137,15 @@ impl Pair {
                 body["error"].as_str().unwrap_or("refused").to_string(),
             )),
         }
+    }
+
+    /// Whether the use of the session whose cookie hashes to `hash` is still to be
+    /// said: once a minute at most.
+    pub fn first_seen(&self, hash: &str) -> bool {
+        let mut seen = self.seen.lock().expect("seen sessions");
+        let now = std::time::Instant::now();
+        seen.retain(|_, at| now.duration_since(*at) < Duration::from_secs(60));
+        seen.insert(hash.to_string(), now).is_none()
     }
 
     /// The pair as the banner, `/readyz` and `twinops check` show it. `peer`: the other
