@@ -445,17 +445,13 @@ pub async fn run(store: Store, queue: QueuePolicy, log: Arc<DecisionLog>, mut de
 async fn apply_delivered(store: &Store, queue: QueuePolicy, here: &str, log: &DecisionLog, delivered: Delivered) {
     let (s, d, here) = (store.clone(), delivered.decision.clone(), here.to_string());
     match tokio::task::spawn_blocking(move || apply(&s, queue, &here, &d)).await {
-        // A waiting decision lives only in its record: kept before the broker lets go of it.
-        Ok(Ok(outcome)) if outcome.0 == WAITING => {
+        // Recorded before the broker lets go of it and the person is answered: a 2xx
+        // means their node has it on record (a waiting decision lives only there), and
+        // a node that stops in between gets it again and answers from the record.
+        Ok(Ok(outcome)) => {
             if recorded(store, &delivered.decision, &outcome).await {
                 log.done(delivered, outcome);
             }
-        }
-        // Answered first: one commit less on the person's wait.
-        Ok(Ok(outcome)) => {
-            let d = delivered.decision.clone();
-            log.done(delivered, outcome.clone());
-            recorded(store, &d, &outcome).await;
         }
         // Not acknowledged: the broker sends it again, after a restart at the latest.
         Ok(Err(e)) => {
