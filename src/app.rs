@@ -328,9 +328,12 @@ fn demo_supervisor(store: &Store) -> anyhow::Result<Option<(String, String)>> {
 async fn catch_up(config: &Config, db: &std::path::Path) -> anyhow::Result<()> {
     use cluster::copy::CaughtUp;
     let Some(cfg) = &config.cluster else { return Ok(()) };
-    let ours = match db.exists() {
-        true => crate::decisions::progress(&Store::open(db).with_context(|| format!("opening {}", db.display()))?)?,
-        false => cluster::Progress::default(),
+    // Read only when the session was lost: every other start would open the twin twice.
+    let ours = || -> anyhow::Result<cluster::Progress> {
+        if !db.exists() {
+            return Ok(cluster::Progress::default());
+        }
+        Ok(crate::decisions::progress(&Store::open(db).with_context(|| format!("opening {}", db.display()))?)?)
     };
     let mqtt = broker(config)?;
     let mut ingest = mqtt.topics.clone();
@@ -342,7 +345,7 @@ async fn catch_up(config: &Config, db: &std::path::Path) -> anyhow::Result<()> {
     let token = cfg.peer_token(&|k| std::env::var(k).ok());
     match cluster::copy::catch_up((cfg, &mqtt), db, ours, &sessions, token).await {
         Ok(c @ (CaughtUp::SessionKept | CaughtUp::NothingToCopy)) => {
-            tracing::info!(stage = "cluster", caught_up = ?c, ?ours, "this node's sessions on the broker")
+            tracing::info!(stage = "cluster", caught_up = ?c, "this node's sessions on the broker")
         }
         Ok(CaughtUp::Copied { bytes, kept }) => tracing::warn!(
             stage = "cluster", bytes, kept = ?kept,

@@ -107,6 +107,11 @@ impl AccountOp {
         AccountOp::EndSession { token_hash: sha256_hex(token), logout }
     }
 
+    /// The change as a pair's decision log carries it (of kind [`KIND`]).
+    pub fn args(&self) -> Value {
+        serde_json::to_value(self).expect("an AccountOp is plain data, which JSON always holds")
+    }
+
     /// The session whose cookie is `token` was used.
     pub fn seen(token: &str) -> AccountOp {
         AccountOp::Seen { token_hash: sha256_hex(token) }

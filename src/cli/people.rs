@@ -161,7 +161,7 @@ fn change_user(global: &Global, name: &str, change: Change, done: &str) -> anyho
 /// Makes an account change: of a redundant pair through its decision log (both nodes
 /// make it), alone here; what it answered.
 fn account(global: &Global, store: &Store, op: AccountOp) -> anyhow::Result<serde_json::Value> {
-    let change = || Ok((crate::accounts::changes::KIND, serde_json::to_value(&op)?));
+    let change = || Ok((crate::accounts::changes::KIND, op.args()));
     match global.through_pair(store, change, "cli")? {
         Some(answer) => Ok(answer),
         None => Ok(crate::accounts::perform(store, &op, "cli")?),

@@ -88,7 +88,7 @@ pub enum CaughtUp {
     Copied { bytes: u64, kept: Option<std::path::PathBuf> },
 }
 
-/// Of a pair, before this node opens its twin `db` (which has come as far as `ours`):
+/// Of a pair, before this node opens its twin `db` (`ours` reads how far it has come):
 /// holds its sessions again (the log's, and `sessions`: client id and filters), and
 /// when the broker no longer had the log's session and the other node is ahead, takes
 /// a copy of the other's twin with `token` ([`ClusterConfig::peer_token`]) in place of
@@ -96,7 +96,7 @@ pub enum CaughtUp {
 pub async fn catch_up(
     (cfg, mqtt): (&ClusterConfig, &MqttConfig),
     db: &Path,
-    ours: Progress,
+    ours: impl FnOnce() -> anyhow::Result<Progress>,
     sessions: &[(String, Vec<String>)],
     token: Option<Result<String, String>>,
 ) -> anyhow::Result<CaughtUp> {
@@ -108,7 +108,7 @@ pub async fn catch_up(
         return Ok(CaughtUp::SessionKept);
     }
     let seen = super::observe(cfg, mqtt, Duration::from_secs(2)).await?;
-    let me = NodeState { node: cfg.node.clone(), online: true, progress: Some(ours) };
+    let me = NodeState { node: cfg.node.clone(), online: true, progress: Some(ours()?) };
     let ahead = seen.nodes.iter().filter(|n| n.node != cfg.node && n.online).find_map(|n| {
         let behind = me.behind(n.progress?)?;
         (behind.decisions > 0 || behind.alarms_s.is_some_and(|s| s > 0)).then(|| n.node.clone())

@@ -38,8 +38,7 @@ async fn blocking<T: Send + 'static>(
 /// once applied here (both nodes have it); alone at once.
 async fn perform(s: &S, op: AccountOp, by: &str) -> Result<Value, ApiError> {
     if let Some(pair) = &s.cluster {
-        let args = serde_json::to_value(&op).map_err(ApiError::internal)?;
-        return pair.submit(accounts::changes::KIND, args, by).await;
+        return pair.submit(accounts::changes::KIND, op.args(), by).await;
     }
     let (s, by) = (Arc::clone(s), by.to_string());
     blocking(move || accounts::perform(&s.store, &op, &by)).await
@@ -52,9 +51,8 @@ pub(super) fn access(s: &WebState, op: &AccountOp, by: &str) -> Result<Value, Ac
     let Some(pair) = s.cluster.as_ref().filter(|p| p.log.up()) else {
         return accounts::perform(&s.store, op, by);
     };
-    let args = serde_json::to_value(op).map_err(|e| AccountError::Invalid(e.to_string()))?;
     tokio::runtime::Handle::current()
-        .block_on(pair.submit(accounts::changes::KIND, args, by))
+        .block_on(pair.submit(accounts::changes::KIND, op.args(), by))
         .map_err(|e| AccountError::Pair(e.status.as_u16(), e.message))
 }
 
@@ -69,7 +67,7 @@ pub(super) fn seen(s: &WebState, op: &AccountOp) -> Result<(), crate::store::Sto
     {
         return Ok(());
     }
-    let (log, args) = (Arc::clone(&pair.log), serde_json::to_value(op).unwrap_or_default());
+    let (log, args) = (Arc::clone(&pair.log), op.args());
     tokio::spawn(async move {
         if let Err(e) = log.submit(accounts::changes::KIND, args, "twinops").await {
             tracing::debug!(stage = "web", error = %e, "a session's use was not shared with the other node");
