@@ -220,14 +220,15 @@ fn opcua_link(
     opts: &ServeOptions,
     policy: &ingest::IngestPolicy,
     wake: &Arc<Notify>,
-    acting: &watch::Receiver<bool>,
+    (acting, log): (&watch::Receiver<bool>, Option<&Arc<cluster::log::DecisionLog>>),
     stop: &watch::Receiver<bool>,
 ) -> Option<opcua::link::Running> {
     let cfg = opts.config.opcua.clone();
     cfg.enabled.then(|| {
         let data_dir = crate::store::data_dir_of(&opts.db);
         let (writer, wake) = (store.writer().clone(), Arc::clone(wake));
-        opcua::link::start(writer, cfg, data_dir, policy.clone(), wake, acting.clone(), stop.clone())
+        let role = opcua::link::Role { acting: acting.clone(), log: log.cloned() };
+        opcua::link::start(writer, cfg, data_dir, policy.clone(), wake, role, stop.clone())
     })
 }
 
@@ -406,7 +407,7 @@ impl Daemon {
         )?;
         let broker_up = ingest.broker_up.clone();
         tasks.push(ingest.task);
-        let opcua = opcua_link(&store, &opts, &policy, &wake, &acting, &stop_rx).map(|link| {
+        let opcua = opcua_link(&store, &opts, &policy, &wake, (&acting, log.as_ref()), &stop_rx).map(|link| {
             tasks.push(link.task);
             link.up
         });

@@ -8,8 +8,9 @@
 //! Shared so far: the actions on one alarm occurrence (acknowledge, shelve, unshelve,
 //! out of service, back in service), and work orders (`approvals::pair`: proposed,
 //! decided, published, expired), alarm changes (proposed, decided, lifted, expired), and
-//! accounts, sessions and tokens (`accounts::changes`), and plant imports (with the
-//! master alarm database's settings they carry). A decision about an occurrence
+//! accounts, sessions and tokens (`accounts::changes`), plant imports (with the
+//! master alarm database's settings they carry), and acknowledgements passed on to
+//! OPC UA (`opcua::acks`). A decision about an occurrence
 //! that has not arrived on a node yet waits there, recorded, and is applied when it does.
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::cluster::log::{Decision, DecisionLog, Delivered, Outcome, send_once};
 use crate::cluster::{ClusterConfig, Progress};
 use crate::domain::{AlarmState, Timestamp};
 use crate::ingest::mqtt::MqttConfig;
+use crate::opcua;
 use crate::plant;
 use crate::store::{Store, StoreError, Writer};
 
@@ -166,6 +168,9 @@ fn apply_kind(
                 Err(e) => Ok((accounts::status_of(&e), json!({"error": e.to_string()}))),
             }
         }),
+        opcua::acks::KIND => {
+            on_writer(store, d, "an OPC UA acknowledgement passed on", |c, passed, _| opcua::acks::apply(c, &passed))
+        }
         // Made on a node of a later version (one upgraded first): kept here, not lost,
         // and applied once this node is upgraded too ([`apply_waiting`]).
         kind => {
@@ -298,8 +303,15 @@ fn apply_returned(store: &Store, db: &rusqlite::Connection, d: &Decision) -> Res
 }
 
 /// The kinds of decision this version applies.
-const KINDS: &[&str] =
-    &[ALARM, RETURNED, PLANT, approvals::pair::KIND, approvals::pair::CHANGE_KIND, accounts::changes::KIND];
+const KINDS: &[&str] = &[
+    ALARM,
+    RETURNED,
+    PLANT,
+    approvals::pair::KIND,
+    approvals::pair::CHANGE_KIND,
+    accounts::changes::KIND,
+    opcua::acks::KIND,
+];
 
 /// Applies, in the log's order, the decisions that were waiting for an occurrence that
 /// has arrived since, or for this node to know their kind (it was upgraded); returns

@@ -249,6 +249,7 @@ const WITHIN_A_LAYER: &[(&str, &str)] = &[
     ("opcua", "ingest"),
     ("opcua", "plant"),
     ("opcua", "alarms"),
+    ("opcua", "cluster"),
     ("cluster", "ingest"),
     ("cluster", "sparkplug"),
     ("approvals", "alarms"),

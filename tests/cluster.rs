@@ -57,6 +57,13 @@ impl LeaseNode {
     }
 }
 
+/// A pair on `broker` under a fresh name starting with `prefix`, its lease as the
+/// tests' own.
+fn spec(broker: String, prefix: &str) -> PairSpec {
+    let run = format!("{prefix}{}", common::free_port());
+    PairSpec { broker, run, lease_ms: LEASE_MS, renew_ms: 200, settings: String::new() }
+}
+
 /// Whether a node acts: a killed one does not, whatever it last said.
 fn alive_and_acting(standing: &watch::Receiver<Standing>) -> bool {
     standing.has_changed().is_ok() && standing.borrow().acting
@@ -341,8 +348,7 @@ async fn two_daemons(url: Option<String>) {
 /// [`two_daemons`], node b's wall clock put off by libfaketime: `skew` is the library
 /// and the offset (`+30s`).
 async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
-    let spec =
-        PairSpec { broker: broker(url), run: format!("p{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
+    let spec = spec(broker(url), "p");
     let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
     let TestPair { spec, plants: _plants, tokens, sups, admins, mut nodes, scada } = TestPair::start(spec);
     if let Some((lib, offset)) = skew {
@@ -1254,8 +1260,7 @@ async fn mosquitto_a_pair_through_a_broker_restart() {
     let Some(bin) = common::external("TWINOPS_TEST_MOSQUITTO", "the mosquitto program") else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut broker = common::OwnBroker::mosquitto(bin, dir.path()).await;
-    let spec =
-        PairSpec { broker: broker.url(), run: format!("r{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
+    let spec = spec(broker.url(), "r");
     let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
     let pair = TestPair::start(spec);
     let (nodes, http) = (&pair.nodes, twinops::agent::http::Http::new());
@@ -1319,12 +1324,7 @@ async fn mosquitto_a_pair_through_a_broker_restart() {
 /// node acts, and every occurrence, before, during and after, has its note on both
 /// twins, none in two notes.
 async fn both_restarted(url: Option<String>) {
-    let spec = PairSpec {
-        broker: broker(url),
-        run: format!("both{}", common::free_port()),
-        lease_ms: LEASE_MS,
-        renew_ms: 200,
-    };
+    let spec = spec(broker(url), "both");
     let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
     let mut pair = TestPair::start(spec);
     failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
@@ -1360,8 +1360,7 @@ async fn both_restarted(url: Option<String>) {
 /// node of the older version does with a decision it does not know is
 /// `a_decision_of_a_later_version_waits_for_the_upgrade`.)
 async fn upgraded_one_node_at_a_time(url: Option<String>) {
-    let spec =
-        PairSpec { broker: broker(url), run: format!("up{}", common::free_port()), lease_ms: LEASE_MS, renew_ms: 200 };
+    let spec = spec(broker(url), "up");
     let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
     let mut pair = TestPair::start(spec);
     let first = failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
@@ -1416,12 +1415,7 @@ async fn mosquitto_upgraded_one_node_at_a_time() {
 /// does not say in its ConnAck whether it kept a session, and a pair runs on the site's
 /// broker anyway.
 async fn a_node_away_longer_than_the_broker_keeps(url: Option<String>) {
-    let spec = PairSpec {
-        broker: broker(url),
-        run: format!("away{}", common::free_port()),
-        lease_ms: LEASE_MS,
-        renew_ms: 200,
-    };
+    let spec = spec(broker(url), "away");
     let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
     let mut pair = TestPair::start(spec);
     let a = failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();

@@ -16,7 +16,9 @@ use common::{Plant, eventually};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use twinops::app::{Daemon, ServeOptions};
+use twinops::bench::failover::{self, PairSpec};
 use twinops::config::Config;
+use twinops::domain::Role;
 
 struct Externals {
     node: String,
@@ -289,6 +291,98 @@ async fn an_acknowledgement_in_twinops_reaches_the_server_when_turned_on() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(p.count("SELECT count(*) FROM opcua_acks"), 1, "passed on once");
     daemon.shutdown().await;
+}
+
+/// A redundant pair with `acknowledge = true`: the acting node passes an operator's
+/// acknowledgement on and the record of it reaches the standby through the pair's log,
+/// so after the acting node is killed the new one does not pass it on again (the
+/// server would answer that it is already acknowledged); what is acknowledged after
+/// the takeover, the new node passes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pair_passes_an_acknowledgement_on_once_through_a_takeover() {
+    common::logs();
+    let Some(x) = externals() else { return };
+    let plants = [Plant::new(), Plant::new()];
+    let port = common::free_port();
+    let mut server = Server::start(&x, port, &plants[0].dir.path().join("server-pki"), 0).await;
+    let broker = format!("127.0.0.1:{}", common::free_port());
+    twinops::broker::start(broker.parse().unwrap()).unwrap();
+    let settings = format!(
+        "[opcua]\nenabled = true\nendpoint = \"opc.tcp://127.0.0.1:{port}\"\nsampling_interval_ms = 0\n\
+         publishing_interval_ms = 100\nreconnect_max_secs = 2\ntimeout_secs = 10\nauto_register = true\n\
+         acknowledge = true\n"
+    );
+    let run = format!("ua{}", common::free_port());
+    let spec = PairSpec { broker: format!("mqtt://{broker}"), run, lease_ms: 1500, renew_ms: 200, settings };
+    let tokens: Vec<String> = plants
+        .iter()
+        .map(|p| {
+            twinops::accounts::add_user(&p.store, "op", Role::Operator, "a long enough password", "test").unwrap();
+            twinops::accounts::create_token(&p.store, "op", "test", "test").unwrap().1
+        })
+        .collect();
+    let exe = Path::new(env!("CARGO_BIN_EXE_twinops"));
+    let (wa, wb) = (common::free_port(), common::free_port());
+    let mut nodes = [
+        failover::Node::start(exe, &spec, "a", &plants[0].db_path(), wa, Some(wb)).unwrap(),
+        failover::Node::start(exe, &spec, "b", &plants[1].db_path(), wb, Some(wa)).unwrap(),
+    ];
+    let unacked = |level: &str| {
+        format!(
+            "SELECT coalesce(max(id), 0) FROM alarms WHERE asset_id = 'Tank' AND code = 'TANKLEVELCONDITION-{level}' \
+             AND state = 'unacknowledged'"
+        )
+    };
+    let passed = "SELECT count(*) FROM opcua_acks WHERE result LIKE 'Good%'";
+    let audited = "SELECT count(*) FROM audit_log WHERE action = 'opcua_acknowledge'";
+    // Acknowledges the `level` alarm on node `i`, and waits until both nodes have it
+    // passed on: `n` acknowledgements in all.
+    let ack_on = async |nodes: &[failover::Node], i: usize, level: &str, n: i64| {
+        let raised = unacked(level);
+        let both = eventually(Duration::from_secs(60), || plants.iter().all(|p| p.count(&raised) > 0)).await;
+        assert!(both, "the {level} alarm reaches both nodes");
+        let r = twinops::agent::http::Http::new()
+            .client()
+            .post(format!("http://127.0.0.1:{}/api/alarms/{}/ack", nodes[i].web, plants[i].count(&raised)))
+            .bearer_auth(&tokens[i])
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+        let shared = eventually(Duration::from_secs(30), || plants.iter().all(|p| p.count(passed) == n)).await;
+        let results: Vec<String> =
+            plants.iter().map(|p| p.text("SELECT coalesce(group_concat(result, ' | '), '') FROM opcua_acks")).collect();
+        assert!(shared, "passed on, and on record on both nodes: {results:?}");
+    };
+    let first = failover::acting_one(&nodes, Duration::from_secs(30)).await.unwrap();
+    server.say("level 0.85").await;
+    ack_on(&nodes, 1 - first, "H", 1).await;
+    assert_eq!(server.ask("acked").await, "true", "the server's condition is acknowledged");
+
+    nodes[first].kill();
+    let second = failover::acting_one(&nodes, Duration::from_secs(30)).await.unwrap();
+    assert_ne!(first, second, "the other node took over");
+    // A few of the new node's rounds of passing acknowledgements on: nothing again.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let p = &plants[second];
+    assert_eq!(
+        p.count("SELECT count(*) FROM opcua_acks"),
+        1,
+        "{}",
+        p.text("SELECT group_concat(result) FROM opcua_acks")
+    );
+    assert_eq!(p.count(audited), 1, "one acknowledgement passed on, on the record once");
+
+    nodes[first].restart().unwrap();
+    server.say("level 0.95").await;
+    assert_eq!(server.ask("acked").await, "false", "HighHigh is a new event to acknowledge");
+    ack_on(&nodes, second, "HH", 2).await;
+    assert_eq!(server.ask("acked").await, "true", "the new acting node passed it on");
+    assert!(plants.iter().all(|p| p.count(audited) == 2));
+    for n in &mut nodes {
+        n.stop();
+    }
+    server.kill().await;
 }
 
 /// A TCP proxy between twinops and the server. `cut` makes every connection a black

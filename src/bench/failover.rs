@@ -66,6 +66,8 @@ pub struct PairSpec {
     pub run: String,
     pub lease_ms: u64,
     pub renew_ms: u64,
+    /// What every node's configuration adds (an `[opcua]` section, say).
+    pub settings: String,
 }
 
 impl PairSpec {
@@ -101,7 +103,8 @@ impl Node {
         };
         let toml = format!(
             "[mqtt]\nurl = \"{url}\"\nclient_id = \"{client}\"\ntopics = [\"{run}/scada/#\"]\n\
-             notes_topic = \"{notes}\"\n\n[web]\nlisten = \"127.0.0.1:{web}\"\n\n{cluster}"
+             notes_topic = \"{notes}\"\n\n[web]\nlisten = \"127.0.0.1:{web}\"\n\n{cluster}\n{}",
+            spec.settings
         );
         let config = db.with_extension("toml");
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
@@ -310,6 +313,7 @@ async fn run(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<()> {
         run: format!("failover{}", std::process::id()),
         lease_ms: args.lease_ms,
         renew_ms: args.renew_ms,
+        settings: String::new(),
     };
     let Started { mut nodes, alone, points, token } = pair(args, &spec, dir)?;
     let notes = hear_notes(&broker, &spec.run)?;

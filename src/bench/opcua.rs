@@ -200,8 +200,9 @@ async fn twinops(
     let store = Store::open(&dir.join("bench.db"))?;
     let (stop, stop_rx) = watch::channel(false);
     let policy = crate::ingest::IngestPolicy { max_ahead_s: None, ..Default::default() };
-    let (writer, wake, acting) = (store.writer().clone(), Arc::new(Notify::new()), watch::channel(true).1);
-    let running = link::start(writer, cfg.clone(), dir.to_path_buf(), policy, wake, acting, stop_rx);
+    let (writer, wake) = (store.writer().clone(), Arc::new(Notify::new()));
+    let role = link::Role { acting: watch::channel(true).1, log: None };
+    let running = link::start(writer, cfg.clone(), dir.to_path_buf(), policy, wake, role, stop_rx);
     let readings = || -> usize {
         store
             .read()

@@ -30,7 +30,8 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use super::conditions::{self, Conditions};
 use super::intake::{self, Outcome, Target};
-use super::{OpcuaConfig, browse, connect, node};
+use super::{OpcuaConfig, acks, browse, connect, node};
+use crate::cluster::log::DecisionLog;
 use crate::domain::{NodeRef, SensorId, Timestamp};
 use crate::ingest::IngestPolicy;
 use crate::store::{StoreError, Writer};
@@ -105,6 +106,15 @@ struct Link {
     /// Of a redundant pair, whether this node acts: only the acting one passes
     /// acknowledgements on, and it asks for a ConditionRefresh when it takes over.
     acting: watch::Receiver<bool>,
+    /// Of a redundant pair, its decision log: acknowledgements passed on are recorded
+    /// through it.
+    log: Option<Arc<DecisionLog>>,
+}
+
+/// Whether this node acts, and of a redundant pair, the pair's decision log.
+pub struct Role {
+    pub acting: watch::Receiver<bool>,
+    pub log: Option<Arc<DecisionLog>>,
 }
 
 /// Starts the link; it runs until `stop`.
@@ -114,7 +124,7 @@ pub fn start(
     data_dir: PathBuf,
     policy: IngestPolicy,
     wake: Arc<Notify>,
-    acting: watch::Receiver<bool>,
+    role: Role,
     stop: watch::Receiver<bool>,
 ) -> Running {
     let (up_tx, up) = watch::channel(false);
@@ -136,7 +146,8 @@ pub fn start(
         lost_since: None,
         connected_once: false,
         failures: 0,
-        acting,
+        acting: role.acting,
+        log: role.log,
     };
     Running { task: tokio::spawn(link.run(rx, stop)), up }
 }
@@ -452,37 +463,20 @@ impl Link {
 
     /// Operators' acknowledgements in twinops of alarms on OPC UA conditions, passed on
     /// to the server (`acknowledge = true`): its Acknowledge method on the condition,
-    /// naming the condition's last event; each result journalled in `opcua_acks` and
-    /// the audit log. An acknowledgement made at the server (actor `opcua`) is not sent
-    /// back.
+    /// naming the condition's last event; each result recorded (`acks`). Of a pair,
+    /// the record goes through the pair's log, so the other node has it too and does
+    /// not pass the same acknowledgement on after a takeover; with the broker away it
+    /// is made here alone.
     async fn pass_acks(&self, session: &Session) {
-        let due = self
-            .writer
-            .call_async(|conn| {
-                let rows = conn
-                    .prepare_cached(
-                        "SELECT e.id, e.actor, c.condition, c.event_id FROM alarm_events e
-                         JOIN alarms a ON a.id = e.alarm_id
-                         JOIN opcua_conditions c ON c.asset_id = a.asset_id AND c.code = a.code
-                              AND coalesce(c.sensor_id, '') = coalesce(a.sensor_id, '')
-                         WHERE e.kind = 'acknowledged' AND e.actor != 'opcua' AND e.at >= c.changed_at - 1
-                           AND c.event_id IS NOT NULL AND e.id NOT IN (SELECT alarm_event_id FROM opcua_acks)
-                         ORDER BY e.id LIMIT 100",
-                    )?
-                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                    .collect::<Result<Vec<(i64, String, String, String)>, _>>()?;
-                Ok::<_, StoreError>(rows)
-            })
-            .await;
-        let Ok(due) = due else { return };
+        let Ok(due) = self.writer.call_async(acks::due).await else { return };
         let namespaces = node::namespace_map(&self.uris);
-        for (journal_id, actor, condition, event_id) in due {
-            let node = NodeRef::parse(&condition).ok().and_then(|n| node::resolve(&n, &namespaces));
-            let result = match node {
-                None => format!("{condition}: not on this server"),
+        for acks::Due { journal_id, mut passed, opcua_event } in due {
+            let node = NodeRef::parse(&passed.condition).ok().and_then(|n| node::resolve(&n, &namespaces));
+            passed.result = match node {
+                None => format!("{}: not on this server", passed.condition),
                 Some(node) => {
-                    let comment = format!("acknowledged in twinops by {actor}");
-                    match session.call_one(conditions::acknowledge_request(node, &event_id, &comment)).await {
+                    let comment = format!("acknowledged in twinops by {}", passed.acked_by);
+                    match session.call_one(conditions::acknowledge_request(node, &opcua_event, &comment)).await {
                         Ok(r) => r.status_code.to_string(),
                         // Not answered: tried again at the next tick.
                         Err(e) => {
@@ -492,16 +486,17 @@ impl Link {
                     }
                 }
             };
-            let detail = format!("acknowledgement by {actor} passed on to the OPC UA condition {condition}: {result}");
+            if let Some(log) = &self.log {
+                let args = serde_json::to_value(&passed).unwrap_or_default();
+                match log.submit(acks::KIND, args, "opcua").await {
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(stage = "opcua", error = %e, "an acknowledgement passed on is recorded on this node only")
+                    }
+                }
+            }
             self.commit(move |conn| {
-                conn.prepare_cached(
-                    "INSERT OR IGNORE INTO opcua_acks (alarm_event_id, at, result) VALUES (?1, ?2, ?3)",
-                )?
-                .execute(rusqlite::params![journal_id, Timestamp::now().unix(), result])?;
-                conn.prepare_cached(
-                    "INSERT INTO audit_log (at, actor, action, detail) VALUES (?1, 'opcua', 'opcua_acknowledge', ?2)",
-                )?
-                .execute(rusqlite::params![Timestamp::now().unix(), detail])?;
+                acks::record(conn, journal_id, &passed)?;
                 Ok(Outcome::default())
             })
             .await;

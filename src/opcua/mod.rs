@@ -11,6 +11,7 @@
 //! server, with one exception a site turns on: `acknowledge = true` passes an
 //! operator's acknowledgement in the HMI on to the server's Acknowledge method.
 
+pub mod acks;
 pub mod browse;
 pub mod conditions;
 pub mod connect;
