@@ -400,13 +400,51 @@ pub async fn from_command_line(
     }
 }
 
-/// How far this node has come ([`Progress`]): decisions applied, the newest occurrence.
+/// How far this node has come ([`Progress`]): decisions applied (those [`prune`]d
+/// included), the newest occurrence.
 pub fn progress(store: &Store) -> Result<Progress, StoreError> {
     let db = store.read()?;
-    let decisions: i64 =
-        db.prepare_cached("SELECT count(*) FROM decisions WHERE status <> 202")?.query_row([], |r| r.get(0))?;
+    let decisions: i64 = db
+        .prepare_cached(
+            "SELECT (SELECT count(*) FROM decisions WHERE status <> 202)
+                    + coalesce((SELECT n FROM decisions_pruned WHERE id = 1), 0)",
+        )?
+        .query_row([], |r| r.get(0))?;
     let newest_alarm = db.prepare_cached("SELECT max(raised_at) FROM alarms")?.query_row([], |r| r.get(0))?;
     Ok(Progress { decisions: decisions.max(0) as u64, newest_alarm })
+}
+
+/// How long an applied decision is kept. The record is what makes a decision the
+/// broker delivers again answer as the first time, and the broker redelivers only what
+/// was not yet acknowledged, milliseconds after the record; what a decision did stays
+/// in the journal and the audit log. A session in use adds one a minute.
+pub const KEEP_DAYS: i64 = 30;
+
+/// Deletes the decisions applied more than [`KEEP_DAYS`] before `now` (one waiting is
+/// kept however old), a thousand per transaction, counting them in `decisions_pruned`;
+/// returns how many.
+pub fn prune(writer: &Writer, now: Timestamp) -> Result<usize, StoreError> {
+    let before = now.unix() - KEEP_DAYS * 86_400;
+    let mut pruned = 0;
+    loop {
+        let n = writer.call(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM decisions WHERE rowid IN
+                       (SELECT rowid FROM decisions WHERE applied_at < ?1 AND status <> 202 LIMIT 1000)",
+                )?
+                .execute([before])?;
+            c.prepare_cached(
+                "INSERT INTO decisions_pruned (id, n) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET n = n + excluded.n",
+            )?
+            .execute([n as i64])?;
+            Ok::<_, StoreError>(n)
+        })?;
+        pruned += n;
+        if n < 1000 {
+            return Ok(pruned);
+        }
+    }
 }
 
 /// Keeps `tx` at this node's [`progress`], looked at every second, until `stop`.
@@ -433,12 +471,24 @@ pub async fn run(store: Store, queue: QueuePolicy, log: Arc<DecisionLog>, mut de
     let here = log.node().to_string();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3600));
+    hourly.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let delivered = tokio::select! {
             d = decisions.recv() => match d {
                 Some(d) => d,
                 None => break,
             },
+            _ = hourly.tick() => {
+                let s = store.clone();
+                match tokio::task::spawn_blocking(move || prune(s.writer(), Timestamp::now())).await {
+                    Ok(Ok(0)) => {}
+                    Ok(Ok(n)) => tracing::info!(stage = "decisions", n, days = KEEP_DAYS, "old applied decisions pruned"),
+                    Ok(Err(e)) => tracing::warn!(stage = "decisions", error = %e, "old decisions could not be pruned; trying again in an hour"),
+                    Err(e) => tracing::error!(stage = "decisions", error = %e, "pruning decisions panicked"),
+                }
+                continue;
+            }
             _ = tick.tick() => {
                 let (s, here) = (store.clone(), here.clone());
                 match tokio::task::spawn_blocking(move || apply_waiting(&s, queue, &here)).await {

@@ -897,6 +897,35 @@ fn a_decision_of_a_later_version_waits_for_the_upgrade() {
     assert_eq!(decisions::apply_waiting(&p.store, queue, "b").unwrap(), 0, "once");
 }
 
+/// Applied decisions older than `KEEP_DAYS` are pruned, a waiting one is kept however
+/// old, and the node's progress still counts what was pruned (the other node compares
+/// it with its own).
+#[test]
+fn old_applied_decisions_are_pruned_and_still_counted() {
+    use twinops::cluster::log::Decision;
+    use twinops::decisions;
+    let p = common::Plant::new();
+    let now = twinops::domain::Timestamp::now();
+    let made = |kind: &str, status: u16| {
+        let d = Decision::new("a", kind, json!({"event_id": "E-404"}), "op");
+        decisions::record(p.store.writer(), &d, &(status, json!({}))).unwrap();
+        d.id
+    };
+    let old: Vec<String> = (0..1500).map(|_| made("alarm", 200)).collect();
+    let (recent, waiting) = (made("alarm", 409), made("alarm", 202));
+    let age = format!("UPDATE decisions SET applied_at = {} WHERE id <> '{recent}'", now.unix() - 31 * 86_400);
+    p.store.writer().call(move |c| Ok::<_, twinops::store::StoreError>(c.execute(&age, [])?)).unwrap();
+    let before = decisions::progress(&p.store).unwrap();
+    assert_eq!(before.decisions, 1501);
+
+    assert_eq!(decisions::prune(p.store.writer(), now).unwrap(), old.len(), "in batches, all of them");
+    let left = p.text("SELECT group_concat(id, ' ') FROM (SELECT id FROM decisions ORDER BY rowid)");
+    assert_eq!(left, format!("{recent} {waiting}"), "the recent and the waiting are kept");
+    assert_eq!(decisions::progress(&p.store).unwrap(), before, "progress counts the pruned");
+    assert_eq!(decisions::prune(p.store.writer(), now).unwrap(), 0, "nothing more");
+    assert_eq!(decisions::progress(&p.store).unwrap(), before);
+}
+
 /// Work orders of a pair, on a real broker: proposed on one node through the log (the
 /// same intent again is the same order), on both twins linked to each one's own alarm
 /// id; approved on the other node, and the second approval is a 409 there too;

@@ -757,6 +757,13 @@ const MIGRATIONS: &[&str] = &[
     // both nodes by that decision's id (local ids differ).
     "ALTER TABLE alarm_changes ADD COLUMN uid TEXT;
      CREATE UNIQUE INDEX alarm_changes_uid ON alarm_changes (uid);",
+    // 39: applied decisions older than a month are pruned; how many were, so that a
+    // node's progress (decisions applied) still counts them.
+    "CREATE TABLE decisions_pruned (
+         id INTEGER PRIMARY KEY CHECK (id = 1),
+         n  INTEGER NOT NULL
+     ) STRICT;
+     CREATE INDEX decisions_applied_at ON decisions (applied_at);",
 ];
 
 /// The schema version this build writes.
