@@ -400,6 +400,33 @@ pub async fn from_command_line(
     }
 }
 
+/// Reads the directory users' roles again ([`accounts::directory_changes`]) and makes
+/// the changes the directory calls for: of a pair through its log, so that a leaver
+/// loses access on both nodes (either node's reading will do; the second finds nothing
+/// left to change); with the broker away, or alone, on this node at once. Returns how
+/// many users were checked and how many lost access.
+pub async fn recheck_directory(
+    store: &Store,
+    dir: &accounts::directory::Directory,
+    log: Option<&DecisionLog>,
+) -> Result<(usize, usize), accounts::directory::DirectoryError> {
+    let Some(log) = log.filter(|l| l.up()) else {
+        return accounts::recheck_directory_users(store, dir).await;
+    };
+    let (checked, changes) = accounts::directory_changes(store, dir).await?;
+    let mut ended = 0;
+    for op in &changes {
+        match log.submit(accounts::changes::KIND, op.args(), "directory").await {
+            Ok((_, body)) => ended += usize::from(body["ended"] == true),
+            Err(e) => {
+                tracing::warn!(stage = "directory", error = %e, "a directory change could not go through the pair's log; made on this node");
+                ended += usize::from(accounts::directory_change(store, op)?);
+            }
+        }
+    }
+    Ok((checked, ended))
+}
+
 /// How far this node has come ([`Progress`]): decisions applied (those [`prune`]d
 /// included), the newest occurrence.
 pub fn progress(store: &Store) -> Result<Progress, StoreError> {

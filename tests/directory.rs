@@ -312,6 +312,48 @@ fn a_leaver_or_a_user_moved_out_of_a_group_loses_access_at_the_next_check() {
     ));
 }
 
+/// Of a redundant pair: what one node's reading of the directory calls for is a change
+/// the pair's log carries (as JSON) and the other node applies alike, so a leaver's
+/// session made through the log on both ends on both, and a new role is taken on both.
+#[test]
+fn what_the_directory_says_of_a_leaver_reaches_the_other_node_of_a_pair() {
+    let Some(ldap) = Slapd::start() else { return };
+    let ((_da, a), (_db, b)) = (store(), store());
+    let dir = ldap.starttls();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // As the log does: each change applied on both nodes, from what it carries.
+    let both = |op: &accounts::AccountOp, by: &str| {
+        let carried: accounts::AccountOp = serde_json::from_value(op.args()).unwrap();
+        let on_b = accounts::changes::perform(&b, &carried, by);
+        let on_a = accounts::changes::perform(&a, op, by);
+        assert_eq!(on_a.is_ok(), on_b.is_ok(), "{on_a:?} / {on_b:?}");
+        on_a
+    };
+    let mut sessions = Vec::new();
+    for name in ["leaver.lv", "supervisor.sk"] {
+        sessions.push(accounts::login_with(&a, Some(&dir), name, &password(name), "10.0.0.9", both).unwrap().1);
+    }
+    ldap.modify(&format!(
+        "dn: uid=leaver.lv,ou=people,{BASE}\nchangetype: modify\nadd: employeeType\nemployeeType: disabled\n"
+    ));
+    ldap.modify(&format!(
+        "dn: cn=twinops-admins,ou=groups,{BASE}\nchangetype: modify\nadd: member\nmember: uid=supervisor.sk,ou=people,{BASE}\n"
+    ));
+    let (checked, changes) = rt.block_on(accounts::directory_changes(&a, &dir)).unwrap();
+    assert_eq!((checked, changes.len()), (2, 2), "{changes:?}");
+    for op in &changes {
+        both(op, "directory").unwrap();
+    }
+    let idle = std::time::Duration::from_secs(60);
+    for node in [&a, &b] {
+        assert!(accounts::session_user(node, &sessions[0], idle).unwrap().is_none(), "the leaver's session ended");
+        let promoted = accounts::session_user(node, &sessions[1], idle).unwrap().expect("still in");
+        assert_eq!(promoted.role, Role::Admin);
+    }
+    // The other node's reading, a moment later, finds nothing left to change.
+    assert_eq!(rt.block_on(accounts::directory_changes(&b, &dir)).unwrap().1, []);
+}
+
 #[test]
 fn with_the_directory_down_live_sessions_and_local_logins_keep_working() {
     let Some(ldap) = Slapd::start() else { return };

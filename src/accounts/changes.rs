@@ -71,6 +71,9 @@ pub enum AccountOp {
     Token { token_hash: String, user: String, label: String },
     /// An API token revoked for good.
     Revoke { token_hash: String },
+    /// What the directory now says of a directory user: their role (a change is taken,
+    /// audited), or none, and `why`: their sessions end and their tokens are revoked.
+    DirectoryAccess { name: String, role: Option<Role>, why: String },
 }
 
 impl AccountOp {
@@ -191,6 +194,25 @@ pub fn apply_in(c: &Connection, op: &AccountOp, by: &str, at: Timestamp) -> Resu
             Ok(json!({"counted": true}))
         }
         AccountOp::Token { token_hash, user, label } => token_in(c, token_hash, user, label, by, at),
+        AccountOp::DirectoryAccess { name, role: Some(role), .. } => {
+            let old: Option<Role> = c
+                .prepare_cached("SELECT role FROM users WHERE name = ?1 AND source = 'directory'")?
+                .query_row([name], |r| r.get(0))
+                .optional()?;
+            if let Some(old) = old.filter(|old| old != role) {
+                c.prepare_cached("UPDATE users SET role = ?2 WHERE name = ?1 AND source = 'directory'")?
+                    .execute(params![name, role])?;
+                audit_in(
+                    c,
+                    "directory",
+                    "directory_role",
+                    &format!("{name}: {} -> {}", old.as_str(), role.as_str()),
+                    None,
+                )?;
+            }
+            Ok(json!({"name": name, "role": role}))
+        }
+        AccountOp::DirectoryAccess { name, role: None, why } => Ok(json!({"ended": end_access_in(c, name, why)?})),
         AccountOp::Revoke { token_hash } => {
             let found: Option<(i64, String, String, bool)> = c
                 .prepare_cached(
@@ -313,6 +335,26 @@ fn login_in(
     let detail = if directory.is_some() { "from the directory" } else { "" };
     audit_in(c, name, "login", detail, Some(address))?;
     Ok(json!(User { id, name: name.to_string(), role }))
+}
+
+/// A directory user the directory no longer gives a role: their sessions end and their
+/// tokens are revoked, audited with `why`. Whether there was any to end.
+fn end_access_in(c: &Connection, name: &str, why: &str) -> Result<bool, StoreError> {
+    let Some(id): Option<i64> = c
+        .prepare_cached("SELECT id FROM users WHERE name = ?1 AND source = 'directory'")?
+        .query_row([name], |r| r.get(0))
+        .optional()?
+    else {
+        return Ok(false);
+    };
+    let sessions = c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1")?.execute([id])?;
+    let tokens =
+        c.prepare_cached("UPDATE api_tokens SET revoked = 1 WHERE user_id = ?1 AND revoked = 0")?.execute([id])?;
+    if sessions + tokens > 0 {
+        let detail = format!("{why}: {sessions} sessions ended, {tokens} tokens revoked");
+        audit_in(c, "directory", "directory_access_ended", &format!("{name}: {detail}"), None)?;
+    }
+    Ok(sessions + tokens > 0)
 }
 
 /// A directory user's row as the directory gave it: made at the first login, its role

@@ -388,9 +388,10 @@ fn directory_admit(
         Ok(found) => found,
         Err(DirectoryError::Wrong) => return Err(wrong(name, address)),
         Err(e @ DirectoryError::NoRole { .. }) => {
-            audit(store, name, "login_refused", "in no directory group mapped to a role", Some(address))?;
-            end_directory_access(store, name, "in no directory group mapped to a role")?;
-            return refuse(LoginError::NoRole(e.to_string()));
+            let why = "in no directory group mapped to a role";
+            audit(store, name, "login_refused", why, Some(address))?;
+            let failure = AccountOp::DirectoryAccess { name: name.into(), role: None, why: why.into() };
+            return Err(Refused { error: LoginError::NoRole(e.to_string()), failure: Some(Box::new(failure)) });
         }
         Err(e) => {
             tracing::warn!(stage = "directory", error = %e, "a directory login could not be checked");
@@ -410,15 +411,15 @@ fn directory_admit(
     Ok(session(name, address, Some(changes::DirectoryEntry { dn, role })))
 }
 
-/// Reads again the role of every directory user with a live session or token: a changed
-/// role is taken (audited), a user the directory no longer gives one loses their
-/// sessions and tokens ([`end_directory_access`]). Returns how many were checked and
-/// how many lost access. An unreachable directory changes nothing (live sessions keep
-/// working) and is the error.
-pub async fn recheck_directory_users(
+/// Reads again the role of every directory user with a live session or token, and
+/// answers how many were checked and the changes the directory's answers call for
+/// ([`AccountOp::DirectoryAccess`]): a changed role, or a user it no longer gives one
+/// (who loses their sessions and tokens). An unreachable directory changes nothing
+/// (live sessions keep working) and is the error.
+pub async fn directory_changes(
     store: &Store,
     dir: &directory::Directory,
-) -> Result<(usize, usize), directory::DirectoryError> {
+) -> Result<(usize, Vec<AccountOp>), directory::DirectoryError> {
     let now = Timestamp::now().unix();
     let users: Vec<(String, Role)> = {
         let db = store.read()?;
@@ -435,25 +436,39 @@ pub async fn recheck_directory_users(
     };
     let names: Vec<String> = users.iter().map(|(n, _)| n.clone()).collect();
     let now_in = dir.users(&names).await?;
+    let why = "no longer in the directory, or in none of its groups mapped to a role";
+    let changes = users
+        .iter()
+        .zip(now_in)
+        .filter_map(|((name, old), found)| match found.and_then(|u| u.role) {
+            Some(role) if role == *old => None,
+            role => Some(AccountOp::DirectoryAccess { name: name.clone(), role, why: why.into() }),
+        })
+        .collect();
+    Ok((users.len(), changes))
+}
+
+/// [`directory_changes`], applied on this node at once (a node alone); returns how many
+/// users were checked and how many lost access.
+pub async fn recheck_directory_users(
+    store: &Store,
+    dir: &directory::Directory,
+) -> Result<(usize, usize), directory::DirectoryError> {
+    let (checked, changes) = directory_changes(store, dir).await?;
     let mut ended = 0;
-    for ((name, old), found) in users.iter().zip(now_in) {
-        match found.and_then(|u| u.role) {
-            Some(role) if role != *old => {
-                let (n, detail) = (name.clone(), format!("{} -> {}", old.as_str(), role.as_str()));
-                store.writer().call(move |c| {
-                    c.prepare_cached("UPDATE users SET role = ?2 WHERE name = ?1 AND source = 'directory'")?
-                        .execute(params![n, role])?;
-                    Ok::<_, StoreError>(audit_in(c, "directory", "directory_role", &format!("{n}: {detail}"), None)?)
-                })?;
-            }
-            Some(_) => {}
-            None => {
-                let why = "no longer in the directory, or in none of its groups mapped to a role";
-                ended += usize::from(end_directory_access(store, name, why)?);
-            }
-        }
+    for op in &changes {
+        ended += usize::from(directory_change(store, op)?);
     }
-    Ok((users.len(), ended))
+    Ok((checked, ended))
+}
+
+/// Makes one of the [`directory_changes`] on this node at once; whether it ended
+/// someone's access. Only the store can refuse what the directory says.
+pub fn directory_change(store: &Store, op: &AccountOp) -> Result<bool, StoreError> {
+    let done = perform(store, op, "directory");
+    let ended = done.as_ref().is_ok_and(|v| v["ended"] == true);
+    store_errors(done)?;
+    Ok(ended)
 }
 
 /// Local users whose name the directory also has: a configuration error (which of the
@@ -472,29 +487,6 @@ pub async fn directory_conflicts(
     };
     let found = dir.users(&names).await?;
     Ok(names.into_iter().zip(found).filter(|(_, u)| u.is_some()).map(|(n, _)| n).collect())
-}
-
-/// A directory user the directory no longer gives a role: their sessions end and their
-/// tokens are revoked, audited with `why`.
-pub fn end_directory_access(store: &Store, name: &str, why: &str) -> Result<bool, StoreError> {
-    let (name, why) = (name.to_string(), why.to_string());
-    store.writer().call(move |c| {
-        let Some(id): Option<i64> = c
-            .prepare_cached("SELECT id FROM users WHERE name = ?1 AND source = 'directory'")?
-            .query_row([&name], |r| r.get(0))
-            .optional()?
-        else {
-            return Ok(false);
-        };
-        let sessions = c.prepare_cached("DELETE FROM sessions WHERE user_id = ?1")?.execute([id])?;
-        let tokens =
-            c.prepare_cached("UPDATE api_tokens SET revoked = 1 WHERE user_id = ?1 AND revoked = 0")?.execute([id])?;
-        if sessions + tokens > 0 {
-            let detail = format!("{why}: {sessions} sessions ended, {tokens} tokens revoked");
-            audit_in(c, "directory", "directory_access_ended", &format!("{name}: {detail}"), None)?;
-        }
-        Ok::<_, StoreError>(sessions + tokens > 0)
-    })
 }
 
 /// The user of a live session: not expired, not idle longer than `idle`. Touches it
