@@ -926,6 +926,56 @@ fn old_applied_decisions_are_pruned_and_still_counted() {
     assert_eq!(decisions::progress(&p.store).unwrap(), before);
 }
 
+/// An alarm change proposed on a node alone is named from its id and time, so on a pair
+/// made of that node and a copy of its twin (`twinops backup`), a decision through the
+/// log finds it on both and applies it alike.
+#[test]
+fn an_alarm_change_made_alone_is_decided_through_the_log_on_a_copy() {
+    use twinops::alarms::replay::Settings;
+    use twinops::approvals::alarm_changes::{self, Change, Parked, SettingsChange};
+    use twinops::approvals::pair::{AlarmChangeOp, CHANGE_KIND};
+    use twinops::cluster::log::Decision;
+    use twinops::decisions;
+    let a = common::Plant::new();
+    a.write("UPDATE sensors SET alarm_source = 'limits' WHERE id = 'PUMP-007.VIB-DE'");
+    let settings = |set_point| Settings { set_point, deadband: 0.2, on_delay_s: 10, off_delay_s: 0 };
+    let parked = Parked {
+        change: Change::Settings(SettingsChange {
+            sensor_id: "PUMP-007.VIB-DE".into(),
+            asset_id: "PUMP-007".into(),
+            code: "VIB-HH".into(),
+            level: "hh".into(),
+            current: settings(7.1),
+            proposed: settings(7.6),
+        }),
+        reason: "Chattering at 7.1 mm/s during start-up.".into(),
+        evidence: json!({"replayed_days": 30}),
+        proposed_by: "agent:run/7".into(),
+        run_id: Some(7),
+        proposed_at: twinops::domain::Timestamp::now().unix(),
+    };
+    let proposal = a.store.writer().call(move |c| alarm_changes::park(c, &parked, None)).unwrap();
+    let uid = a.text("SELECT uid FROM alarm_changes");
+    assert_eq!(uid, format!("local-{}-{}", proposal.alarm_change_id, a.count("SELECT proposed_at FROM alarm_changes")));
+
+    let dir = tempfile::tempdir().unwrap();
+    twinops::store::backup(&a.db_path(), &dir.path().join("b.db")).unwrap();
+    let b = twinops::store::Store::open(&dir.path().join("b.db")).unwrap();
+    let decide = AlarmChangeOp::Decide { uid, approve: true, reason: "replay agreed".into() };
+    let d = Decision::new("b", CHANGE_KIND, serde_json::to_value(decide).unwrap(), "sup");
+    let queue = twinops::alarms::QueuePolicy::default();
+    for (store, here) in [(&a.store, "a"), (&b, "b")] {
+        let (status, body) = decisions::apply(store, queue, here, &d).unwrap();
+        assert_eq!(status, 200, "on {here}: {body}");
+        let hh: f64 = store
+            .read()
+            .unwrap()
+            .query_row("SELECT limit_hh FROM sensors WHERE id = 'PUMP-007.VIB-DE'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(hh, 7.6, "the set point changed on {here}");
+    }
+}
+
 /// Work orders of a pair, on a real broker: proposed on one node through the log (the
 /// same intent again is the same order), on both twins linked to each one's own alarm
 /// id; approved on the other node, and the second approval is a 409 there too;

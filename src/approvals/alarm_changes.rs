@@ -118,10 +118,18 @@ impl Parked {
 /// twinops's own lifecycle (`applies` is `twin`); a SCADA's own alarm display is not
 /// changed by it.
 pub fn park(c: &Connection, p: &Parked, uid: Option<&str>) -> Result<ChangeProposal, StoreError> {
-    match &p.change {
-        Change::Settings(s) => park_settings(c, p, s, uid),
-        Change::Suppression { leader, follower } => park_suppression(c, p, (leader, follower), uid),
+    let parked = match &p.change {
+        Change::Settings(s) => park_settings(c, p, s, uid)?,
+        Change::Suppression { leader, follower } => park_suppression(c, p, (leader, follower), uid)?,
+    };
+    // Made alone: named from what a copy of this twin keeps alike (its id and time), so
+    // that it can be decided through a pair's log once this node (and a copy of it) is
+    // one; migration 40 named those made before.
+    if parked.created && uid.is_none() {
+        c.prepare_cached("UPDATE alarm_changes SET uid = 'local-' || id || '-' || proposed_at WHERE id = ?1")?
+            .execute([parked.alarm_change_id])?;
     }
+    Ok(parked)
 }
 
 fn park_settings(

@@ -85,8 +85,8 @@ fn unknown_change(uid: &str) -> (u16, Value) {
     (404, json!({"error": error}))
 }
 
-/// The id that names alarm change `id` on both nodes of a pair; none for a change made
-/// before the node was one of a pair.
+/// The id that names alarm change `id` on both nodes of a pair (one made alone, on a
+/// node and the copy of its twin); none for an unknown id.
 pub fn uid_of(c: &Connection, id: i64) -> Result<Option<String>, StoreError> {
     Ok(c.prepare_cached("SELECT uid FROM alarm_changes WHERE id = ?1")?
         .query_row([id], |r| r.get(0))

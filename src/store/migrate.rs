@@ -764,6 +764,10 @@ const MIGRATIONS: &[&str] = &[
          n  INTEGER NOT NULL
      ) STRICT;
      CREATE INDEX decisions_applied_at ON decisions (applied_at);",
+    // 40: an alarm change made on a node alone is named as one made through a pair's
+    // log is (`alarm_changes.uid`), from its id and time, which a copy of the twin
+    // keeps: a pair formed from this node and a copy of it decides it through its log.
+    "UPDATE alarm_changes SET uid = 'local-' || id || '-' || proposed_at WHERE uid IS NULL;",
 ];
 
 /// The schema version this build writes.

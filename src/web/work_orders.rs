@@ -132,8 +132,7 @@ async fn change_through_pair(
         Ok(Some(uid)) => uid,
         Ok(None) => {
             return Some(Err(ApiError::not_found(format!(
-                "no alarm change {id} shared by the pair (one made before this node joined a pair is decided on the \
-                 node that has it); GET /api/alarm-changes lists them"
+                "no alarm change {id} on this node; GET /api/alarm-changes lists them"
             ))));
         }
         Err(e) => return Some(Err(e)),
