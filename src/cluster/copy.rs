@@ -107,7 +107,9 @@ pub async fn catch_up(
     if kept {
         return Ok(CaughtUp::SessionKept);
     }
-    let seen = super::observe(cfg, mqtt, Duration::from_secs(2)).await?;
+    // Long enough for the other node's state to say what it applied before the session
+    // was held again: its progress is read once a second and said at most once a second.
+    let seen = super::observe(cfg, mqtt, 3 * super::PROGRESS_EVERY).await?;
     let me = NodeState { node: cfg.node.clone(), online: true, progress: Some(ours()?) };
     let ahead = seen.nodes.iter().filter(|n| n.node != cfg.node && n.online).find_map(|n| {
         let behind = me.behind(n.progress?)?;

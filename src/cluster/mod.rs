@@ -221,7 +221,7 @@ struct Said {
 }
 
 /// A node's state is said again at most this often while its progress moves.
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 impl Said {
     fn say(&mut self, cfg: &ClusterConfig, client: &AsyncClient) {
@@ -343,14 +343,18 @@ pub async fn observe(cfg: &ClusterConfig, mqtt: &MqttConfig, wait: Duration) -> 
                 if let Some(Heard::Renew { node, term, .. }) = heard(&p.payload) {
                     seen.holder = Some((node, term));
                 }
-                seen.nodes.extend(node_state(&p.payload));
+                // The newest of each node's: the retained one comes first, and what it
+                // publishes meanwhile after.
+                if let Some(state) = node_state(&p.payload) {
+                    seen.nodes.retain(|n| n.node != state.node);
+                    seen.nodes.push(state);
+                }
             }
             _ => {}
         }
     }
     let _ = client.try_disconnect();
     seen.nodes.sort_by(|a, b| a.node.cmp(&b.node));
-    seen.nodes.dedup_by(|a, b| a.node == b.node);
     Ok(seen)
 }
 
