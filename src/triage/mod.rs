@@ -193,16 +193,18 @@ impl Triage {
     /// and takes in every note of its whose occurrence this node now has. `me` is this
     /// node's name: its own notes come back on the topic too, and are ignored.
     pub async fn hear_peer(&self, payload: Vec<u8>, me: String) -> Result<Result<usize, String>, StoreError> {
-        let w = self.writer.clone();
-        w.call_async(move |c| {
-            let now = Timestamp::now();
-            match peer::hear(c, &payload, &me, now) {
-                Ok(true) => Ok(Ok(peer::adopt_pending(c, now)?)),
-                Ok(false) => Ok(Ok(0)),
-                Err(e) => Ok(Err(e)),
-            }
-        })
-        .await
+        let note = match peer::read(&payload, &me) {
+            Ok(Some(note)) => note,
+            Ok(None) => return Ok(Ok(0)),
+            Err(e) => return Ok(Err(e)),
+        };
+        self.writer
+            .call_async(move |c| {
+                let now = Timestamp::now();
+                peer::keep(c, &note, now)?;
+                Ok(Ok(peer::adopt_pending(c, now)?))
+            })
+            .await
     }
 
     /// Takes in the other node's notes whose occurrences have come since they were heard.

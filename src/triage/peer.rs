@@ -57,23 +57,43 @@ fn first() -> i64 {
     1
 }
 
-/// Keeps a note heard on the notes topic until its occurrence is here. Its own notes
-/// (`node` = `me`), and notes of no pair, are not the other node's and are ignored
-/// (`Ok(false)`); a payload that is not a note is an error, said once by the caller.
-pub fn hear(conn: &Connection, payload: &[u8], me: &str, now: Timestamp) -> Result<bool, String> {
+/// A note of the other node's, as heard on the notes topic ([`read`]).
+pub struct PeerNote {
+    heard: Heard,
+    value: Value,
+}
+
+/// A note heard on the notes topic, read: `None` for its own notes (`node` = `me`) and
+/// notes of no pair, which are not the other node's; a payload that is not a note is
+/// an error, said once by the caller. Read before the writer is asked for anything:
+/// the acting node hears each of its own notes come back.
+pub fn read(payload: &[u8], me: &str) -> Result<Option<PeerNote>, String> {
     let value: Value = serde_json::from_slice(payload).map_err(|e| format!("not JSON: {e}"))?;
     if value.get("node").and_then(Value::as_str).is_none_or(|n| n == me) {
-        return Ok(false);
+        return Ok(None);
     }
-    let heard: Heard = serde_json::from_value(value.clone()).map_err(|e| format!("not a triage note: {e}"))?;
+    let heard = serde_json::from_value(value.clone()).map_err(|e| format!("not a triage note: {e}"))?;
+    Ok(Some(PeerNote { heard, value }))
+}
+
+/// Keeps a note of the other node's until its occurrence is here; a later revision
+/// replaces an earlier one.
+pub fn keep(conn: &Connection, note: &PeerNote, now: Timestamp) -> rusqlite::Result<()> {
+    let Heard { event_id, node, revision, .. } = &note.heard;
     conn.prepare_cached(
         "INSERT INTO peer_notes (event_id, node, revision, note, heard_at) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (event_id) DO UPDATE SET node = excluded.node, revision = excluded.revision,
              note = excluded.note, heard_at = excluded.heard_at
          WHERE excluded.revision >= peer_notes.revision",
-    )
-    .and_then(|mut s| s.execute(params![heard.event_id, heard.node, heard.revision, value.to_string(), now.unix()]))
-    .map_err(|e| e.to_string())?;
+    )?
+    .execute(params![event_id, node, revision, note.value.to_string(), now.unix()])?;
+    Ok(())
+}
+
+/// [`read`] and [`keep`] on one connection; whether it was the other node's note.
+pub fn hear(conn: &Connection, payload: &[u8], me: &str, now: Timestamp) -> Result<bool, String> {
+    let Some(note) = read(payload, me)? else { return Ok(false) };
+    keep(conn, &note, now).map_err(|e| e.to_string())?;
     Ok(true)
 }
 
