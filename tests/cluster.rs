@@ -572,9 +572,20 @@ async fn accounts_reach_both(nodes: &[failover::Node], admins: &[String]) {
     let token = r.json::<serde_json::Value>().await.unwrap()["token"].as_str().unwrap().to_string();
     level(nodes).await;
     assert_eq!(me_by_token(s, &token).await.unwrap().status().as_u16(), 200, "the token works on the standby");
-    let listed: serde_json::Value =
-        http.get(format!("{}/api/tokens", base(s))).bearer_auth(&admins[s]).send().await.unwrap().json().await.unwrap();
-    let id = listed.as_array().unwrap().iter().find(|t| t["label"] == "pair token").unwrap()["id"].clone();
+    let listed = |i: usize| {
+        let r = http.get(format!("{}/api/tokens", base(i))).bearer_auth(&admins[i]).send();
+        async move {
+            let all: serde_json::Value = r.await.unwrap().json().await.unwrap();
+            all.as_array().unwrap().iter().find(|t| t["label"] == "pair token").unwrap().clone()
+        }
+    };
+    // Said without the request waiting for it: shortly.
+    let started = Instant::now();
+    while !listed(a).await["last_used_at"].is_string() {
+        assert!(started.elapsed() < Duration::from_secs(10), "its use on the standby does not show on the acting node");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let id = listed(s).await["id"].clone();
     let r = admin(s, &format!("/api/tokens/{id}/revoke"), json!({})).await.unwrap();
     assert_eq!(r.status().as_u16(), 200, "revoked on the standby: {}", r.text().await.unwrap());
     let status = status_becomes(401, || me_by_token(a, &token)).await;

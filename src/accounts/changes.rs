@@ -71,6 +71,8 @@ pub enum AccountOp {
     Token { token_hash: String, user: String, label: String },
     /// An API token revoked for good.
     Revoke { token_hash: String },
+    /// An API token in use: its last use is the same on both nodes.
+    TokenUsed { token_hash: String },
     /// What the directory now says of a directory user: their role (a change is taken,
     /// audited), or none, and `why`: their sessions end and their tokens are revoked.
     DirectoryAccess { name: String, role: Option<Role>, why: String },
@@ -184,6 +186,13 @@ pub fn apply_in(c: &Connection, op: &AccountOp, by: &str, at: Timestamp) -> Resu
             c.prepare_cached("UPDATE sessions SET last_seen_at = max(last_seen_at, ?2) WHERE token_hash = ?1")?
                 .execute(params![token_hash, at.unix()])?;
             Ok(json!({"seen": true}))
+        }
+        AccountOp::TokenUsed { token_hash } => {
+            c.prepare_cached(
+                "UPDATE api_tokens SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE token_hash = ?1",
+            )?
+            .execute(params![token_hash, at.unix()])?;
+            Ok(json!({"used": true}))
         }
         AccountOp::Failed { name, address } => {
             audit_in(c, name, "login_failed", "", Some(address))?;

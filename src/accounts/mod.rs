@@ -549,23 +549,30 @@ pub fn create_token(store: &Store, user: &str, label: &str, by: &str) -> Result<
 /// The user an API token belongs to, if it is valid. Notes its use (at most once a
 /// minute), so that `token list` shows which tokens are still in use.
 pub fn token_user(store: &Store, token: &str) -> Result<Option<User>, StoreError> {
+    token_user_with(store, token, |op| store_errors(perform(store, op, "twinops")))
+}
+
+/// [`token_user`], the use (an [`AccountOp::TokenUsed`]) noted by `used`: at once, or
+/// through a redundant pair's decision log, so that both nodes show it.
+pub fn token_user_with(
+    store: &Store,
+    token: &str,
+    used: impl FnOnce(&AccountOp) -> Result<(), StoreError>,
+) -> Result<Option<User>, StoreError> {
     let now = Timestamp::now().unix();
-    let row: Option<(User, i64, Option<i64>)> = store
+    let token_hash = sha256_hex(token);
+    let row: Option<(User, Option<i64>)> = store
         .read()?
         .query_row(
-            "SELECT u.id, u.name, u.role, t.id, t.last_used_at FROM api_tokens t JOIN users u ON u.id = t.user_id
+            "SELECT u.id, u.name, u.role, t.last_used_at FROM api_tokens t JOIN users u ON u.id = t.user_id
              WHERE t.token_hash = ?1 AND t.revoked = 0 AND u.disabled = 0",
-            [sha256_hex(token)],
-            |r| Ok((User { id: r.get(0)?, name: r.get(1)?, role: r.get(2)? }, r.get(3)?, r.get(4)?)),
+            [&token_hash],
+            |r| Ok((User { id: r.get(0)?, name: r.get(1)?, role: r.get(2)? }, r.get(3)?)),
         )
         .optional()?;
-    let Some((user, id, last_used)) = row else { return Ok(None) };
+    let Some((user, last_used)) = row else { return Ok(None) };
     if last_used.is_none_or(|t| now - t >= 60) {
-        store.writer().call(move |c| {
-            Ok::<_, StoreError>(
-                c.prepare_cached("UPDATE api_tokens SET last_used_at = ?2 WHERE id = ?1")?.execute(params![id, now])?,
-            )
-        })?;
+        used(&AccountOp::TokenUsed { token_hash })?;
     }
     Ok(Some(user))
 }

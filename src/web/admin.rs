@@ -56,13 +56,14 @@ pub(super) fn access(s: &WebState, op: &AccountOp, by: &str) -> Result<Value, Ac
         .map_err(|e| AccountError::Pair(e.status.as_u16(), e.message))
 }
 
-/// A session in use: of a pair, said through its decision log without waiting (the
-/// request goes on), so that it is idle on neither node; alone, at once.
+/// A session or an API token in use: of a pair, said through its decision log without
+/// waiting (the request goes on), so that a session is idle on neither node and a
+/// token's last use shows on both; alone, at once.
 pub(super) fn seen(s: &WebState, op: &AccountOp) -> Result<(), crate::store::StoreError> {
     let Some(pair) = s.cluster.as_ref().filter(|p| p.log.up()) else {
         return accounts::store_errors(accounts::perform(&s.store, op, "twinops"));
     };
-    if let AccountOp::Seen { token_hash } = op
+    if let AccountOp::Seen { token_hash } | AccountOp::TokenUsed { token_hash } = op
         && !pair.first_seen(token_hash)
     {
         return Ok(());

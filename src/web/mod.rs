@@ -139,8 +139,8 @@ impl Pair {
         }
     }
 
-    /// Whether the use of the session whose cookie hashes to `hash` is still to be
-    /// said: once a minute at most.
+    /// Whether the use of the session or API token that hashes to `hash` is still to
+    /// be said: once a minute at most.
     pub fn first_seen(&self, hash: &str) -> bool {
         let mut seen = self.seen.lock().expect("seen sessions");
         let now = std::time::Instant::now();
@@ -349,7 +349,7 @@ impl Credential {
     /// token not revoked, the user not disabled).
     pub fn user(&self, state: &WebState) -> Result<Option<User>, crate::store::StoreError> {
         match self {
-            Credential::Token(token) => accounts::token_user(&state.store, token),
+            Credential::Token(token) => accounts::token_user_with(&state.store, token, |used| admin::seen(state, used)),
             Credential::Session(session) => {
                 let idle = Duration::from_secs(state.cfg.session_idle_minutes * 60);
                 accounts::session_user_with(&state.store, session, idle, |seen| admin::seen(state, seen))
