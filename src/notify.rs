@@ -246,16 +246,17 @@ pub async fn mqtt_loop(
 
 /// Of a redundant pair: hears the notes the other node publishes (`{notes_topic}/#`,
 /// QoS 1, a persistent session of its own so that none is missed while this node
-/// reconnects) and keeps them ([`Triage::hear_peer`]).
+/// reconnects or is down) and keeps them ([`Triage::hear_peer`]), acknowledging each
+/// to the broker only once kept: a node killed before its writer took a note in gets
+/// it again.
 pub async fn peer_notes_loop(cfg: MqttConfig, me: String, triage: Arc<Triage>, mut stop: watch::Receiver<bool>) {
-    let mut opts = match crate::ingest::mqtt::options(&cfg, &format!("{}-peer-notes", cfg.client_id)) {
+    let opts = match crate::ingest::mqtt::options(&cfg, &format!("{}-peer-notes", cfg.client_id)) {
         Ok(o) => o,
         Err(e) => {
             tracing::error!(stage = "notify", error = %e, "the other node's notes are not heard");
             return;
         }
     };
-    opts.set_manual_acks(false);
     let (client, mut eventloop) = AsyncClient::new(opts, 64);
     let topic = format!("{}/#", cfg.notes_topic);
     // Said once per kind of bad payload, not once per message.
@@ -277,8 +278,13 @@ pub async fn peer_notes_loop(cfg: MqttConfig, me: String, triage: Arc<Triage>, m
                         tracing::warn!(stage = "notify", topic = %p.topic, error = %e, "a message on the notes topic that is not a note; ignored (said once)");
                     }
                     Ok(Err(_)) => {}
-                    Err(e) => tracing::warn!(stage = "notify", error = %e, "the other node's note could not be kept"),
+                    // Not acknowledged: the broker sends it again after the next connect.
+                    Err(e) => {
+                        tracing::warn!(stage = "notify", error = %e, "the other node's note could not be kept; it comes again");
+                        continue;
+                    }
                 }
+                let _ = client.try_ack(&p);
             }
             Ok(_) => {}
             Err(e) => {

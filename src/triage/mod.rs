@@ -560,7 +560,7 @@ impl Triage {
                     Some(id) => {
                         c.prepare_cached(
                             "UPDATE notes SET body = ?2, flags = ?3, run_id = ?4, revision = revision + 1,
-                                 revised_at = ?5, episode_points = ?6 WHERE id = ?1",
+                                 revised_at = ?5, episode_points = ?6, from_node = NULL WHERE id = ?1",
                         )?
                         .execute(params![id, body_text, flags_text, run_id, now.unix(), points])?;
                         id
