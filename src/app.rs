@@ -295,9 +295,12 @@ async fn triage(
     rules: Arc<Agent>,
     acting: &watch::Receiver<bool>,
 ) -> anyhow::Result<Arc<Triage>> {
-    let triage = Triage::new(Arc::clone(agent), rules, config.triage.llm_runs_per_minute)
+    let mut triage = Triage::new(Arc::clone(agent), rules, config.triage.llm_runs_per_minute)
         .with_episode_revisions_every(config.triage.episode_revise_secs)
         .with_acting(acting.clone());
+    if config.cluster.is_some() {
+        triage = triage.paired();
+    }
     let requeued = triage.requeue_interrupted().await?;
     if requeued > 0 {
         tracing::warn!(stage = "app", jobs = requeued, "triage jobs interrupted by the last stop are queued again");

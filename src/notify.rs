@@ -254,6 +254,8 @@ pub async fn peer_notes_loop(cfg: MqttConfig, me: String, triage: Arc<Triage>, m
         Ok(o) => o,
         Err(e) => {
             tracing::error!(stage = "notify", error = %e, "the other node's notes are not heard");
+            // Triage does not wait for what it will never hear.
+            triage.peer_notes_heard(true);
             return;
         }
     };
@@ -261,16 +263,30 @@ pub async fn peer_notes_loop(cfg: MqttConfig, me: String, triage: Arc<Triage>, m
     let topic = format!("{}/#", cfg.notes_topic);
     // Said once per kind of bad payload, not once per message.
     let mut said_bad = false;
+    // What the broker kept for this session comes at once after the subscription:
+    // once none has come for a while, every note of the other's is kept.
+    let mut quiet: Option<tokio::time::Instant> = None;
     loop {
         let event = tokio::select! {
+            // A message already here comes before the quiet's end.
+            biased;
             e = eventloop.poll() => e,
+            _ = tokio::time::sleep_until(quiet.unwrap_or_else(tokio::time::Instant::now)), if quiet.is_some() => {
+                quiet = None;
+                triage.peer_notes_heard(true);
+                continue;
+            }
             _ = stop.changed() => break,
         };
         match event {
             Ok(rumqttc::Event::Incoming(rumqttc::Incoming::ConnAck(_))) => {
                 let _ = client.try_subscribe(&topic, QoS::AtLeastOnce);
             }
+            Ok(rumqttc::Event::Incoming(rumqttc::Incoming::SubAck(_))) => {
+                quiet = Some(tokio::time::Instant::now() + QUIET)
+            }
             Ok(rumqttc::Event::Incoming(rumqttc::Incoming::Publish(p))) => {
+                quiet = quiet.map(|_| tokio::time::Instant::now() + QUIET);
                 match triage.hear_peer(p.payload.to_vec(), me.clone()).await {
                     Ok(Ok(_)) => {}
                     Ok(Err(e)) if !said_bad => {
@@ -288,6 +304,8 @@ pub async fn peer_notes_loop(cfg: MqttConfig, me: String, triage: Arc<Triage>, m
             }
             Ok(_) => {}
             Err(e) => {
+                triage.peer_notes_heard(false);
+                quiet = None;
                 tracing::warn!(stage = "notify", error = %e, "the notes subscription is down; reconnecting");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -295,6 +313,10 @@ pub async fn peer_notes_loop(cfg: MqttConfig, me: String, triage: Arc<Triage>, m
     }
     let _ = client.try_disconnect();
 }
+
+/// How long the notes subscription stays without a message before what the broker
+/// kept for it counts as all heard.
+const QUIET: Duration = Duration::from_millis(300);
 
 /// Posts every published note to the webhook until `stop`.
 pub async fn webhook_loop(

@@ -446,6 +446,27 @@ async fn the_triage_queue_yields_one_note_per_occurrence() {
     assert_eq!(p.count("SELECT count(*) FROM notes WHERE kind = 'triage'"), 2);
 }
 
+/// Of a pair, a node that acts takes no triage job until the other node's notes
+/// waiting for it on the broker have been heard: it would note again what the other
+/// already did.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paired_node_triages_only_once_the_other_nodes_notes_are_heard() {
+    let p = Plant::new();
+    p.write("DELETE FROM triage_jobs");
+    send(&p, &alarm("h1", "raised", 1));
+    let triage = Arc::new(Triage::new(rules_agent(&p), rules_agent(&p), 10).paired());
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let workers = tokio::spawn(Arc::clone(&triage).run_workers(1, Arc::clone(&wake), stop_rx));
+    let notes = "SELECT count(*) FROM notes WHERE kind = 'triage'";
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(p.count(notes), 0, "acting, but the other node's notes are not heard yet");
+    triage.peer_notes_heard(true);
+    assert!(common::eventually(std::time::Duration::from_secs(10), || p.count(notes) == 1).await, "heard: triaged");
+    stop.send(true).unwrap();
+    workers.await.unwrap();
+}
+
 /// Alarms raised on an asset while its job waits join that job: one run, led by the
 /// most severe, and one note published, naming the others it covers; the lesser alarm's
 /// note is a record covered by it (the same text, linked to the lead's note), not a

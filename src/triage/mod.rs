@@ -136,6 +136,11 @@ pub struct Triage {
     revise_after_secs: i64,
     /// Whether this node acts (always, unless it is one of a redundant pair).
     acting: watch::Receiver<bool>,
+    /// Of a pair: whether the notes the other node published while this one was away
+    /// have been kept ([`Triage::peer_notes_heard`]). Until they are, this node takes
+    /// no job even when it acts: it would triage again what the other already noted,
+    /// or revise an episode's note under a revision number the other already used.
+    heard: watch::Sender<bool>,
 }
 
 struct Job {
@@ -176,7 +181,21 @@ impl Triage {
             episodes: Mutex::default(),
             revise_after_secs: REVISE_AFTER_SECS,
             acting: watch::channel(true).1,
+            heard: watch::channel(true).0,
         }
+    }
+
+    /// One of a redundant pair: takes no job until the other node's notes have been
+    /// heard ([`Triage::peer_notes_heard`]).
+    pub fn paired(self) -> Triage {
+        self.heard.send_replace(false);
+        self
+    }
+
+    /// Whether the other node's notes waiting on the broker for this one have all been
+    /// kept (the notes subscription is up and quiet), or not (it is down).
+    pub fn peer_notes_heard(&self, heard: bool) {
+        self.heard.send_if_modified(|was| std::mem::replace(was, heard) != heard);
     }
 
     /// Takes jobs only while `acting` says so: this node is the acting one of a pair.
@@ -415,17 +434,19 @@ impl Triage {
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..concurrency.max(1) {
             let (me, wake, mut stop) = (Arc::clone(&self), Arc::clone(&wake), stop.clone());
-            let mut acting = me.acting.clone();
+            let (mut acting, mut heard) = (me.acting.clone(), me.heard.subscribe());
             workers.spawn(async move {
                 while !*stop.borrow() {
-                    if !*acting.borrow_and_update() {
-                        // Standing by: the other node's notes are taken in as their
-                        // occurrences come, so the queue holds only what has none.
+                    if !*acting.borrow_and_update() || !*heard.borrow_and_update() {
+                        // Standing by, or not yet caught up with the other node's notes:
+                        // they are taken in as their occurrences come, so the queue
+                        // holds only what has none.
                         if let Err(e) = me.adopt_peer_notes().await {
                             tracing::warn!(stage = "triage", error = %e, "the other node's notes could not be kept");
                         }
                         tokio::select! {
                             _ = acting.changed() => {}
+                            _ = heard.changed() => {}
                             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                             _ = stop.changed() => {}
                         }
