@@ -336,7 +336,7 @@ async fn run(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<()> {
     let failovers = failovers?;
     flood.await??;
     let samples = watch.await?;
-    let answered = writes.await?;
+    let (answered, took) = writes.await?;
 
     let events = published.lock().expect("published").clone();
     let missing = settle(&nodes, &events, Duration::from_secs(120)).await?;
@@ -362,6 +362,7 @@ async fn run(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<()> {
         samples,
         cpu,
         writes: (answered.len(), lost),
+        live: (!took.is_empty()).then(|| Percentiles::of(took)),
     };
     report(args, on, &figures);
     anyhow::ensure!(
@@ -373,16 +374,17 @@ async fn run(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<()> {
 
 /// An operator at the HMI while the kills go on: acknowledges the flood's occurrences
 /// on the two nodes in turn (each a decision through the pair's log), until `stop`;
-/// returns those answered 2xx. A node killed, or the log not answering in time, is a
-/// refusal, which is allowed; a 2xx is a promise ([`lost_writes`]).
+/// returns those answered 2xx, with how long each took. A node killed, or the log not
+/// answering in time, is a refusal, which is allowed; a 2xx is a promise
+/// ([`lost_writes`]).
 async fn live_writes(
     nodes: Vec<(u16, PathBuf)>,
     token: String,
     published: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<Duration>) {
     let http = crate::agent::http::Http::new();
-    let (mut answered, mut next) = (Vec::new(), 0);
+    let (mut answered, mut took, mut next) = (Vec::new(), Vec::new(), 0);
     while !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let Some(event) = published.lock().expect("published").get(next).cloned() else { continue };
@@ -397,12 +399,14 @@ async fn live_writes(
             .ok();
         let Some(id) = id else { continue };
         let url = format!("http://127.0.0.1:{web}/api/alarms/{id}/ack");
+        let started = Instant::now();
         let sent = http.client().post(url).bearer_auth(&token).timeout(Duration::from_secs(10)).send().await;
         if sent.is_ok_and(|r| r.status().is_success()) {
             answered.push(event);
+            took.push(started.elapsed());
         }
     }
-    answered
+    (answered, took)
 }
 
 /// Of the occurrences whose acknowledgement was answered 2xx, those not acknowledged
@@ -489,6 +493,8 @@ struct Figures {
     /// Acknowledgements made during the kills and answered 2xx, and those of them
     /// missing from a twin at the end.
     writes: (usize, Vec<String>),
+    /// How long those took to be answered.
+    live: Option<Percentiles>,
 }
 
 impl Figures {
@@ -550,8 +556,12 @@ fn report(args: &FailoverBenchArgs, on: &str, f: &Figures) {
             us(c.standby) / us(c.alone).max(1e-9)
         );
     }
+    let took = f
+        .live
+        .as_ref()
+        .map_or(String::new(), |p| format!(" (answered in p50 {} ms, max {} ms)", super::ms(p.p50), super::ms(p.max)));
     println!(
-        "  acknowledgements made on the HMI during the kills and answered 2xx, then lost: {} of {}",
+        "  acknowledgements made on the HMI during the kills and answered 2xx, then lost: {} of {}{took}",
         f.writes.1.len(),
         f.writes.0
     );
