@@ -1409,6 +1409,76 @@ async fn mosquitto_a_pair_through_a_broker_restart() {
     assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
 }
 
+/// Two daemons, the acting one reaching the broker through a proxy that black-holes
+/// its link (as a switch dropping its packets: no will is published) while alarms keep
+/// coming, then closes it. The other takes over; the cut node stops acting before the
+/// other starts (both nodes' `/readyz` sampled every 20 ms throughout: never both);
+/// once the link heals, the cut node rejoins as standby, and every occurrence has its
+/// note on both twins, none in two notes, none published twice.
+async fn a_cut_link_between_daemons(url: Option<String>) {
+    let spec = spec(broker(url), "cut");
+    let proxy = Proxy::start(&spec.broker).await;
+    let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
+    let mut pair = TestPair::start(spec);
+    // Node a through the proxy, and acting.
+    pair.nodes[0].kill();
+    let config = std::fs::read_to_string(pair.nodes[0].config()).unwrap();
+    std::fs::write(pair.nodes[0].config(), config.replace(&pair.spec.broker, &proxy.url)).unwrap();
+    pair.nodes[0].restart().unwrap();
+    if failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap() == 1 {
+        pair.nodes[1].kill();
+        assert_eq!(failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap(), 0);
+        pair.nodes[1].restart().unwrap();
+    }
+    let (both, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let webs = pair.nodes.iter().map(|n| n.web).collect();
+    let watch = tokio::spawn(failover::watch_both(webs, Arc::clone(&both), Arc::clone(&stop)));
+    let mut events = Vec::new();
+    for round in ["before", "cut", "healed"] {
+        match round {
+            "cut" => proxy.black_hole(),
+            "healed" => proxy.close_and_heal(),
+            _ => {}
+        }
+        for k in 0..pair.scada.points.len() {
+            let event_id = format!("{}-{round}-{k}", pair.spec.run);
+            pair.scada.raise(&event_id, k, &format!("C{round}")).await;
+            events.push(event_id);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if round == "cut" {
+            let other = failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
+            assert_eq!(other, 1, "the node with a working link took over");
+        }
+    }
+    let rejoined = async || pair.nodes[0].pair().await.is_some_and(|p| p["active_node"] == "b" && p["acting"] == false);
+    let started = Instant::now();
+    while !rejoined().await {
+        assert!(started.elapsed() < Duration::from_secs(30), "node a did not rejoin as standby");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let noted = || pair.nodes.iter().all(|n| n.without_note(&events).unwrap().is_empty());
+    assert!(common::eventually(Duration::from_secs(60), noted).await, "every occurrence noted on both");
+    stop.store(true, Ordering::Relaxed);
+    let samples = watch.await.unwrap();
+    assert_eq!(both.load(Ordering::Relaxed), 0, "both nodes acted in some of {samples} samples");
+    let t = failover::tally(&notes.lock().unwrap(), &events);
+    assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_two_daemons_through_a_cut_link() {
+    common::logs();
+    a_cut_link_between_daemons(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_two_daemons_through_a_cut_link() {
+    common::logs();
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    a_cut_link_between_daemons(Some(url)).await;
+}
+
 /// Both nodes of a pair stopped at once (SIGKILL) while alarms keep coming, then both
 /// started again: the broker kept what came meanwhile for each node's session, one
 /// node acts, and every occurrence, before, during and after, has its note on both

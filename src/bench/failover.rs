@@ -690,7 +690,7 @@ async fn settle(nodes: &[Node], events: &[String], limit: Duration) -> anyhow::R
 
 /// Asks both nodes' `/readyz` every 20 ms until `stop`, counting the samples where both
 /// said they act; returns the samples taken.
-async fn watch_both(webs: Vec<u16>, both: Arc<AtomicUsize>, stop: Arc<AtomicBool>) -> usize {
+pub async fn watch_both(webs: Vec<u16>, both: Arc<AtomicUsize>, stop: Arc<AtomicBool>) -> usize {
     let http = crate::agent::http::Http::new();
     let mut samples = 0;
     while !stop.load(Ordering::Relaxed) {
