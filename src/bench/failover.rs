@@ -2,7 +2,7 @@
 //! the acting one SIGKILLed again and again (and restarted), with the figures the pair
 //! is held to: failover time, occurrences without a note, notes published twice,
 //! samples where both nodes said they act. The pieces (a node as a process, the notes
-//! heard, the tally) are the pair tests' too (`tests/cluster.rs`).
+//! heard, the tally) are the pair tests' too (`tests/cluster/`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
