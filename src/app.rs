@@ -195,28 +195,33 @@ async fn directory(store: &Store, config: &Config) -> anyhow::Result<Option<Dire
 }
 
 /// Every `recheck_secs`, the roles of directory users with live sessions or tokens are
-/// read again: a leaver loses access within that interval.
-async fn recheck_directory(
-    store: Store,
+/// read again: a leaver loses access within that interval (of a pair, on both nodes).
+fn recheck_directory(
+    store: &Store,
     dir: Directory,
-    log: Option<Arc<cluster::log::DecisionLog>>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut every = tokio::time::interval(dir.recheck());
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = stop.changed() => return,
-        }
-        match crate::decisions::recheck_directory(&store, &dir, log.as_deref()).await {
-            Ok((checked, ended)) if ended > 0 => {
-                tracing::warn!(stage = "directory", checked, ended, "directory users lost access (audited)")
+    log: Option<&Arc<cluster::log::DecisionLog>>,
+    stop: &watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let (store, log, mut stop) = (store.clone(), log.cloned(), stop.clone());
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(dir.recheck());
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = stop.changed() => return,
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(stage = "directory", error = %e, "directory users' roles could not be read again"),
+            match crate::decisions::recheck_directory(&store, &dir, log.as_deref()).await {
+                Ok((checked, ended)) if ended > 0 => {
+                    tracing::warn!(stage = "directory", checked, ended, "directory users lost access (audited)")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(stage = "directory", error = %e, "directory users' roles could not be read again")
+                }
+            }
         }
-    }
+    })
 }
 
 /// The OPC UA link, when `[opcua]` is on; its certificates beside the database.
@@ -422,9 +427,7 @@ impl Daemon {
         tasks.push(tokio::spawn(Arc::clone(&triage).run_workers(opts.config.triage.workers, wake, stop_rx.clone())));
         tasks.extend(notifiers(&store, &mqtt, &opts.config, (&triage, approvals.clone()), &acting, &stop_rx));
         let demo_login = if opts.demo { demo_supervisor(&store)? } else { None };
-        tasks.extend(
-            directory.clone().map(|d| tokio::spawn(recheck_directory(store.clone(), d, log.clone(), stop_rx.clone()))),
-        );
+        tasks.extend(directory.clone().map(|d| recheck_directory(&store, d, log.as_ref(), &stop_rx)));
         let mut web_addr = None;
         if !opts.config.web.listen.is_empty() {
             let listener = tokio::net::TcpListener::bind(&opts.config.web.listen).await.with_context(|| {

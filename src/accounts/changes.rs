@@ -203,24 +203,7 @@ pub fn apply_in(c: &Connection, op: &AccountOp, by: &str, at: Timestamp) -> Resu
             Ok(json!({"counted": true}))
         }
         AccountOp::Token { token_hash, user, label } => token_in(c, token_hash, user, label, by, at),
-        AccountOp::DirectoryAccess { name, role: Some(role), .. } => {
-            let old: Option<Role> = c
-                .prepare_cached("SELECT role FROM users WHERE name = ?1 AND source = 'directory'")?
-                .query_row([name], |r| r.get(0))
-                .optional()?;
-            if let Some(old) = old.filter(|old| old != role) {
-                c.prepare_cached("UPDATE users SET role = ?2 WHERE name = ?1 AND source = 'directory'")?
-                    .execute(params![name, role])?;
-                audit_in(
-                    c,
-                    "directory",
-                    "directory_role",
-                    &format!("{name}: {} -> {}", old.as_str(), role.as_str()),
-                    None,
-                )?;
-            }
-            Ok(json!({"name": name, "role": role}))
-        }
+        AccountOp::DirectoryAccess { name, role: Some(role), .. } => Ok(directory_role_in(c, name, *role)?),
         AccountOp::DirectoryAccess { name, role: None, why } => Ok(json!({"ended": end_access_in(c, name, why)?})),
         AccountOp::Revoke { token_hash } => {
             let found: Option<(i64, String, String, bool)> = c
@@ -344,6 +327,20 @@ fn login_in(
     let detail = if directory.is_some() { "from the directory" } else { "" };
     audit_in(c, name, "login", detail, Some(address))?;
     Ok(json!(User { id, name: name.to_string(), role }))
+}
+
+/// A directory user's role as the directory now gives it; a change is audited.
+fn directory_role_in(c: &Connection, name: &str, role: Role) -> Result<Value, StoreError> {
+    let old: Option<Role> = c
+        .prepare_cached("SELECT role FROM users WHERE name = ?1 AND source = 'directory'")?
+        .query_row([name], |r| r.get(0))
+        .optional()?;
+    if let Some(old) = old.filter(|old| *old != role) {
+        c.prepare_cached("UPDATE users SET role = ?2 WHERE name = ?1 AND source = 'directory'")?
+            .execute(params![name, role])?;
+        audit_in(c, "directory", "directory_role", &format!("{name}: {} -> {}", old.as_str(), role.as_str()), None)?;
+    }
+    Ok(json!({"name": name, "role": role}))
 }
 
 /// A directory user the directory no longer gives a role: their sessions end and their
