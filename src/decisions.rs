@@ -410,19 +410,23 @@ pub async fn recheck_directory(
     dir: &accounts::directory::Directory,
     log: Option<&DecisionLog>,
 ) -> Result<(usize, usize), accounts::directory::DirectoryError> {
-    let Some(log) = log.filter(|l| l.up()) else {
-        return accounts::recheck_directory_users(store, dir).await;
-    };
     let (checked, changes) = accounts::directory_changes(store, dir).await?;
     let mut ended = 0;
     for op in &changes {
-        match log.submit(accounts::changes::KIND, op.args(), "directory").await {
-            Ok((_, body)) => ended += usize::from(body["ended"] == true),
-            Err(e) => {
-                tracing::warn!(stage = "directory", error = %e, "a directory change could not go through the pair's log; made on this node");
-                ended += usize::from(accounts::directory_change(store, op)?);
-            }
-        }
+        let shared = match log.filter(|l| l.up()) {
+            Some(log) => match log.submit(accounts::changes::KIND, op.args(), "directory").await {
+                Ok((_, body)) => Some(body["ended"] == true),
+                Err(e) => {
+                    tracing::warn!(stage = "directory", error = %e, "a directory change could not go through the pair's log; made on this node");
+                    None
+                }
+            },
+            None => None,
+        };
+        ended += usize::from(match shared {
+            Some(ended) => ended,
+            None => accounts::directory_change(store, op)?,
+        });
     }
     Ok((checked, ended))
 }

@@ -157,29 +157,13 @@ fn old_applied_decisions_are_pruned_and_still_counted() {
 /// log finds it on both and applies it alike.
 #[test]
 fn an_alarm_change_made_alone_is_decided_through_the_log_on_a_copy() {
-    use twinops::alarms::replay::Settings;
-    use twinops::approvals::alarm_changes::{self, Change, Parked, SettingsChange};
+    use twinops::approvals::alarm_changes;
     use twinops::approvals::pair::{AlarmChangeOp, CHANGE_KIND};
     use twinops::cluster::log::Decision;
     use twinops::decisions;
     let a = common::Plant::new();
     a.write("UPDATE sensors SET alarm_source = 'limits' WHERE id = 'PUMP-007.VIB-DE'");
-    let settings = |set_point| Settings { set_point, deadband: 0.2, on_delay_s: 10, off_delay_s: 0 };
-    let parked = Parked {
-        change: Change::Settings(SettingsChange {
-            sensor_id: "PUMP-007.VIB-DE".into(),
-            asset_id: "PUMP-007".into(),
-            code: "VIB-HH".into(),
-            level: "hh".into(),
-            current: settings(7.1),
-            proposed: settings(7.6),
-        }),
-        reason: "Chattering at 7.1 mm/s during start-up.".into(),
-        evidence: json!({"replayed_days": 30}),
-        proposed_by: "agent:run/7".into(),
-        run_id: Some(7),
-        proposed_at: twinops::domain::Timestamp::now().unix(),
-    };
+    let parked = vib_hh_change(twinops::domain::Timestamp::now().unix());
     let proposal = a.store.writer().call(move |c| alarm_changes::park(c, &parked, None)).unwrap();
     let uid = a.text("SELECT uid FROM alarm_changes");
     assert_eq!(uid, format!("local-{}-{}", proposal.alarm_change_id, a.count("SELECT proposed_at FROM alarm_changes")));

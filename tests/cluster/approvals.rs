@@ -165,9 +165,7 @@ async fn alarm_changes_reach_both(
     approvals: &twinops::approvals::Approvals,
 ) {
     use twinops::alarms::definitions::Point;
-    use twinops::alarms::replay::Settings;
     use twinops::approvals::Proposer;
-    use twinops::approvals::alarm_changes::{Change, Parked, SettingsChange};
     use twinops::approvals::pair::{AlarmChangeOp, CHANGE_KIND};
     let now = twinops::domain::Timestamp::now();
     // A point twinops raises from its readings: an approved change is made to the twin.
@@ -178,22 +176,7 @@ async fn alarm_changes_reach_both(
             .call(move |c| -> Result<usize, twinops::store::StoreError> { Ok(c.execute(sql, [])?) })
             .unwrap();
     }
-    let settings = |set_point| Settings { set_point, deadband: 0.2, on_delay_s: 10, off_delay_s: 0 };
-    let parked = Parked {
-        change: Change::Settings(SettingsChange {
-            sensor_id: "PUMP-007.VIB-DE".into(),
-            asset_id: "PUMP-007".into(),
-            code: "VIB-HH".into(),
-            level: "hh".into(),
-            current: settings(7.1),
-            proposed: settings(7.6),
-        }),
-        reason: "Chattering at 7.1 mm/s during start-up; the replay halves the occurrences.".into(),
-        evidence: json!({"replayed_days": 30}),
-        proposed_by: "agent:run/7".into(),
-        run_id: Some(7),
-        proposed_at: now.unix(),
-    };
+    let parked = vib_hh_change(now.unix());
     let submit = |i: usize, op: AlarmChangeOp| {
         let (log, args) = (Arc::clone(&logs[i]), serde_json::to_value(op).unwrap());
         async move { log.submit(CHANGE_KIND, args, "sup").await.unwrap() }

@@ -32,6 +32,29 @@ use lease::Proxy;
 
 const LEASE_MS: u64 = 1500;
 
+/// The agent's proposal the alarm-change tests decide: PUMP-007.VIB-DE's HH set point
+/// from 7.1 to 7.6 mm/s, proposed at `at` (unix seconds).
+fn vib_hh_change(at: i64) -> twinops::approvals::alarm_changes::Parked {
+    use twinops::alarms::replay::Settings;
+    use twinops::approvals::alarm_changes::{Change, Parked, SettingsChange};
+    let settings = |set_point| Settings { set_point, deadband: 0.2, on_delay_s: 10, off_delay_s: 0 };
+    Parked {
+        change: Change::Settings(SettingsChange {
+            sensor_id: "PUMP-007.VIB-DE".into(),
+            asset_id: "PUMP-007".into(),
+            code: "VIB-HH".into(),
+            level: "hh".into(),
+            current: settings(7.1),
+            proposed: settings(7.6),
+        }),
+        reason: "Chattering at 7.1 mm/s during start-up; the replay halves the occurrences.".into(),
+        evidence: json!({"replayed_days": 30}),
+        proposed_by: "agent:run/7".into(),
+        run_id: Some(7),
+        proposed_at: at,
+    }
+}
+
 /// A pair on `broker` under a fresh name starting with `prefix`, its lease as the
 /// tests' own.
 fn spec(broker: String, prefix: &str) -> PairSpec {
