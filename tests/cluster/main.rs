@@ -26,6 +26,7 @@ mod accounts;
 mod applying;
 mod approvals;
 mod lease;
+mod model;
 
 use accounts::{accounts_reach_both, command_line_reaches_both};
 use lease::Proxy;
@@ -101,12 +102,13 @@ struct Scada {
 }
 
 impl Scada {
-    /// Raises an alarm on point `k` under `event_id`, with `code`.
+    /// Raises an alarm on point `k` under `event_id`, with `code`; its message is the
+    /// event id, so a scripted model can tell which occurrences a run is about.
     async fn raise(&self, event_id: &str, k: usize, code: &str) {
         let (asset, sensor) = &self.points[k % self.points.len()];
         let ev = json!({"type": "alarm", "event_id": event_id, "asset_id": asset, "sensor_id": sensor,
                         "code": code, "severity": "high", "state": "raised",
-                        "time": twinops::domain::Timestamp::now().to_rfc3339(), "message": "test"});
+                        "time": twinops::domain::Timestamp::now().to_rfc3339(), "message": event_id});
         self.publisher.publish(&self.topic, rumqttc::QoS::AtLeastOnce, false, ev.to_string()).await.unwrap();
     }
 }
@@ -185,61 +187,25 @@ async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
         };
         assert!(common::eventually(Duration::from_secs(15), ahead).await, "node b's clock is not ahead");
     }
-    let mut events = Vec::new();
-    // Which node acted in each round, and how long after the last kill it did.
-    let (mut actives, mut takeovers) = (Vec::new(), Vec::new());
-    let mut killed: Option<Instant> = None;
-    for round in 0..4 {
-        let active = failover::acting_one(&nodes, Duration::from_secs(30)).await.unwrap();
-        actives.push(active);
-        if round == 0 {
-            // The standby serves reads and refuses writes, pointing at the acting node.
-            let standby = &nodes[1 - active];
-            let r = twinops::agent::http::Http::new()
-                .client()
-                .post(format!("http://127.0.0.1:{}/api/chat", standby.web))
-                .bearer_auth(&tokens[1 - active])
-                .json(&serde_json::json!({"message": "hello"}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status().as_u16(), 503);
-            let why = r.text().await.unwrap();
-            let there = format!("http://127.0.0.1:{}", nodes[active].web);
-            assert!(why.contains("stands by") && why.contains(&there), "{why}");
-            let pair = standby.pair().await.unwrap();
-            assert_eq!((&pair["acting"], &pair["active_node"]), (&json!(false), &json!(nodes[active].name)));
-        }
-        for k in 0..scada.points.len() {
-            let event_id = format!("{}-{round}-{k}", spec.run);
-            scada.raise(&event_id, k, &format!("T{round}")).await;
-            events.push(event_id);
-            tokio::time::sleep(Duration::from_millis(60)).await;
-            if k == scada.points.len() / 2 {
-                nodes[active].kill();
-                killed = Some(Instant::now());
-            }
-        }
-        // Back once the other has taken over (a node back sooner may take its lease back).
-        failover::acting_one(&nodes, Duration::from_secs(30)).await.unwrap();
-        takeovers.extend(killed.take().map(|k| k.elapsed()));
-        nodes[active].restart().unwrap();
-    }
-    // Every occurrence gets its note, on both twins (the standby keeps the acting one's).
-    let mut missing = Vec::new();
-    let settled = common::eventually(Duration::from_secs(60), || {
-        missing = nodes.iter().flat_map(|n| n.without_note(&events).unwrap()).collect();
-        missing.is_empty()
-    })
-    .await;
-    if !settled {
-        for n in &nodes {
-            let log = std::fs::read_to_string(n.log()).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- {} (last lines, newest first)\n{}", n.log().display(), tail.join("\n"));
-        }
-        panic!("occurrences without a note: {missing:?}");
-    }
+    // The standby serves reads and refuses writes, pointing at the acting node.
+    let active = failover::acting_one(&nodes, Duration::from_secs(30)).await.unwrap();
+    let standby = &nodes[1 - active];
+    let r = twinops::agent::http::Http::new()
+        .client()
+        .post(format!("http://127.0.0.1:{}/api/chat", standby.web))
+        .bearer_auth(&tokens[1 - active])
+        .json(&serde_json::json!({"message": "hello"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let why = r.text().await.unwrap();
+    let there = format!("http://127.0.0.1:{}", nodes[active].web);
+    assert!(why.contains("stands by") && why.contains(&there), "{why}");
+    let pair = standby.pair().await.unwrap();
+    assert_eq!((&pair["acting"], &pair["active_node"]), (&json!(false), &json!(nodes[active].name)));
+    let Flood { events, actives, takeovers } = flood_through_kills(&mut nodes, &scada, &spec.run, 4, |_, _| ()).await;
+    all_noted(&nodes, &events).await;
     // No occurrence in two notes, no note published twice.
     let t = failover::tally(&notes.lock().unwrap(), &events);
     assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty() && t.notes > 0, "{t:?}");
@@ -265,6 +231,69 @@ async fn two_daemons_skewed(url: Option<String>, skew: Option<(&str, &str)>) {
         assert!(start.elapsed() < Duration::from_secs(15), "not level: {peers:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Waits (up to 60 s) until every one of `events` has its note on both twins (the
+/// standby keeps the acting one's); fails with each node's last log lines if not.
+async fn all_noted(nodes: &[failover::Node], events: &[String]) {
+    let mut missing = Vec::new();
+    let settled = common::eventually(Duration::from_secs(60), || {
+        missing = nodes.iter().flat_map(|n| n.without_note(events).unwrap()).collect();
+        missing.is_empty()
+    })
+    .await;
+    if !settled {
+        for n in nodes {
+            let log = std::fs::read_to_string(n.log()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- {} (last lines, newest first)\n{}", n.log().display(), tail.join("\n"));
+        }
+        panic!("occurrences without a note: {missing:?}");
+    }
+}
+
+/// What [`flood_through_kills`] raised and saw: the occurrences (event ids), the node
+/// that acted in each round, and how long after each kill the other took over.
+struct Flood {
+    events: Vec<String>,
+    actives: Vec<usize>,
+    takeovers: Vec<Duration>,
+}
+
+/// `rounds` rounds of an alarm on each of the SCADA's points, 60 ms apart (code `T{round}`,
+/// event ids `{run}-{round}-{k}`); halfway through each the acting node is SIGKILLed,
+/// and it is started again once the other has taken over (a node back sooner may take
+/// its lease back). `watch(acting, killing)` is called as each round starts and just
+/// before its kill.
+async fn flood_through_kills(
+    nodes: &mut [failover::Node; 2],
+    scada: &Scada,
+    run: &str,
+    rounds: usize,
+    mut watch: impl FnMut(usize, bool),
+) -> Flood {
+    let mut flood = Flood { events: Vec::new(), actives: Vec::new(), takeovers: Vec::new() };
+    for round in 0..rounds {
+        let active = failover::acting_one(nodes, Duration::from_secs(30)).await.unwrap();
+        flood.actives.push(active);
+        watch(active, false);
+        let mut killed = None;
+        for k in 0..scada.points.len() {
+            let event_id = format!("{run}-{round}-{k}");
+            scada.raise(&event_id, k, &format!("T{round}")).await;
+            flood.events.push(event_id);
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            if k == scada.points.len() / 2 {
+                watch(active, true);
+                nodes[active].kill();
+                killed = Some(Instant::now());
+            }
+        }
+        failover::acting_one(nodes, Duration::from_secs(30)).await.unwrap();
+        flood.takeovers.extend(killed.map(|k| k.elapsed()));
+        nodes[active].restart().unwrap();
+    }
+    flood
 }
 
 /// A work order proposed on the pair's log (as the acting node's agent does) is on both
@@ -621,8 +650,7 @@ async fn a_cut_link_between_daemons(url: Option<String>) {
         assert!(started.elapsed() < Duration::from_secs(30), "node a did not rejoin as standby");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let noted = || pair.nodes.iter().all(|n| n.without_note(&events).unwrap().is_empty());
-    assert!(common::eventually(Duration::from_secs(60), noted).await, "every occurrence noted on both");
+    all_noted(&pair.nodes, &events).await;
     stop.store(true, Ordering::Relaxed);
     let samples = watch.await.unwrap();
     assert_eq!(both.load(Ordering::Relaxed), 0, "both nodes acted in some of {samples} samples");
@@ -669,8 +697,7 @@ async fn both_restarted(url: Option<String>) {
             failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
         }
     }
-    let noted = || pair.nodes.iter().all(|n| n.without_note(&events).unwrap().is_empty());
-    assert!(common::eventually(Duration::from_secs(60), noted).await, "every occurrence noted on both");
+    all_noted(&pair.nodes, &events).await;
     let t = failover::tally(&notes.lock().unwrap(), &events);
     assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
 }
@@ -714,8 +741,7 @@ async fn upgraded_one_node_at_a_time(url: Option<String>) {
         pair.nodes[down].restart().unwrap();
         level(&pair.nodes).await;
     }
-    let noted = || pair.nodes.iter().all(|n| n.without_note(&events).unwrap().is_empty());
-    assert!(common::eventually(Duration::from_secs(60), noted).await, "every occurrence noted on both");
+    all_noted(&pair.nodes, &events).await;
     let t = failover::tally(&notes.lock().unwrap(), &events);
     assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty(), "{t:?}");
     let state = |n: &failover::Node| -> String {
