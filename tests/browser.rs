@@ -247,7 +247,10 @@ async fn the_hmi_in_a_real_browser() {
     )
     .await
     .unwrap();
-    let alarm_id = p.count("SELECT coalesce(max(id), 0) FROM alarms WHERE event_id = 'browser-1'");
+    // Its id once the twin has it (publishing returns before the daemon ingests it).
+    let id = "SELECT coalesce(max(id), 0) FROM alarms WHERE event_id = 'browser-1'";
+    assert!(common::eventually(Duration::from_secs(30), || p.count(id) > 0).await, "browser-1 never ingested");
+    let alarm_id = p.count(id);
     let row = format!("document.querySelector('#alarm-rows tr[data-alarm=\"{alarm_id}\"]')");
     b.until("the new alarm in the list", &row).await;
     b.until("its triage note", &format!("{row}.textContent.includes('note')")).await;
