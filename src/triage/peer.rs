@@ -199,7 +199,7 @@ fn adopt(conn: &Connection, heard: &Heard, lead: i64, now: Timestamp) -> rusqlit
         all_here &= here.query_row([event_id], |r| r.get::<_, i64>(0))? > 0;
     }
     if let Some(episode) = episode {
-        super::link(conn, episode, note_id)?;
+        super::episodes::link(conn, episode, note_id)?;
     }
     Ok(all_here)
 }
