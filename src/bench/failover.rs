@@ -143,14 +143,26 @@ impl Node {
     /// SIGTERM, as a service manager stops it for a patch or an upgrade: it finishes
     /// what it is doing and says it is leaving. SIGKILL after 20 s.
     pub fn stop(&mut self) {
+        self.terminate();
         let Some(mut c) = self.child.take() else { return };
-        let _ = std::process::Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while matches!(c.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = c.kill();
         let _ = c.wait();
+    }
+
+    /// SIGTERM, without waiting for it to finish ([`Node::stop`] waits).
+    pub fn terminate(&self) {
+        if let Some(c) = &self.child {
+            let _ = std::process::Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        }
+    }
+
+    /// Whether its process still runs (a node stopping may still finish its work).
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// SIGKILL: gone without a word, as a host that dies.

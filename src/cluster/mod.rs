@@ -6,8 +6,8 @@
 //!
 //! Topics, under `twinops/cluster/{name}/`: `lease` (claims, QoS 1; renewals, QoS 1
 //! retained) and `node/{node}` (`{"online": bool}` and the node's [`Progress`],
-//! retained and refreshed as it moves; the will says offline), from which each node
-//! knows how far behind the other is.
+//! retained and refreshed as it moves; the will, or the node itself as it stops, says
+//! offline), from which each node knows how far behind the other is.
 //!
 //! What this module gives the daemon is where the node stands ([`Standing`]), watched:
 //! the parts that act (triage, notes out) run only while it says `acting`.
@@ -306,7 +306,26 @@ async fn run(
         }
     }
     tx.send_replace(Standing { acting: false, ..lease.standing(Instant::now()) });
+    leave(&cfg, &client, &mut eventloop).await;
+}
+
+/// Says this node is offline, as its will would, and disconnects (a clean disconnect
+/// drops the will): the other node, if this one acted, takes over half a lease after
+/// its last renewal rather than a whole lease, and `twinops check` and the HMI banner
+/// show this one gone. Called once this node no longer acts; waits at most a second.
+async fn leave(cfg: &ClusterConfig, client: &AsyncClient, eventloop: &mut rumqttc::EventLoop) {
+    let offline = json!({"node": cfg.node, "online": false}).to_string();
+    let _ = client.try_publish(cfg.node_topic(&cfg.node), QoS::AtLeastOnce, true, offline);
     let _ = client.try_disconnect();
+    // Sent in order: the offline state, then the disconnect.
+    let sent = async {
+        while let Ok(event) = eventloop.poll().await {
+            if matches!(event, Event::Outgoing(rumqttc::Outgoing::Disconnect)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), sent).await;
 }
 
 /// What the broker holds of a pair: the last renewal (the holder and its term) and

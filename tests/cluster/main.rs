@@ -720,6 +720,16 @@ async fn upgraded_one_node_at_a_time(url: Option<String>) {
         pair.nodes[down].stop();
         let acting = failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
         assert_ne!(acting, down, "the node still up acts");
+        // A node stopped says it is gone (a clean disconnect drops its will): the other
+        // shows it offline, not as it last said.
+        let peer = || pair.nodes[acting].pair();
+        let gone = async {
+            while peer().await.is_none_or(|p| p["peer"]["online"] != false) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let said = tokio::time::timeout(Duration::from_secs(5), gone).await;
+        assert!(said.is_ok(), "the {round} node stopped, and the other shows: {:?}", peer().await);
         for k in 0..pair.scada.points.len() {
             let event_id = format!("{}-{round}-{k}", pair.spec.run);
             pair.scada.raise(&event_id, k, &format!("U{round}")).await;
