@@ -252,6 +252,11 @@ enum Command {
     /// do; exit status 0 only when everything it turns on works. Changes nothing.
     #[command(after_help = "Example:\n  sudo -u twinops twinops --config /etc/twinops/twinops.toml check")]
     Check,
+    /// Hand a redundant pair's acting role to the other node (a planned switchover, as
+    /// before patching the acting node's host); waits until the other acts. Refused
+    /// unless the other node is online and level with the acting one.
+    #[command(after_help = "Example:\n  sudo -u twinops twinops --config /etc/twinops/twinops.toml switchover")]
+    Switchover,
     /// Write the manual page or a shell's completions (for packagers).
     #[command(hide = true)]
     Generate {
@@ -443,6 +448,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Seed(args) => data::seed(global, args)?,
         Command::Check => return check(global),
+        Command::Switchover => switchover(global)?,
         Command::Generate { what, out } => generate(what, &out)?,
         Command::Backup { to } => data::backup(global, &to)?,
         Command::Plant(cmd) => return data::plant(global, cmd),
@@ -483,6 +489,31 @@ fn check(global: &Global) -> anyhow::Result<ExitCode> {
     let (summary, passed) = crate::check::summary(&lines);
     println!("{summary}");
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn switchover(global: &Global) -> anyhow::Result<()> {
+    let config = global.config()?;
+    let Some(cfg) = &config.cluster else {
+        anyhow::bail!(
+            "{} has no [cluster]: this node runs alone, there is nothing to switch over",
+            global.config.display()
+        )
+    };
+    // Long enough for the other's claim and its fence, with a lease to spare.
+    let wait = cfg.rules().lease * 3;
+    let done = runtime()?.block_on(crate::cluster::switchover(cfg, &config.mqtt, wait))?;
+    println!(
+        "node {} holds the lease (term {}), {:.1} s after node {} was asked to hand over; node {} stopped acting \
+         at once, and node {} acts half a lease ({:.1} s) after its last renewal",
+        done.to,
+        done.term,
+        done.after.as_secs_f64(),
+        done.from,
+        done.from,
+        done.to,
+        cfg.rules().fence().as_secs_f64()
+    );
+    Ok(())
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -13,6 +13,8 @@
 //! - The holder acts only while its own renewals come back within `fence` (less than
 //!   `lease`): cut from the broker, it stops before the other can take over. Hearing a
 //!   higher term, it stops at once.
+//! - Asked to hand over (a planned switchover), the holder stops at once and claims
+//!   nothing for a lease; the other claims as on its will.
 //!
 //! Time is each node's own monotonic clock: a wall clock off by minutes changes nothing.
 
@@ -67,6 +69,9 @@ pub enum Heard {
     Offline { node: String },
     /// `node` is connected (says nothing of the lease).
     Online { node: String },
+    /// The holder `node` of `term` is asked to hand over (a planned switchover): it
+    /// stops acting at once and the other claims as on its will.
+    HandOver { node: String, term: u64 },
 }
 
 /// What to publish.
@@ -107,6 +112,9 @@ pub struct Lease {
     /// This node held the lease before it (re)started: it claims a new term at once
     /// rather than act on the old one.
     reclaim: bool,
+    /// It handed over: it claims nothing before this, so that the other node's claim
+    /// wins (it claims again after, should nobody have).
+    handed_over_until: Option<Instant>,
     /// The number of the last claim or renewal sent.
     seq: u64,
     /// Only what this node sent from this number on counts as come back: a message
@@ -133,6 +141,7 @@ impl Lease {
             echoed: None,
             sent: None,
             reclaim: false,
+            handed_over_until: None,
             seq: 0,
             fresh_from: 1,
             connected: now,
@@ -205,7 +214,14 @@ impl Lease {
             Heard::Offline { node } if self.holder.as_ref() == Some(node) && node != &self.me => {
                 self.heard_holder = None;
             }
-            Heard::Offline { .. } | Heard::Online { .. } => {}
+            Heard::HandOver { node, term } if *term == self.term && self.holder.as_ref() == Some(node) => {
+                self.heard_holder = None;
+                if node == &self.me {
+                    (self.holder, self.echoed) = (None, None);
+                    self.handed_over_until = Some(now + self.rules.lease);
+                }
+            }
+            Heard::Offline { .. } | Heard::Online { .. } | Heard::HandOver { .. } => {}
         }
     }
 
@@ -228,7 +244,8 @@ impl Lease {
                 (Some(_), None) => true,
                 (Some(_), Some(at)) => now.duration_since(at) >= r.lease,
             };
-            if !free || now.duration_since(self.connected) < r.renew * 2 {
+            let standing_back = self.handed_over_until.is_some_and(|until| now < until);
+            if !free || standing_back || now.duration_since(self.connected) < r.renew * 2 {
                 return None;
             }
             Say::Claim(self.term + 1)
@@ -338,6 +355,48 @@ mod tests {
         a.heard(&renew_n("a", 2, 3), t0 + 1610 * MS);
         assert_eq!(a.standing(t0 + 1610 * MS), Standing { acting: false, term: 3, holder: Some("b".into()) });
         assert_eq!(a.tick(t0 + 1700 * MS), None);
+    }
+
+    /// Asked to hand over, the holder stops at once and claims nothing for a lease; the
+    /// standby claims at once and acts a fence after the holder was last heard. A
+    /// switchover nobody takes up (the other gone meanwhile) is undone a lease later.
+    #[test]
+    fn a_holder_asked_to_hand_over_stops_and_the_other_takes_over() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (Lease::new("a", rules(), t0), Lease::new("b", rules(), t0));
+        let t0 = t0 + 3000 * MS;
+        assert_eq!(a.tick(t0), Some(Say::Claim(1)));
+        for n in [&mut a, &mut b] {
+            n.heard(&claim("a", 1), t0);
+        }
+        assert!(a.standing(t0).acting);
+        let asked = Heard::HandOver { node: "a".into(), term: 1 };
+        let t = t0 + 100 * MS;
+        for n in [&mut a, &mut b] {
+            n.heard(&asked, t);
+        }
+        assert!(!a.standing(t).acting, "the holder stops at once");
+        assert_eq!(a.tick(t), None, "and claims nothing");
+        assert_eq!(b.tick(t), Some(Say::Claim(2)), "the standby claims at once");
+        for n in [&mut a, &mut b] {
+            n.heard(&claim("b", 2), t + 5 * MS);
+        }
+        assert!(!b.standing(t + 5 * MS).acting, "a fence after the holder was last heard");
+        assert!(b.standing(t0 + 1500 * MS).acting);
+        assert_eq!(a.standing(t0 + 1500 * MS), Standing { acting: false, term: 2, holder: Some("b".into()) });
+        // A request for a term gone by, or for a node that does not hold it, changes nothing.
+        b.heard(&asked, t0 + 1600 * MS);
+        b.heard(&Heard::HandOver { node: "a".into(), term: 2 }, t0 + 1600 * MS);
+        assert!(b.standing(t0 + 1600 * MS).acting);
+
+        // Nobody takes it up: the holder claims again a lease after it stood back.
+        let mut c = Lease::new("c", rules(), t0);
+        let t0 = t0 + 3000 * MS;
+        assert_eq!(c.tick(t0), Some(Say::Claim(1)));
+        c.heard(&claim("c", 1), t0);
+        c.heard(&Heard::HandOver { node: "c".into(), term: 1 }, t0 + 100 * MS);
+        assert_eq!(c.tick(t0 + 3000 * MS), None, "still standing back");
+        assert_eq!(c.tick(t0 + 3100 * MS), Some(Say::Claim(2)));
     }
 
     /// The holder's will lets the standby claim at once, not a lease later, and act a

@@ -377,6 +377,85 @@ pub async fn observe(cfg: &ClusterConfig, mqtt: &MqttConfig, wait: Duration) -> 
     Ok(seen)
 }
 
+/// A planned switchover done: who acted, who acts now under which term, and how long
+/// after the request the other node was seen holding the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Switched {
+    pub from: String,
+    pub to: String,
+    pub term: u64,
+    pub after: Duration,
+}
+
+/// Asks the acting node of the pair to hand over to the other (`twinops switchover`),
+/// and waits (up to `wait`) until the other holds the lease. Refused, asking nothing,
+/// unless one node holds the lease and the other is online and level with it: a
+/// switchover to a node that is away or behind would leave nobody acting, or one
+/// acting on less than the whole twin.
+pub async fn switchover(cfg: &ClusterConfig, mqtt: &MqttConfig, wait: Duration) -> anyhow::Result<Switched> {
+    let seen = observe(cfg, mqtt, Duration::from_secs(2)).await?;
+    let Some((from, term)) = seen.holder.clone() else {
+        anyhow::bail!("no node holds the pair's lease: nothing to switch over (`twinops check` says more)");
+    };
+    let acting = seen.nodes.iter().find(|n| n.node == from);
+    let Some(other) = seen.nodes.iter().find(|n| n.node != from && n.online) else {
+        anyhow::bail!(
+            "node {from} acts and the other node is not online: it would have nobody to hand over to; start it and              wait until `twinops check` says it is level"
+        );
+    };
+    match acting.and_then(|a| other.behind(a.progress?)) {
+        Some(b) if b.level() => {}
+        Some(b) => anyhow::bail!(
+            "node {} is {} decisions and {} behind node {from}: wait until `twinops check` says it is level",
+            other.node,
+            b.decisions,
+            b.alarms_s.map_or("every alarm".to_string(), |s| format!("{s} s of alarms"))
+        ),
+        None => anyhow::bail!("node {from} has not said how far it has come yet; try again in a few seconds"),
+    }
+    let asked = Instant::now();
+    let body = json!({"kind": "handover", "node": from, "term": term}).to_string();
+    let client_id = format!("twinops-cluster-{}-{}-switchover", cfg.name, cfg.node);
+    ask(mqtt, &client_id, &cfg.lease_topic(), body).await?;
+    loop {
+        let seen = observe(cfg, mqtt, Duration::from_millis(300)).await?;
+        if let Some((to, now)) = seen.holder.filter(|(node, t)| *node != from && *t > term) {
+            return Ok(Switched { from, to, term: now, after: asked.elapsed() });
+        }
+        anyhow::ensure!(
+            asked.elapsed() < wait,
+            "node {from} was asked to hand over, and node {} did not take the lease within {} s;              `twinops check` says who acts now (node {from} takes it back a lease after it stood back)",
+            other.node,
+            wait.as_secs()
+        );
+    }
+}
+
+/// Publishes `body` on `topic` at QoS 1 over a connection of its own (the site's broker,
+/// with its TLS and login) and returns once the broker has acknowledged it.
+async fn ask(mqtt: &MqttConfig, client_id: &str, topic: &str, body: String) -> anyhow::Result<()> {
+    let mut opts = crate::ingest::mqtt::options(mqtt, client_id)?;
+    opts.set_clean_session(true);
+    let (client, mut events) = AsyncClient::new(opts, 4);
+    let acked = async {
+        loop {
+            match events.poll().await? {
+                Event::Incoming(Incoming::ConnAck(_)) => {
+                    client.try_publish(topic, QoS::AtLeastOnce, false, body.clone())?
+                }
+                Event::Incoming(Incoming::PubAck(_)) => return anyhow::Ok(()),
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), acked)
+        .await
+        .map_err(|_| anyhow::anyhow!("the broker did not acknowledge the request within 5 s"))??;
+    let _ = client.try_disconnect();
+    let _ = tokio::time::timeout(Duration::from_millis(200), events.poll()).await;
+    Ok(())
+}
+
 /// A node's state, if `payload` is one.
 fn node_state(payload: &[u8]) -> Option<NodeState> {
     #[derive(Deserialize)]
@@ -406,6 +485,7 @@ fn heard(payload: &[u8]) -> Option<Heard> {
     match (m.kind.as_deref(), m.term, m.online) {
         (Some("claim"), Some(term), _) => Some(Heard::Claim { node: m.node, term, seq: m.seq }),
         (Some("renew"), Some(term), _) => Some(Heard::Renew { node: m.node, term, seq: m.seq }),
+        (Some("handover"), Some(term), _) => Some(Heard::HandOver { node: m.node, term }),
         (None, _, Some(false)) => Some(Heard::Offline { node: m.node }),
         (None, _, Some(true)) => Some(Heard::Online { node: m.node }),
         _ => None,
@@ -431,5 +511,17 @@ mod tests {
         let will = br#"{"node": "b", "online": false}"#;
         assert_eq!(node_state(will), Some(NodeState { node: "b".into(), online: false, progress: None }));
         assert_eq!(node_state(br#"{"kind": "renew", "node": "b", "term": 3, "seq": 1}"#), None);
+    }
+
+    /// What travels on the lease topic, as `heard` reads it (the switchover's request
+    /// is what `twinops switchover` publishes).
+    #[test]
+    fn the_lease_topics_messages() {
+        let handover = heard(br#"{"kind": "handover", "node": "a", "term": 7}"#);
+        assert_eq!(handover, Some(Heard::HandOver { node: "a".into(), term: 7 }));
+        let renew = heard(br#"{"kind": "renew", "node": "b", "term": 3, "seq": 4}"#);
+        assert_eq!(renew, Some(Heard::Renew { node: "b".into(), term: 3, seq: 4 }));
+        assert_eq!(heard(br#"{"node": "b", "online": false}"#), Some(Heard::Offline { node: "b".into() }));
+        assert_eq!(heard(br#"{"kind": "handover", "node": "a"}"#), None, "no term, no request");
     }
 }
