@@ -761,6 +761,65 @@ async fn upgraded_one_node_at_a_time(url: Option<String>) {
     assert!(pair.nodes.iter().all(|n| state(n) == "acknowledged"), "the acknowledgement made meanwhile is on both");
 }
 
+/// `twinops switchover` beside the acting node (as its command line is run) while
+/// alarms come: what it says and does.
+fn switchover(n: &failover::Node) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_twinops"))
+        .arg("--db")
+        .arg(n.db())
+        .arg("--config")
+        .arg(n.config())
+        .arg("switchover")
+        .output()
+        .unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// A planned switchover (`twinops switchover`) while alarms come: the other node acts,
+/// as the command says; then back again from the other side. Every occurrence is noted
+/// on both twins, none twice. With the other node stopped it is refused, saying why,
+/// and the acting node goes on acting.
+async fn switched_over_and_back(url: Option<String>) {
+    let spec = spec(broker(url), "w");
+    let notes = failover::hear_notes(&spec.broker, &spec.run).unwrap();
+    let mut pair = TestPair::start(spec);
+    let mut events = Vec::new();
+    for round in 0..2 {
+        let acting = failover::acting_one(&pair.nodes, Duration::from_secs(30)).await.unwrap();
+        level(&pair.nodes).await;
+        for k in 0..6 {
+            let event_id = format!("{}-{round}-{k}", pair.spec.run);
+            pair.scada.raise(&event_id, k, &format!("W{round}")).await;
+            events.push(event_id);
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+        let (ok, said) = switchover(&pair.nodes[acting]);
+        let other = &pair.nodes[1 - acting];
+        assert!(ok && said.contains(&format!("node {} holds the lease", other.name)), "{said}");
+        let now = failover::acting_one(&pair.nodes, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(now, 1 - acting, "{said}");
+    }
+    all_noted(&pair.nodes, &events).await;
+    let t = failover::tally(&notes.lock().unwrap(), &events);
+    assert!(t.published_twice.is_empty() && t.in_two_notes.is_empty() && t.notes > 0, "{t:?}");
+    let acting = failover::acting_one(&pair.nodes, Duration::from_secs(10)).await.unwrap();
+    pair.nodes[1 - acting].stop();
+    let (ok, said) = switchover(&pair.nodes[acting]);
+    assert!(!ok && said.contains("not online"), "{said}");
+    assert!(pair.nodes[acting].acting().await, "the acting node goes on acting");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_broker_switched_over_and_back() {
+    switched_over_and_back(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mosquitto_switched_over_and_back() {
+    let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
+    switched_over_and_back(Some(url)).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn mosquitto_upgraded_one_node_at_a_time() {
     let Some(url) = common::external("TWINOPS_TEST_MQTT_URL", "a Mosquitto broker") else { return };
