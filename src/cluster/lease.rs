@@ -112,6 +112,9 @@ pub struct Lease {
     /// This node held the lease before it (re)started: it claims a new term at once
     /// rather than act on the old one.
     reclaim: bool,
+    /// The holder and term last asked to hand over: a renewal of theirs heard after
+    /// was sent before the holder heard it, and says nothing.
+    handed_over: Option<(String, u64)>,
     /// It handed over: it claims nothing before this, so that the other node's claim
     /// wins (it claims again after, should nobody have).
     handed_over_until: Option<Instant>,
@@ -141,6 +144,7 @@ impl Lease {
             echoed: None,
             sent: None,
             reclaim: false,
+            handed_over: None,
             handed_over_until: None,
             seq: 0,
             fresh_from: 1,
@@ -190,6 +194,9 @@ impl Lease {
                 self.last_of_holder = Some(now);
                 self.echoed = self.own_fresh(node, *seq).then_some(now);
             }
+            // Sent before its holder heard it was asked to hand over.
+            Heard::Renew { node, term, .. }
+                if self.handed_over.as_ref().is_some_and(|(n, t)| n == node && t == term) => {}
             // A renewal of the current term is the holder's: it also settles a term
             // whose claim this node did not hear (it started after).
             Heard::Renew { node, term, seq } if *term == self.term => {
@@ -216,6 +223,7 @@ impl Lease {
             }
             Heard::HandOver { node, term } if *term == self.term && self.holder.as_ref() == Some(node) => {
                 self.heard_holder = None;
+                self.handed_over = Some((node.clone(), *term));
                 if node == &self.me {
                     (self.holder, self.echoed) = (None, None);
                     self.handed_over_until = Some(now + self.rules.lease);
@@ -375,6 +383,11 @@ mod tests {
         for n in [&mut a, &mut b] {
             n.heard(&asked, t);
         }
+        // A renewal a sent just before it heard the request, delivered after it.
+        for n in [&mut a, &mut b] {
+            n.heard(&renew_n("a", 1, 9), t + MS);
+        }
+        let t = t + 2 * MS;
         assert!(!a.standing(t).acting, "the holder stops at once");
         assert_eq!(a.tick(t), None, "and claims nothing");
         assert_eq!(b.tick(t), Some(Say::Claim(2)), "the standby claims at once");

@@ -400,7 +400,8 @@ pub async fn switchover(cfg: &ClusterConfig, mqtt: &MqttConfig, wait: Duration) 
     let acting = seen.nodes.iter().find(|n| n.node == from);
     let Some(other) = seen.nodes.iter().find(|n| n.node != from && n.online) else {
         anyhow::bail!(
-            "node {from} acts and the other node is not online: it would have nobody to hand over to; start it and              wait until `twinops check` says it is level"
+            "node {from} acts and the other node is not online: it would have nobody to hand over to; start it and \
+             wait until `twinops check` says it is level"
         );
     };
     match acting.and_then(|a| other.behind(a.progress?)) {
@@ -424,7 +425,8 @@ pub async fn switchover(cfg: &ClusterConfig, mqtt: &MqttConfig, wait: Duration) 
         }
         anyhow::ensure!(
             asked.elapsed() < wait,
-            "node {from} was asked to hand over, and node {} did not take the lease within {} s;              `twinops check` says who acts now (node {from} takes it back a lease after it stood back)",
+            "node {from} was asked to hand over, and node {} did not take the lease within {} s; \
+             `twinops check` says who acts now (node {from} takes it back a lease after it stood back)",
             other.node,
             wait.as_secs()
         );
