@@ -182,6 +182,14 @@ pub(super) async fn command_line_reaches_both(nodes: &mut [failover::Node; 2]) {
     );
 
     nodes[s].kill();
+    // Down as far as the broker knows (its will published), as a command line run
+    // beside a stopped daemon finds it, not in the moment before.
+    let gone = || async { nodes[a].pair().await.is_some_and(|p| p["peer"]["online"] == false) };
+    let started = Instant::now();
+    while !gone().await {
+        assert!(started.elapsed() < Duration::from_secs(15), "node {} still shows online", nodes[s].name);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     cli(&nodes[s], &["user", "add", "op.offline", "--role", "viewer"], "made while the daemon is down\n");
     assert!(on_both(&nodes[..], "SELECT count(*) FROM users WHERE name = 'op.offline'").await, "made here and there");
     nodes[s].restart().unwrap();
